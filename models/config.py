@@ -1,0 +1,205 @@
+"""Qwen3 model configuration, read from a Hugging Face ``config.json``.
+
+Two config formats are in circulation and both are read:
+
+- ``rope_theta`` + ``rope_scaling`` at the top level, as in the published Qwen3 checkpoints;
+- ``rope_parameters`` (a dict holding ``rope_theta``, ``rope_type`` and the scaling fields), as
+  transformers 5 writes when it saves a model.
+
+The only RoPE scaling supported is YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension
+of Large Language Models"), which is what Qwen3 documents for contexts past 32k.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class YarnScaling:
+    """YaRN RoPE scaling parameters.
+
+    Attributes:
+        factor: context extension factor s (e.g. 4.0 turns 32768 into 131072 positions).
+        original_max_position_embeddings: the context length the model was trained at (tokens).
+        beta_fast, beta_slow: the YaRN ramp bounds, in rotations over the original context.
+        attention_factor: the logit-temperature multiplier on cos/sin; None means
+            ``0.1 * ln(factor) + 1`` as in the paper.
+    """
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+
+    def __post_init__(self):
+        if self.factor < 1.0:
+            raise ValueError(f"YaRN factor must be >= 1, got {self.factor}")
+        if self.original_max_position_embeddings <= 0:
+            raise ValueError("YaRN original_max_position_embeddings must be positive")
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """The fields of a Qwen3 ``config.json`` that the model needs.
+
+    Raises ``ValueError`` from ``from_dict``/``from_json`` for a config that is not a dense Qwen3
+    model or that is internally inconsistent (the message names the field).
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    rope_scaling: YarnScaling | None = None
+    max_position_embeddings: int = 40960
+    tie_word_embeddings: bool = False
+    torch_dtype: str = "bfloat16"
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"config field {name} must be a positive integer")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        if self.torch_dtype not in _DTYPES:
+            raise ValueError(f"unsupported torch_dtype {self.torch_dtype!r}")
+
+    @property
+    def gqa_group(self) -> int:
+        """Query heads per KV head (the GQA group size)."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The checkpoint's stored dtype."""
+        return _DTYPES[self.torch_dtype]
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> int:
+        """Bytes of KV cache one token occupies over all layers.
+
+        ``kv_dtype`` is ``"bf16"`` (2-byte K and V) or ``"int8"`` (1-byte codes plus one float32
+        scale per token, KV head and K/V).
+        """
+        per_head = {"bf16": 2 * self.head_dim, "int8": self.head_dim + 4}[kv_dtype]
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * per_head
+
+    def weight_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """Bytes of weights read per decoded token (embedding rows excluded; lm_head included)."""
+        h, i = self.hidden_size, self.intermediate_size
+        attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        mlp = 3 * h * i
+        norms = 2 * h + 2 * self.head_dim
+        per_layer = attn + mlp + norms
+        return dtype_bytes * (self.num_hidden_layers * per_layer + h + self.vocab_size * h)
+
+    # ------------------------------------------------------------------ parsing
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Qwen3Config:
+        """Build from a parsed ``config.json``. Raises ``ValueError`` naming the problem."""
+        archs = d.get("architectures") or []
+        model_type = d.get("model_type")
+        if archs and not any(a in SUPPORTED_ARCHITECTURES for a in archs):
+            raise ValueError(
+                f"unsupported architecture {', '.join(archs)}: infer supports "
+                f"{', '.join(SUPPORTED_ARCHITECTURES)} (dense Qwen3 models)")
+        if not archs and model_type != "qwen3":
+            raise ValueError(
+                f"unsupported model_type {model_type!r}: infer supports "
+                f"{', '.join(SUPPORTED_ARCHITECTURES)} (dense Qwen3 models)")
+        try:
+            rope_params = d.get("rope_parameters") or {}
+            rope_theta = d.get("rope_theta", rope_params.get("rope_theta", 1_000_000.0))
+            scaling = d.get("rope_scaling")
+            if scaling is None and rope_params:
+                rtype = rope_params.get("rope_type", rope_params.get("type", "default"))
+                scaling = None if rtype == "default" else rope_params
+            hidden = int(d["hidden_size"])
+            heads = int(d["num_attention_heads"])
+            dtype = d.get("torch_dtype", d.get("dtype", "bfloat16")) or "bfloat16"
+            return cls(
+                vocab_size=int(d["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(d["intermediate_size"]),
+                num_hidden_layers=int(d["num_hidden_layers"]),
+                num_attention_heads=heads,
+                num_key_value_heads=int(d.get("num_key_value_heads", heads)),
+                head_dim=int(d.get("head_dim") or hidden // heads),
+                rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(rope_theta),
+                rope_scaling=_parse_rope_scaling(scaling),
+                max_position_embeddings=int(d.get("max_position_embeddings", 40960)),
+                tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+                torch_dtype=str(dtype),
+            )
+        except KeyError as e:
+            raise ValueError(f"config.json is missing the field {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"config.json has an invalid value: {e}") from None
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Qwen3Config:
+        """Read ``config.json`` (a file, or a folder holding one).
+
+        Raises ``FileNotFoundError`` if it is missing and ``ValueError`` if it is not valid JSON
+        or not a supported Qwen3 config.
+        """
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"no config.json at {path}")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"cannot read {path}: expected a JSON object")
+        return cls.from_dict(d)
+
+
+def _parse_rope_scaling(s: dict | None) -> YarnScaling | None:
+    if not s:
+        return None
+    rtype = s.get("rope_type", s.get("type"))
+    if rtype in (None, "default"):
+        return None
+    if rtype != "yarn":
+        raise ValueError(f"unsupported rope_scaling type {rtype!r}: only 'yarn' is supported")
+    if "factor" not in s or "original_max_position_embeddings" not in s:
+        raise ValueError("YaRN rope_scaling needs 'factor' and 'original_max_position_embeddings'")
+    return YarnScaling(
+        factor=float(s["factor"]),
+        original_max_position_embeddings=int(s["original_max_position_embeddings"]),
+        beta_fast=float(s.get("beta_fast") or 32.0),
+        beta_slow=float(s.get("beta_slow") or 1.0),
+        attention_factor=(float(s["attention_factor"]) if s.get("attention_factor") else None),
+    )
