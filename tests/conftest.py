@@ -1,0 +1,48 @@
+"""Shared test setup: the Triton interpreter on CPU, paths to ../shared data, the gpu marker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# Kernels run under the Triton interpreter when no GPU is present. This must be set before any
+# module decorated with @triton.jit is imported, and conftest.py is imported first.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared")).resolve()
+TOKENIZER_DIR = SHARED / "data" / "qwen3-tokenizer"
+CONFIGS_DIR = SHARED / "data" / "qwen3-configs"
+TEXTS_DIR = SHARED / "data" / "texts"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir() -> Path:
+    if not (TOKENIZER_DIR / "tokenizer.json").is_file():
+        pytest.fail(f"Qwen3 tokenizer files not found at {TOKENIZER_DIR} (set INFER_SHARED)")
+    return TOKENIZER_DIR
+
+
+@pytest.fixture(scope="session")
+def texts_dir() -> Path:
+    if not TEXTS_DIR.is_dir():
+        pytest.fail(f"texts not found at {TEXTS_DIR} (set INFER_SHARED)")
+    return TEXTS_DIR
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
