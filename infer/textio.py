@@ -1,0 +1,99 @@
+"""Read the text a user hands to ``infer summarize``: a file, or ``-`` for standard input.
+
+Encodings: a byte-order mark picks UTF-8, UTF-16 LE/BE or UTF-32 LE/BE; without one the bytes are
+read as UTF-8. Invalid sequences become U+FFFD and are counted (the caller warns with the count).
+Line endings (``\\r\\n``, ``\\r``) become ``\\n``. Empty, whitespace-only and binary input (NUL
+characters, or mostly undecodable bytes) and missing files raise ``ValueError`` saying what to fix.
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+# Longest BOMs first: the UTF-32 LE BOM starts with the UTF-16 LE one.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+# Above this fraction of replaced characters the input is taken as binary, not as damaged text.
+MAX_REPLACED_FRACTION = 0.25
+
+
+def detect_encoding(data: bytes) -> tuple[str, int]:
+    """Return ``(codec name, BOM length in bytes)``; ``("utf-8", 0)`` when there is no BOM."""
+    for bom, name in _BOMS:
+        if data.startswith(bom):
+            return name, len(bom)
+    return "utf-8", 0
+
+
+def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
+    """Decode raw bytes to text with ``\\n`` line endings.
+
+    Args:
+        data: the raw file contents.
+        name: how to call the input in error messages (a path or ``<stdin>``).
+
+    Returns:
+        ``(text, n_replaced)``: the decoded text without BOM, and how many invalid byte sequences
+        were replaced with U+FFFD (0 for clean input).
+
+    Raises:
+        ValueError: the input is empty, whitespace-only or binary.
+    """
+    if not data:
+        raise ValueError(f"{name} is empty: give a file with the text to summarize")
+    encoding, bom_len = detect_encoding(data)
+    body = data[bom_len:]
+    text = body.decode(encoding, errors="replace")
+    # U+FFFD that were in the input decode the same both ways; the rest were inserted.
+    n_replaced = text.count("\ufffd") - body.decode(encoding, errors="ignore").count("\ufffd")
+    if "\x00" in text:
+        raise ValueError(
+            f"{name} looks like a binary file (it contains NUL bytes): give a text file "
+            "(UTF-8, or UTF-16 with a byte-order mark)")
+    if n_replaced and n_replaced > MAX_REPLACED_FRACTION * len(text):
+        raise ValueError(
+            f"{name} looks like a binary file ({n_replaced} of {len(text)} characters are not "
+            f"valid {encoding.upper()}): if it is text in another encoding, convert it first, "
+            "e.g. iconv -f latin1 -t utf-8")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        raise ValueError(f"{name} holds only whitespace: give a file with the text to summarize")
+    return text, n_replaced
+
+
+def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> tuple[str, int]:
+    """Read a text file, or standard input when ``path_or_dash`` is ``"-"``.
+
+    Args:
+        path_or_dash: a file path, or ``"-"`` for standard input.
+        stdin: the binary stream to read for ``"-"`` (default ``sys.stdin.buffer``).
+
+    Returns:
+        ``(text, n_replaced)`` as ``decode_text`` returns them.
+
+    Raises:
+        ValueError: the file is missing, is a folder or cannot be read, or its content is empty,
+            whitespace-only or binary.
+    """
+    if str(path_or_dash) == "-":
+        stream = stdin if stdin is not None else sys.stdin.buffer
+        return decode_text(stream.read(), "<stdin>")
+    path = Path(path_or_dash).expanduser()
+    if not path.exists():
+        raise ValueError(f"no such file: {path} (give a text file, or - to read standard input)")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder: give a text file")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    return decode_text(data, str(path))

@@ -1,0 +1,100 @@
+"""Resolve a MODEL argument to a local checkpoint folder: a local folder, or a Hugging Face hub id.
+
+A hub id is fetched with ``huggingface_hub.snapshot_download``, restricted to the files ``infer``
+reads (config, generation config, tokenizer, safetensors weights and their index), so the HF cache
+(``HF_HOME`` / ``HF_HUB_CACHE``), the hub's progress bars and ``HF_HUB_OFFLINE=1`` all behave as
+they do for any other Hugging Face tool. Every failure is a ``ValueError`` whose message says what
+to pass instead; ``cli.py`` renders it as one line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ALLOW_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+]
+
+_LOCAL_HINT = ("pass a local folder holding config.json, tokenizer.json, tokenizer_config.json "
+               "and *.safetensors instead (python -m models.random_checkpoint writes one)")
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value now (read at call time, not import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name that can only be a filesystem path, never a hub id ``[owner/]repo``."""
+    return (os.path.isabs(name) or name.startswith((".", "~")) or "\\" in name
+            or name.endswith("/") or name.count("/") > 1)
+
+
+def check_model_folder(folder: Path) -> Path:
+    """Check that ``folder`` holds what the loader and tokenizer read; return it resolved.
+
+    Raises ``ValueError`` naming the missing files.
+    """
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder: pass the folder that holds config.json")
+    missing = [f for f in ("config.json", "tokenizer.json") if not (folder / f).is_file()]
+    if not any(folder.glob("*.safetensors")):
+        missing.append("*.safetensors")
+    if missing:
+        raise ValueError(f"model folder {folder} has no {', '.join(missing)}: {_LOCAL_HINT}")
+    return folder.resolve()
+
+
+def resolve_model(name_or_path: str | Path) -> Path:
+    """Return the local folder of a model given as a folder path or a hub id like ``Qwen/Qwen3-8B``.
+
+    An existing path is used as it is (after checking its files). Anything else that is shaped
+    like a hub id is downloaded (only ``ALLOW_PATTERNS``) into the HF cache, or found there when
+    ``HF_HUB_OFFLINE`` is set.
+
+    Raises:
+        ValueError: the folder lacks files, the path does not exist, or the hub id cannot be
+            fetched (no network, offline and not cached, no such repo, gated); the message
+            suggests a local folder.
+    """
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    if path.exists():
+        return check_model_folder(path)
+    if _looks_like_path(name):
+        raise ValueError(f"model folder {name} does not exist")
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    transport_errors: tuple[type[BaseException], ...] = (OSError,)
+    try:  # huggingface_hub >= 1.0 talks through httpx; its transport errors are not OSErrors
+        import httpx
+
+        transport_errors += (httpx.HTTPError,)
+    except ImportError:  # pragma: no cover - older huggingface_hub uses requests (OSError)
+        pass
+
+    offline = hub_offline()
+    try:
+        folder = snapshot_download(name, allow_patterns=ALLOW_PATTERNS, local_files_only=offline)
+    except HFValidationError:
+        raise ValueError(f"{name!r} is neither a local folder nor a valid hub id "
+                         f"(owner/name); {_LOCAL_HINT}") from None
+    except transport_errors as e:
+        why = ("HF_HUB_OFFLINE is set and it is not in the HF cache" if offline
+               else _first_line(e) or type(e).__name__)
+        raise ValueError(f"cannot fetch {name} from the Hugging Face hub ({why}); "
+                         f"{_LOCAL_HINT}") from None
+    return check_model_folder(Path(folder))
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else ""

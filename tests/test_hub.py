@@ -1,0 +1,88 @@
+"""models.hub.resolve_model: local folders pass through; unfetchable hub ids suggest a folder."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.hub import ALLOW_PATTERNS, hub_offline, resolve_model
+
+
+@pytest.fixture
+def offline_cache(tmp_path, monkeypatch):
+    """An empty HF cache with the hub switched off: nothing here may touch the network."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    return tmp_path / "hf-cache"
+
+
+def _model_folder(path, files=("config.json", "tokenizer.json", "model.safetensors")):
+    path.mkdir(parents=True)
+    for name in files:
+        (path / name).write_text("{}")
+    return path
+
+
+def test_local_folder_passes_through(tmp_path, offline_cache):
+    folder = _model_folder(tmp_path / "my-model")
+    assert resolve_model(folder) == folder.resolve()
+    assert resolve_model(str(folder)) == folder.resolve()
+
+
+def test_relative_local_folder_wins_over_hub_id(tmp_path, offline_cache, monkeypatch):
+    # "Qwen/Qwen3-0.6B" is also a hub id; an existing folder of that name is used as it is.
+    folder = _model_folder(tmp_path / "Qwen" / "Qwen3-0.6B")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model("Qwen/Qwen3-0.6B") == folder.resolve()
+
+
+def test_local_folder_missing_files(tmp_path, offline_cache):
+    folder = _model_folder(tmp_path / "partial", files=("config.json",))
+    with pytest.raises(ValueError, match=r"tokenizer\.json, \*\.safetensors"):
+        resolve_model(folder)
+
+
+def test_file_instead_of_folder(tmp_path, offline_cache):
+    path = tmp_path / "config.json"
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="not a folder"):
+        resolve_model(path)
+
+
+@pytest.mark.parametrize("name", ["./no/such/dir", "/no/such/model/dir", "a/b/c"])
+def test_missing_path_is_not_sent_to_the_hub(name, offline_cache):
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_model(name)
+
+
+def test_offline_unknown_hub_id_suggests_local_folder(offline_cache):
+    assert hub_offline()
+    with pytest.raises(ValueError) as info:
+        resolve_model("no-such-owner-xyz/no-such-model-xyz")
+    msg = str(info.value)
+    assert "no-such-owner-xyz/no-such-model-xyz" in msg
+    assert "HF_HUB_OFFLINE" in msg
+    assert "local folder" in msg
+
+
+def test_invalid_hub_id(offline_cache):
+    with pytest.raises(ValueError, match="neither a local folder nor a valid hub id"):
+        resolve_model("not a repo id")
+
+
+def test_offline_cached_snapshot_is_found(offline_cache):
+    # Lay out the HF cache as snapshot_download leaves it; offline resolution must find it.
+    repo = offline_cache / "models--someone--tiny"
+    commit = "0" * 40
+    snap = _model_folder(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    assert resolve_model("someone/tiny") == snap.resolve()
+
+
+def test_allow_patterns_cover_what_the_loader_reads():
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json",
+                 "generation_config.json", "model.safetensors.index.json"):
+        assert name in ALLOW_PATTERNS
+    assert "*.safetensors" in ALLOW_PATTERNS
