@@ -1,11 +1,13 @@
-"""The paged KV pool: one allocation at start-up, a free list of pages, a page-table row per sequence.
+"""The paged KV pool: one allocation at start-up, a free list of pages, a page-table row per
+sequence.
 
 Layout per layer (DESIGN.md, "The KV pool"): K and V each ``[num_pages, kv_heads, page_size,
 head_dim]``, so one page of one KV head is a contiguous ``page_size x head_dim`` tile. BF16 pools
 store the values; INT8 pools store codes plus one float32 scale per (token, KV head) in
 ``[num_pages, kv_heads, page_size]`` (scale = amax / 127, codes = round(x / scale) in [-127, 127]).
 
-Paging after vLLM's PagedAttention (Kwon et al. 2023); the per-layer views are what the kernels take.
+Paging after vLLM's PagedAttention (Kwon et al. 2023); the per-layer views are what the kernels
+take.
 """
 
 from __future__ import annotations

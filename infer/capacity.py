@@ -1,0 +1,90 @@
+"""How much context fits on the GPU, computed before any weight is loaded.
+
+Budget = free device memory (``torch.cuda.mem_get_info``) - weight bytes - activation margin; the KV
+pool must fit in what is left. Weight bytes are the checkpoint's ``*.safetensors`` sizes (rescaled
+to the run dtype), or derived from ``config.json`` when there are none. The activation margin covers
+one prefill chunk: hidden/MLP activations, the last row's logits, and for the reference attention
+its float32 score matrix over the whole context (the Triton kernels never materialize it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from infer.config import KV_CACHES, EngineConfig
+from infer.kv_pool import KVPool
+from models.config import Qwen3Config
+
+FIXED_MARGIN = 1 << 30  # CUDA context leftovers, allocator fragmentation, workspaces (bytes)
+
+
+def weight_bytes(folder: str | Path, mc: Qwen3Config, dtype: torch.dtype) -> int:
+    """Bytes the weights take in ``dtype``: from the safetensors file sizes, else the config."""
+    dtype_bytes = torch.finfo(dtype).bits // 8
+    files = list(Path(folder).glob("*.safetensors"))
+    if files:
+        stored = torch.finfo(mc.dtype).bits // 8
+        return sum(f.stat().st_size for f in files) * dtype_bytes // stored
+    h = mc.hidden_size
+    n = mc.weight_bytes_per_token(dtype_bytes)  # lm_head included, embedding excluded
+    return n + (0 if mc.tie_word_embeddings else dtype_bytes * mc.vocab_size * h)
+
+
+def activation_bytes(mc: Qwen3Config, chunk: int, ctx: int, attention: str, dtype_bytes: int
+                     ) -> int:
+    """Peak transient bytes of one prefill chunk of ``chunk`` tokens at context ``ctx``."""
+    h, i = mc.hidden_size, mc.intermediate_size
+    per_tok = 4 * h + 3 * i + 2 * (mc.q_size + 2 * mc.kv_size)
+    act = 2 * chunk * per_tok * dtype_bytes + 4 * mc.vocab_size
+    if attention == "reference":
+        hq, d = mc.num_attention_heads, mc.head_dim
+        # scores, mask and softmax in float32 [Hq, chunk, ctx], K/V gathered and repeated
+        act += 4 * (3 * hq * chunk * ctx + 4 * ctx * hq * d + 2 * chunk * hq * d)
+    return FIXED_MARGIN + act
+
+
+def bytes_needed(cfg: EngineConfig, mc: Qwen3Config, attention: str, kv_cache: str,
+                 ctx: int) -> int:
+    """KV pool plus activation margin for context ``ctx`` (weights excluded)."""
+    dtype_bytes = torch.finfo(cfg.torch_dtype).bits // 8
+    pages = -(-ctx // cfg.page_size) + 1
+    per_page = KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
+                                     cfg.page_size, kv_cache, dtype_bytes)
+    return pages * per_page + activation_bytes(mc, min(cfg.chunk, ctx), ctx, attention,
+                                               dtype_bytes)
+
+
+def largest_ctx(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
+                kv_cache: str) -> int:
+    """The largest context (tokens, a multiple of the page size) whose needs fit in ``budget``;
+    0 if none does."""
+    lo, hi = 0, 1 << 24
+    while lo < hi:  # largest page multiple m * page_size that fits
+        mid = (lo + hi + 1) // 2
+        if bytes_needed(cfg, mc, attention, kv_cache, mid * cfg.page_size) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * cfg.page_size
+
+
+def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
+                   device: torch.device) -> None:
+    """Raise ``ValueError`` if ``cfg.ctx`` does not fit on ``device`` next to the weights.
+
+    The message gives the free memory, the weight bytes and the largest context that fits for
+    each cache dtype. CUDA only (call it before loading the weights).
+    """
+    free, _total = torch.cuda.mem_get_info(device)
+    weights = weight_bytes(cfg.model, mc, cfg.torch_dtype)
+    budget = free - weights
+    if bytes_needed(cfg, mc, attention, cfg.kv_cache, cfg.ctx) <= budget:
+        return
+    fits = ", ".join(f"{kv}: {largest_ctx(budget, cfg, mc, attention, kv)} tokens"
+                     for kv in KV_CACHES)
+    gib = 1 << 30
+    raise ValueError(f"--ctx {cfg.ctx} with --kv-cache {cfg.kv_cache} does not fit: "
+                     f"{free / gib:.1f} GiB free, weights take {weights / gib:.1f} GiB. "
+                     f"Largest context that fits: {fits}. Lower --ctx or use --kv-cache int8")

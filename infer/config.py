@@ -1,0 +1,231 @@
+"""Engine and sampling configuration: frozen dataclasses validated on construction.
+
+``EngineConfig`` says what to load and how much KV cache to allocate; ``SamplingParams`` says how to
+pick each next token. Both raise ``ValueError`` with a message that says how to fix a bad value (the
+CLI shows it as one line). Style after mini-sglang's ``engine/config.py``: frozen, validated in
+``__post_init__``, derived values as methods/properties.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import torch
+
+from infer.kv_pool import KV_DTYPES as KV_CACHES
+from infer.kv_pool import PAGE_SIZES
+
+ATTENTION_KINDS = ("auto", "reference", "triton")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+_CTX_RE = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
+
+
+def parse_ctx(text: str | int) -> int:
+    """Parse a context size: ``"32768"``, ``"32k"``/``"32K"`` (k = 1024), ``"128k"`` or an int.
+
+    Returns:
+        The size in tokens (> 0).
+
+    Raises:
+        ValueError: if the text is not a positive token count.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        n = text
+    else:
+        m = _CTX_RE.match(str(text))
+        if not m:
+            raise ValueError(f"invalid context size {text!r}: give a token count such as 32768 "
+                             f"or 32k (k = 1024 tokens)")
+        n = int(m.group(1)) * (1024 if m.group(2) else 1)
+    if n <= 0:
+        raise ValueError(f"invalid context size {text!r}: it must be at least 1 token")
+    return n
+
+
+def default_device() -> str:
+    """``"cuda"`` when a CUDA GPU is visible, else ``"cpu"``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the engine loads and allocates.
+
+    Attributes:
+        model: folder holding ``config.json``, ``*.safetensors`` and the tokenizer files (the CLI
+            resolves hub ids to a folder before building this).
+        ctx: context size in tokens that one session can hold (prompt + reply, all turns).
+            Use ``parse_ctx`` for user text.
+        kv_cache: ``"bf16"``: K/V unquantized in the activation dtype (bfloat16 on CUDA, float32
+            on the CPU); ``"int8"``: INT8 codes plus one float32 scale per (token, KV head).
+        page_size: positions per KV page, one of 16, 32, 64, 128.
+        device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks ``default_device()``.
+        dtype: activation/weight dtype name (``"bfloat16"``, ``"float16"``, ``"float32"``);
+            None picks bfloat16 on CUDA and float32 on the CPU (CPU float32 matmuls are faster
+            than bfloat16 ones and make the CPU path an exact reference).
+        prefill_chunk: prompt tokens per prefill step; each chunk attends to everything cached
+            before it. None picks 2048 on CUDA and 512 on the CPU.
+        attention: ``"reference"`` (plain PyTorch over the paged pool), ``"triton"`` (the
+            kernels), or ``"auto"`` (the best available on the device).
+
+    Raises:
+        ValueError: on any invalid value (the message names the option and the allowed values).
+    """
+
+    model: str | Path
+    ctx: int = 32768
+    kv_cache: str = "bf16"
+    page_size: int = 64
+    device: str | None = None
+    dtype: str | None = None
+    prefill_chunk: int | None = None
+    attention: str = "auto"
+
+    def __post_init__(self):
+        if not isinstance(self.ctx, int) or isinstance(self.ctx, bool) or self.ctx < 1:
+            raise ValueError(f"ctx must be a positive number of tokens, got {self.ctx!r}")
+        if self.kv_cache not in KV_CACHES:
+            raise ValueError(f"kv cache must be one of {', '.join(KV_CACHES)}, "
+                             f"got {self.kv_cache!r}")
+        if self.page_size not in PAGE_SIZES:
+            raise ValueError(f"page size must be one of {', '.join(map(str, PAGE_SIZES))}, "
+                             f"got {self.page_size!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int)
+                                               or self.prefill_chunk < 1):
+            raise ValueError(f"prefill chunk must be a positive number of tokens, "
+                             f"got {self.prefill_chunk!r}")
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, "
+                             f"got {self.attention!r}")
+        if self.device is not None:
+            try:
+                dev = torch.device(self.device)
+            except (RuntimeError, TypeError):
+                raise ValueError(f"invalid device {self.device!r}: use cuda, cuda:N or cpu") \
+                    from None
+            if dev.type not in ("cuda", "cpu"):
+                raise ValueError(f"device must be cuda or cpu, got {self.device!r}")
+
+    # ------------------------------------------------------------------ resolved values
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The device to run on (``default_device()`` when ``device`` is None)."""
+        return torch.device(self.device or default_device())
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The activation dtype: ``dtype``, else bfloat16 on CUDA and float32 on the CPU."""
+        if self.dtype is not None:
+            return DTYPES[self.dtype]
+        return torch.bfloat16 if self.torch_device.type == "cuda" else torch.float32
+
+    @property
+    def chunk(self) -> int:
+        """Prefill chunk in tokens: ``prefill_chunk``, else 2048 on CUDA and 512 on the CPU."""
+        if self.prefill_chunk is not None:
+            return self.prefill_chunk
+        return 2048 if self.torch_device.type == "cuda" else 512
+
+    @property
+    def num_pages(self) -> int:
+        """KV pages to allocate: enough for ``ctx`` positions plus one page of slack."""
+        return -(-self.ctx // self.page_size) + 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each next token (applied in this order, as in HF transformers).
+
+    Attributes:
+        temperature: 0 means greedy (argmax); > 0 divides the logits.
+        top_k: keep the k most likely tokens; 0 disables it; a k above the vocabulary keeps all.
+        top_p: nucleus sampling, keep the smallest set of most likely tokens whose probability
+            reaches top_p, in (0, 1]; the most likely token always survives.
+        min_p: drop tokens whose probability is below ``min_p`` x the top probability, in [0, 1].
+        presence_penalty: subtracted from the logit of every token already generated in this
+            reply (vLLM/OpenAI semantics), in [-2, 2]; 0 disables it.
+        seed: seeds the sampling generator; the same seed, prompt and model give the same reply.
+            None draws a fresh seed per reply.
+        max_new_tokens: the most tokens one reply yields; None means until a stop token or the
+            context is full.
+
+    Raises:
+        ValueError: on an out-of-range value (the message names it and the allowed range).
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+    max_new_tokens: int | None = None
+
+    def __post_init__(self):
+        t = self.temperature
+        if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top-k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top-p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        if not (isinstance(self.min_p, (int, float)) and 0 <= self.min_p <= 1):
+            raise ValueError(f"min-p must be in [0, 1] (0 = off), got {self.min_p!r}")
+        pp = self.presence_penalty
+        if not (isinstance(pp, (int, float)) and -2 <= pp <= 2):
+            raise ValueError(f"presence penalty must be in [-2, 2] (0 = off), got {pp!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
+                                                or self.max_new_tokens < 1):
+            raise ValueError(f"max new tokens must be an integer >= 1, "
+                             f"got {self.max_new_tokens!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def replace(self, **changes) -> SamplingParams:
+        """A copy with some fields changed (``None`` values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_generation_config(cls, folder: str | Path | None, **overrides) -> SamplingParams:
+        """Defaults from the checkpoint's ``generation_config.json``, then ``overrides``.
+
+        Reads ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``presence_penalty`` (and
+        ``do_sample: false`` as temperature 0) when present; fields it lacks keep the class
+        defaults. A missing file means class defaults. Overrides whose value is None are ignored,
+        so a CLI can pass every option straight through. For Qwen3 the file gives temperature 0.6,
+        top_p 0.95, top_k 20.
+
+        Raises:
+            ValueError: if the file is not valid JSON, an override names no field, or a value is
+                out of range.
+        """
+        names = {f.name for f in fields(cls)}
+        unknown = set(overrides) - names
+        if unknown:
+            raise ValueError(f"unknown sampling option(s): {', '.join(sorted(unknown))}")
+        values: dict = {}
+        path = Path(folder) / "generation_config.json" if folder is not None else None
+        if path is not None and path.is_file():
+            try:
+                gen = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
+            for key in ("temperature", "top_k", "top_p", "min_p", "presence_penalty"):
+                if gen.get(key) is not None:
+                    values[key] = gen[key]
+            if gen.get("do_sample") is False:
+                values["temperature"] = 0.0
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

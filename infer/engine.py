@@ -1,0 +1,276 @@
+"""The engine: load a Qwen3 checkpoint, allocate the KV pool once, run sessions.
+
+``Engine(config)`` checks that ``config.ctx`` fits in device memory (before reading any weight),
+loads the model and tokenizer, and allocates one ``KVPool`` of ``ceil(ctx / page_size) + 1`` pages.
+A ``Session`` is one conversation: it owns a list of pages and the token ids whose K/V they hold.
+``Session.generate(prompt_ids, sampling)`` is a token generator:
+
+1. prefix reuse: keep the longest common prefix of the cached ids and the prompt (at most
+   ``len(prompt) - 1`` tokens, so at least one token is prefilled and gives logits); drop the rest;
+2. chunked prefill of the remaining prompt, ``config.chunk`` tokens per step, each chunk attending
+   to everything cached before it; only the last row of hidden states goes to the lm_head;
+3. decode: sample on device, copy the one id to the host (the only sync per token), stop on a stop
+   id (not yielded), on ``max_new_tokens`` or when the context is full, else yield it and feed it.
+
+NOTE: invariant: ``session.cached_ids`` are exactly the tokens whose K/V are stored in the
+session's pages, at positions ``0 .. len(cached_ids) - 1``. The ids are appended only after a
+forward step completes, so closing the generator (Ctrl-C in the CLI) at any point leaves the
+session consistent; a sampled but not yet fed token is not cached.
+
+Design after nano-vllm's ``LLMEngine`` / ``BlockManager`` and nanochat's ``Engine.generate``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from infer.attention import make_attention, resolve_attention
+from infer.capacity import check_capacity
+from infer.config import EngineConfig, SamplingParams
+from infer.kv_pool import KVPool
+from infer.meta import build_meta
+from infer.sampling import make_generator, sample
+from models.config import Qwen3Config
+
+
+@dataclass
+class GenerationStats:
+    """Statistics of one reply.
+
+    Attributes:
+        prompt_tokens: tokens in the prompt passed to ``generate``.
+        reused_tokens: prompt tokens whose K/V were reused from the previous turn (not prefilled).
+        new_tokens: tokens yielded (a stop token is not counted).
+        ttft_s: seconds from the ``generate`` call's first step to the first sampled token on the
+            host (prefill included).
+        decode_s: seconds from the first sampled token to the last one.
+        stop_reason: ``"stop"`` (a stop id), ``"length"`` (max_new_tokens), ``"context"`` (the
+            context is full), ``"interrupted"`` (the consumer closed the generator or an error
+            was raised), or ``""`` while running.
+    """
+
+    prompt_tokens: int
+    reused_tokens: int = 0
+    new_tokens: int = 0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    stop_reason: str = ""
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prompt_tokens - self.reused_tokens
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens per second after the first one (0.0 when fewer than 2 tokens were sampled)."""
+        return (self.new_tokens - 1) / self.decode_s if self.new_tokens > 1 and self.decode_s > 0 \
+            else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["prefill_tokens"] = self.prefill_tokens
+        d["decode_tokens_per_s"] = self.decode_tokens_per_s
+        return d
+
+
+class Engine:
+    """A loaded model, its tokenizer and one KV pool sized for ``config.ctx``.
+
+    Args:
+        config: what to load and how much cache to allocate.
+        model, tokenizer: already-built objects to use instead of loading from ``config.model``
+            (tests pass mock ones); the model must follow the ``models/qwen3.py`` interface and
+            have a ``config`` attribute (``Qwen3Config``) or ``config.model`` must hold a
+            ``config.json``.
+
+    Attributes:
+        config, model_config (Qwen3Config), model, tokenizer, pool (KVPool), attn (the attention
+        backend), device, dtype.
+
+    Raises:
+        ValueError: if ``config.ctx`` does not fit in free GPU memory (the message names the
+            largest context that fits for each cache dtype), or the device is not available.
+        FileNotFoundError: if the model folder lacks ``config.json``.
+    """
+
+    def __init__(self, config: EngineConfig, *, model=None, tokenizer=None):
+        self.config = config
+        self.device = config.torch_device
+        self.dtype = config.torch_dtype
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device cuda requested but no CUDA GPU is available: use --device cpu")
+        cfg = getattr(model, "config", None)
+        self.model_config: Qwen3Config = cfg if isinstance(cfg, Qwen3Config) \
+            else Qwen3Config.from_json(config.model)
+        self.attention_kind = resolve_attention(config.attention, self.device)
+        if self.device.type == "cuda" and model is None:
+            check_capacity(config, self.model_config, self.attention_kind, self.device)
+        if model is None:
+            from models.loader import load_model
+            model = load_model(config.model, device=self.device, dtype=self.dtype)
+        if tokenizer is None:
+            from models.tokenizer import Qwen3Tokenizer
+            tokenizer = Qwen3Tokenizer.from_folder(config.model)
+        self.model = model.eval() if hasattr(model, "eval") else model
+        self.tokenizer = tokenizer
+        mc = self.model_config
+        self.pool = KVPool(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
+                           config.num_pages, config.page_size, config.kv_cache, self.dtype,
+                           self.device)
+        self.attn = make_attention(self.attention_kind, self.pool)
+
+    @property
+    def ctx(self) -> int:
+        """Tokens one session can hold (prompt + replies over all turns)."""
+        return self.config.ctx
+
+    def new_session(self) -> Session:
+        """A fresh, empty conversation on this engine's pool."""
+        return Session(self)
+
+    def default_sampling(self, **overrides) -> SamplingParams:
+        """``SamplingParams`` from the checkpoint's generation_config.json, then ``overrides``
+        (None values ignored)."""
+        folder = Path(self.config.model) if self.config.model else None
+        return SamplingParams.from_generation_config(folder, **overrides)
+
+
+class Session:
+    """One conversation: owns pages of the engine's pool and the ids whose K/V they hold.
+
+    Attributes:
+        stats: ``GenerationStats`` of the latest reply (None before the first).
+    """
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._pages: list[int] = []
+        self._ids: list[int] = []
+        self.stats: GenerationStats | None = None
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """Token ids whose K/V are stored, position order (a copy)."""
+        return list(self._ids)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._ids)
+
+    def reset(self) -> None:
+        """Forget the conversation and return its pages to the pool."""
+        self.engine.pool.free(self._pages)
+        self._pages, self._ids = [], []
+
+    close = reset
+
+    def generate(self, prompt_ids: Sequence[int],
+                 sampling: SamplingParams | None = None) -> Iterator[int]:
+        """Reply to ``prompt_ids`` (the whole conversation so far), yielding new token ids.
+
+        Args:
+            prompt_ids: the full token sequence to continue (all turns, rendered); its common
+                prefix with ``cached_ids`` is reused, the rest prefilled.
+            sampling: None means greedy (temperature 0).
+
+        Returns:
+            An iterator of token ids (host ints). Stop ids are not yielded. ``self.stats`` is
+            updated while it runs and final once it is exhausted or closed.
+
+        Raises:
+            ValueError (at call time): an empty prompt, or one that does not leave room for a
+                reply (``len(prompt_ids) + 1 > ctx``; the message gives both counts).
+        """
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("the prompt is empty: give at least one token")
+        ctx = self.engine.ctx
+        if len(prompt) + 1 > ctx:
+            raise ValueError(f"the prompt has {len(prompt)} tokens but the context holds {ctx} "
+                             f"(prompt + at least 1 new token): raise --ctx above "
+                             f"{len(prompt)} or shorten the prompt")
+        return self._generate(prompt, sampling or SamplingParams(temperature=0.0))
+
+    # ------------------------------------------------------------------ internals
+
+    def _truncate(self, n: int) -> None:
+        """Keep the first ``n`` cached positions; free the pages past them."""
+        keep = self.engine.pool.pages_for(n)
+        self.engine.pool.free(self._pages[keep:])
+        del self._pages[keep:]
+        del self._ids[n:]
+
+    def _forward(self, ids: list[int], ids_t: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the model on new tokens after the cached ones; return the last row's hidden [1, H].
+
+        ``ids``: the new token ids (host); ``ids_t``: the same as an int64 device tensor [n] if
+        already there. Extends ``cached_ids`` only once the step has completed.
+        """
+        eng = self.engine
+        start, n = len(self._ids), len(ids)
+        need = eng.pool.pages_for(start + n) - len(self._pages)
+        if need > 0:
+            self._pages.extend(eng.pool.allocate(need))
+        meta = build_meta([(self._pages, start, n)], eng.config.page_size, eng.device)
+        if ids_t is None:
+            ids_t = torch.tensor(ids, dtype=torch.int64, device=eng.device)
+        with torch.inference_mode():
+            hidden = eng.model.forward(ids_t, meta.positions, eng.attn, meta)
+            last = hidden[-1:]
+        self._ids.extend(ids)
+        return last
+
+    def _generate(self, prompt: list[int], sp: SamplingParams) -> Iterator[int]:
+        eng = self.engine
+        t0 = time.perf_counter()
+        reuse = 0
+        limit = min(len(self._ids), len(prompt) - 1)
+        while reuse < limit and self._ids[reuse] == prompt[reuse]:
+            reuse += 1
+        self._truncate(reuse)
+        stats = self.stats = GenerationStats(prompt_tokens=len(prompt), reused_tokens=reuse)
+        stop_ids = set(getattr(eng.tokenizer, "stop_ids", ()) or ())
+        vocab_limit = getattr(eng.tokenizer, "vocab_limit", None)
+        chunk = eng.config.chunk
+        try:
+            for s in range(reuse, len(prompt), chunk):
+                hidden = self._forward(prompt[s:s + chunk])
+            gen = None if sp.greedy else make_generator(sp.seed, eng.device)
+            seen = None
+            if sp.presence_penalty:
+                seen = torch.zeros(self.engine.model_config.vocab_size, dtype=torch.bool,
+                                   device=eng.device)
+            t_first = 0.0
+            while True:
+                with torch.inference_mode():
+                    logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
+                    tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
+                tok = int(tok_t.item())  # the one device->host sync per token
+                now = time.perf_counter()
+                if stats.new_tokens == 0 and t_first == 0.0:
+                    t_first = now
+                    stats.ttft_s = now - t0
+                else:
+                    stats.decode_s = now - t_first
+                if tok in stop_ids:
+                    stats.stop_reason = "stop"
+                    return
+                stats.new_tokens += 1
+                yield tok
+                if sp.max_new_tokens is not None and stats.new_tokens >= sp.max_new_tokens:
+                    stats.stop_reason = "length"
+                    return
+                if len(self._ids) >= eng.ctx:
+                    stats.stop_reason = "context"
+                    return
+                if seen is not None:
+                    seen[tok_t] = True
+                hidden = self._forward([tok], tok_t.view(1))
+        finally:
+            if not stats.stop_reason:
+                stats.stop_reason = "interrupted"
