@@ -46,3 +46,34 @@ def texts_dir() -> Path:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt_factory(tmp_path_factory):
+    """Factory for random tiny Qwen3 checkpoints: ``tiny_ckpt_factory(**kw) -> Path``.
+
+    Keyword arguments go to ``models.random_checkpoint.write_random_checkpoint`` (size "tiny" and
+    dtype "float32" by default; e.g. ``tie=False, shards=3, vocab_size=512, seed=1,
+    tokenizer=TOKENIZER_DIR, overrides={"rope_scaling": {...}}``). Folders are cached per argument
+    set for the session, so treat them as read-only.
+    """
+    from models.random_checkpoint import write_random_checkpoint
+
+    cache: dict[str, Path] = {}
+
+    def make(**kw) -> Path:
+        kw.setdefault("size", "tiny")
+        kw.setdefault("dtype", "float32")
+        key = repr(sorted(kw.items(), key=lambda x: x[0]))
+        if key not in cache:
+            out = tmp_path_factory.mktemp(f"ckpt_{kw['size']}")
+            cache[key] = write_random_checkpoint(out, device="cpu", **kw)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tiny_ckpt_factory, tokenizer_dir) -> Path:
+    """A tiny tied float32 Qwen3 checkpoint (vocab 151936) with the real tokenizer files."""
+    return tiny_ckpt_factory(tokenizer=str(tokenizer_dir))

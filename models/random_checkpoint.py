@@ -1,0 +1,314 @@
+"""Write a random-weight Qwen3 checkpoint in the Hugging Face layout (tests and benchmarks).
+
+Usage::
+
+    python -m models.random_checkpoint --size 8b --out /tmp/qwen3-8b-random \\
+        [--tokenizer DIR] [--shards N] [--dtype bfloat16] [--seed 0] [--tie|--no-tie]
+
+Sizes: ``tiny`` (hidden 64, 2 layers, 4 query / 2 KV heads, head_dim 32, intermediate 128, the
+real vocabulary of 151936 so that ids from the real tokenizer are valid; ``vocab_size=`` makes it
+smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b``, read from the
+published configs in ``../shared/data/qwen3-configs/`` (``config_dir=`` / ``--config-dir``).
+
+Design: weights are drawn with torch on the fastest device present (CUDA if any), one tensor at a
+time, and streamed into the safetensors files by a small writer of our own (8-byte header length,
+JSON header, raw little-endian data; the format of huggingface/safetensors) on a background thread,
+so host memory holds at most a few tensors and never a whole shard or a second copy of the model.
+Linear weights are N(0, 0.02^2) and norm weights 1 + N(0, 0.02^2), which keeps bf16 activations
+finite and makes attention non-trivial (q/k are RMS-normalized per head).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import queue
+import shutil
+import struct
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG_DIR = REPO.parent / "shared" / "data" / "qwen3-configs"
+
+REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
+              "14b": "Qwen3-14B"}
+SIZES = ("tiny", *REAL_SIZES)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+
+TINY_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 32,
+    "hidden_act": "silu",
+    "hidden_size": 64,
+    "initializer_range": 0.02,
+    "intermediate_size": 128,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 2,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-6,
+    "rope_scaling": None,
+    "rope_theta": 1000000,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+DEFAULT_GENERATION_CONFIG = {
+    "bos_token_id": 151643,
+    "eos_token_id": [151645, 151643],
+    "pad_token_id": 151643,
+    "do_sample": True,
+    "temperature": 0.6,
+    "top_k": 20,
+    "top_p": 0.95,
+}
+
+_ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+_SHARD_BYTES = 5 * 10**9  # default shard size, as transformers' save_pretrained
+
+
+def base_config(size: str, config_dir: str | Path | None = None) -> dict:
+    """The config.json dict for a named size. Raises ValueError for an unknown size."""
+    if size == "tiny":
+        return dict(TINY_CONFIG)
+    if size not in REAL_SIZES:
+        raise ValueError(f"unknown size {size!r}: choose one of {', '.join(SIZES)}")
+    path = Path(config_dir or DEFAULT_CONFIG_DIR) / REAL_SIZES[size] / "config.json"
+    if not path.is_file():
+        raise ValueError(f"no config for size {size} at {path}: pass config_dir (--config-dir)")
+    return json.loads(path.read_text())
+
+
+def tensor_specs(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, init) for every stored tensor, in HF order; init is 'linear' or 'norm'."""
+    h, i, d = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * d, cfg["num_key_value_heads"] * d
+    specs = [("model.embed_tokens.weight", (cfg["vocab_size"], h), "linear")]
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        specs += [
+            (p + "input_layernorm.weight", (h,), "norm"),
+            (p + "mlp.down_proj.weight", (h, i), "linear"),
+            (p + "mlp.gate_proj.weight", (i, h), "linear"),
+            (p + "mlp.up_proj.weight", (i, h), "linear"),
+            (p + "post_attention_layernorm.weight", (h,), "norm"),
+            (p + "self_attn.k_norm.weight", (d,), "norm"),
+            (p + "self_attn.k_proj.weight", (kv, h), "linear"),
+            (p + "self_attn.o_proj.weight", (h, q), "linear"),
+            (p + "self_attn.q_norm.weight", (d,), "norm"),
+            (p + "self_attn.q_proj.weight", (q, h), "linear"),
+            (p + "self_attn.v_proj.weight", (kv, h), "linear"),
+        ]
+    specs.append(("model.norm.weight", (h,), "norm"))
+    if not cfg.get("tie_word_embeddings", False):
+        specs.append(("lm_head.weight", (cfg["vocab_size"], h), "linear"))
+    return specs
+
+
+def _split_shards(sizes: list[int], shards: int) -> list[int]:
+    """Shard index per tensor: contiguous groups of about equal bytes, none empty."""
+    shards = max(1, min(shards, len(sizes)))
+    target = sum(sizes) / shards
+    out, cur, acc, done = [], 0, 0, 0  # acc: bytes in shard `cur`; done: bytes before it
+    for k, nbytes in enumerate(sizes):
+        must_move = len(sizes) - k <= shards - 1 - cur  # one tensor per remaining shard
+        want_move = done + acc + nbytes / 2 > (cur + 1) * target
+        if acc > 0 and cur < shards - 1 and (must_move or want_move):
+            cur, done, acc = cur + 1, done + acc, 0
+        out.append(cur)
+        acc += nbytes
+    return out
+
+
+class _StreamingWriter:
+    """Writes one safetensors file tensor by tensor from a background thread."""
+
+    def __init__(self, path: Path, entries: list[tuple[str, tuple[int, ...]]], dtype: torch.dtype):
+        esize = torch.empty((), dtype=dtype).element_size()
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for name, shape in entries:
+            nbytes = math.prod(shape) * esize
+            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape),
+                            "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        self.f = open(path, "wb")  # noqa: SIM115 (closed in close())
+        self.f.write(struct.pack("<Q", len(raw)) + raw)
+        self.total = offset
+
+    def write(self, t: torch.Tensor) -> None:
+        self.f.write(t.contiguous().view(torch.uint8).numpy().data)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
+                            config_dir: str | Path | None = None, shards: int | None = None,
+                            dtype: str = "bfloat16", seed: int = 0, tie: bool | None = None,
+                            tokenizer: str | Path | None = None, vocab_size: int | None = None,
+                            num_hidden_layers: int | None = None,
+                            overrides: dict | None = None, device: str | None = None) -> Path:
+    """Write a random Qwen3 checkpoint folder and return its path.
+
+    Args:
+        out_dir: folder to create (existing files of the same names are overwritten).
+        size: "tiny" or one of 0.6b, 1.7b, 4b, 8b, 14b (real configs from ``config_dir``).
+        shards: number of safetensors files; None = 1 file per ~5 GB. With more than one file,
+            ``model.safetensors.index.json`` lists them as transformers does.
+        dtype: stored dtype, "bfloat16", "float16" or "float32" (also written as torch_dtype).
+        seed: RNG seed (values differ between CPU and CUDA for the same seed).
+        tie: override tie_word_embeddings (a tied checkpoint stores no lm_head, as HF does).
+        tokenizer: a folder whose tokenizer files are copied in.
+        vocab_size, num_hidden_layers, overrides: config.json fields to override (tests).
+            NOTE: token ids from the real tokenizer go up to 151668, so a smaller vocab_size
+            only suits tests that make their own ids.
+        device: where to draw the random numbers; default CUDA when present, else CPU.
+
+    Raises:
+        ValueError: unknown size or dtype, or a missing config.
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}: choose one of {', '.join(_DTYPES)}")
+    tdtype = _DTYPES[dtype]
+    cfg = base_config(size, config_dir)
+    cfg["torch_dtype"] = dtype
+    if tie is not None:
+        cfg["tie_word_embeddings"] = bool(tie)
+    if vocab_size is not None:
+        cfg["vocab_size"] = int(vocab_size)
+    if num_hidden_layers is not None:
+        cfg["num_hidden_layers"] = cfg["max_window_layers"] = int(num_hidden_layers)
+    cfg.update(overrides or {})
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    _write_generation_config(out, size, config_dir)
+    if tokenizer is not None:
+        _copy_tokenizer(Path(tokenizer), out)
+
+    specs = tensor_specs(cfg)
+    esize = torch.empty((), dtype=tdtype).element_size()
+    sizes = [math.prod(s) * esize for _, s, _ in specs]
+    n_shards = shards if shards is not None else max(1, math.ceil(sum(sizes) / _SHARD_BYTES))
+    shard_of = _split_shards(sizes, n_shards)
+    n_shards = shard_of[-1] + 1
+    names = (["model.safetensors"] if n_shards == 1 else
+             [f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors" for k in range(n_shards)])
+    for stale in list(out.glob("model*.safetensors")) + [out / "model.safetensors.index.json"]:
+        stale.unlink(missing_ok=True)
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    q: queue.Queue = queue.Queue(maxsize=3)
+    errors: list[BaseException] = []
+
+    def drain():
+        try:
+            while (item := q.get()) is not None:
+                writer, tensor = item
+                if tensor is None:
+                    writer.close()
+                else:
+                    writer.write(tensor)
+        except BaseException as e:  # re-raised in the main thread below
+            errors.append(e)
+            while q.get() is not None:
+                pass
+
+    worker = threading.Thread(target=drain, daemon=True)
+    worker.start()
+    try:
+        for k in range(n_shards):
+            entries = [(n, s) for (n, s, _), sh in zip(specs, shard_of, strict=True) if sh == k]
+            writer = _StreamingWriter(out / names[k], entries, tdtype)
+            for (_, shape, init), sh in zip(specs, shard_of, strict=True):
+                if sh == k:
+                    q.put((writer, _draw(shape, init, tdtype, dev, gen)))
+            q.put((writer, None))
+            if errors:
+                break
+    finally:
+        q.put(None)
+        worker.join()
+    if errors:
+        raise errors[0]
+    if n_shards > 1:
+        weight_map = {n: names[sh] for (n, _, _), sh in zip(specs, shard_of, strict=True)}
+        index = {"metadata": {"total_size": sum(sizes)}, "weight_map": weight_map}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return out
+
+
+def _draw(shape, init: str, dtype: torch.dtype, dev: torch.device, gen) -> torch.Tensor:
+    t = torch.randn(shape, device=dev, dtype=torch.float32 if dev.type == "cpu" else dtype,
+                    generator=gen)
+    t.mul_(0.02)
+    if init == "norm":
+        t.add_(1.0)
+    return t.to(dtype).cpu()
+
+
+def _write_generation_config(out: Path, size: str, config_dir) -> None:
+    src = None
+    if size in REAL_SIZES:
+        src = Path(config_dir or DEFAULT_CONFIG_DIR) / REAL_SIZES[size] / "generation_config.json"
+    if src is not None and src.is_file():
+        shutil.copyfile(src, out / "generation_config.json")
+    else:
+        (out / "generation_config.json").write_text(
+            json.dumps(DEFAULT_GENERATION_CONFIG, indent=2) + "\n")
+
+
+def _copy_tokenizer(src: Path, out: Path) -> None:
+    if not (src / "tokenizer.json").is_file():
+        raise ValueError(f"no tokenizer.json in {src}: pass the folder holding the tokenizer files")
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, out / name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", choices=SIZES, default="tiny")
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokenizer", default=None, help="folder with tokenizer files to copy")
+    p.add_argument("--shards", type=int, default=None, help="files (default: one per ~5 GB)")
+    p.add_argument("--dtype", choices=tuple(_DTYPES), default="bfloat16")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tie", action=argparse.BooleanOptionalAction, default=None,
+                   help="override tie_word_embeddings")
+    p.add_argument("--vocab-size", type=int, default=None)
+    p.add_argument("--layers", type=int, default=None, help="override num_hidden_layers")
+    p.add_argument("--config-dir", default=None, help=f"default {DEFAULT_CONFIG_DIR}")
+    p.add_argument("--device", default=None, help="default: cuda if available")
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    out = write_random_checkpoint(a.out, a.size, config_dir=a.config_dir, shards=a.shards,
+                                  dtype=a.dtype, seed=a.seed, tie=a.tie, tokenizer=a.tokenizer,
+                                  vocab_size=a.vocab_size, num_hidden_layers=a.layers,
+                                  device=a.device)
+    nbytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    print(f"wrote {out} ({nbytes / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
