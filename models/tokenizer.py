@@ -1,0 +1,300 @@
+"""Qwen3 tokenizer: byte-level BPE from ``tokenizer.json``, the chat template, stop ids, streaming.
+
+Design:
+
+- One ``tokenizers.Tokenizer`` does all the BPE work. Every added token (the 26 ids 151643-151668,
+  ``<|im_start|>`` ... ``</think>``) is re-registered as special and ``encode_special_tokens`` is
+  switched on, so the Rust encoder never matches an added token: ``encode`` is plain text, always.
+  Control tokens are produced only by ``_encode_control``, which splits text at added-token strings
+  itself (longest first, as the tokenizers library does) and encodes the pieces in between as plain
+  text, so its ids equal ``tokenizer.encode(text, add_special_tokens=False)``.
+- The chat template is rendered like transformers' ``apply_chat_template``: a jinja2
+  ``ImmutableSandboxedEnvironment`` with ``trim_blocks``/``lstrip_blocks``, the ``loopcontrols``
+  extension, a ``raise_exception`` global and a ``tojson`` filter that does not escape HTML.
+- ``chat_ids`` keeps message contents as text with the marker scheme of transformers'
+  ``sanitize_control_tokens``: added-token strings inside the messages are wrapped in two Unicode
+  noncharacters before rendering; after rendering, a marked string is encoded as plain text and
+  everything else (the template's own text) with control tokens. Contents without added-token
+  strings render unchanged, so their ids equal the tokenization of ``render_chat``. An assistant
+  turn's ``<think>...</think>`` is first moved to ``reasoning_content`` exactly as the Qwen3
+  template would do it, so that markers cannot disturb the template's own split on ``</think>``.
+- ``StreamDecoder`` is the prefix/read-offset incremental detokenizer of HF
+  text-generation-inference and vLLM (``detokenizer_utils.detokenize_incrementally``): decode a
+  small window of recent ids and emit the new text only when it does not end in U+FFFD (an
+  incomplete UTF-8 character).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Tokenizer
+
+# Unicode noncharacters that wrap added-token strings found in messages (removed from messages).
+_MARK_START, _MARK_END = "\ufdd0", "\ufdd1"
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_TEMPLATE_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                         "cls_token", "mask_token")
+
+
+def _token_str(value) -> str | None:
+    """A special-token entry of tokenizer_config.json: a string, {"content": ...} or null."""
+    return value.get("content") if isinstance(value, Mapping) else value
+
+
+def _compile_template(source: str) -> jinja2.Template:
+    """Compile a chat template the way transformers does (utils/chat_template_utils.py)."""
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
+class Qwen3Tokenizer:
+    """Tokenizer + chat template of a Qwen3 checkpoint folder. Build it with ``from_folder``.
+
+    Attributes:
+        stop_ids: set[int], ids that end generation: ``eos_token_id`` of generation_config.json
+            (int or list; the file is optional), ``<|im_end|>``, tokenizer_config's ``eos_token``
+            and ``<|endoftext|>`` (the document end every Qwen3 generation_config lists).
+        vocab_limit: int, number of ids the tokenizer defines (151669 for Qwen3). The model's
+            embedding is padded to 151936; ids >= vocab_limit must never be sampled.
+        added_tokens: dict[str, int], every added token (``<think>``, ``<|im_end|>``, ...) -> id.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, config: dict, chat_template: str | None,
+                 generation_eos: list[int]):
+        decoder = tokenizer.get_added_tokens_decoder()  # id -> AddedToken
+        self.added_tokens = {t.content: i for i, t in decoder.items()}
+        self._special_ids = frozenset(i for i, t in decoder.items() if t.special)
+        # NOTE: make every added token special so encode_special_tokens disables all of them.
+        tokenizer.add_special_tokens([
+            AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
+                       normalized=t.normalized, special=True) for t in decoder.values()])
+        tokenizer.encode_special_tokens = True
+        self._tok = tokenizer
+        self.vocab_limit = tokenizer.get_vocab_size(with_added_tokens=True)
+        by_length = sorted(self.added_tokens, key=len, reverse=True)
+        self._added_re = re.compile("|".join(map(re.escape, by_length)) or "(?!)")
+        self._marked_re = re.compile(f"{_MARK_START}({self._added_re.pattern}){_MARK_END}"
+                                     f"|[{_MARK_START}{_MARK_END}]")
+        self._template_source = chat_template
+        self._template = _compile_template(chat_template) if chat_template else None
+        self._template_tokens = {name: _token_str(config[name]) for name in _TEMPLATE_TOKEN_NAMES
+                                 if _token_str(config.get(name)) is not None}
+        stop = set(generation_eos)
+        for name in ("<|im_end|>", _token_str(config.get("eos_token")), "<|endoftext|>"):
+            if name in self.added_tokens:
+                stop.add(self.added_tokens[name])
+        self.stop_ids = stop
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> Qwen3Tokenizer:
+        """Load ``tokenizer.json``, ``tokenizer_config.json`` (chat template, eos), an optional
+        ``chat_template.jinja`` (takes precedence, as in transformers 5) and an optional
+        ``generation_config.json`` (eos ids) from a checkpoint folder.
+
+        Raises FileNotFoundError when tokenizer.json is missing (a folder with only vocab.json +
+        merges.txt is not supported), ValueError for an unreadable JSON file.
+        """
+        folder = Path(folder)
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} not found: the tokenizer is read from tokenizer.json (a folder with only "
+                "vocab.json + merges.txt is not supported; save the tokenizer with transformers' "
+                "save_pretrained to write tokenizer.json)")
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as e:  # the Rust error says what is wrong in the file
+            raise ValueError(f"cannot read {path}: {e}") from e
+        config = cls._read_json(folder / "tokenizer_config.json")
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
+            template = {t["name"]: t["template"] for t in template}.get("default")
+        if (folder / "chat_template.jinja").is_file():
+            template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+        eos = cls._read_json(folder / "generation_config.json").get("eos_token_id")
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        return cls(tokenizer, config, template, eos)
+
+    @staticmethod
+    def _read_json(path: Path) -> dict:
+        if not path.is_file():
+            return {}
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot read {path}: {e}") from e
+
+    # --- ids <-> text -------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Plain-text ids for ``text``: added-token strings such as ``<|im_start|>`` or ``<think>``
+        are encoded as ordinary text, never as control ids (all ids < 151643). No BOS is added."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def _encode_control(self, text: str) -> list[int]:
+        """Ids of template text: added-token strings become their control ids."""
+        ids: list[int] = []
+        start = 0
+        for m in self._added_re.finditer(text):
+            if m.start() > start:
+                ids += self.encode(text[start:m.start()])
+            ids.append(self.added_tokens[m.group()])
+            start = m.end()
+        if start < len(text):
+            ids += self.encode(text[start:])
+        return ids
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Text of ``ids`` (ints in [0, vocab_limit)). ``skip_special_tokens`` drops the tokens
+        marked special in tokenizer.json (``<|im_end|>``...) but keeps ``<think>``/``</think>``,
+        as transformers does. Invalid UTF-8 (an unfinished character) decodes to U+FFFD.
+        Raises ValueError for an id outside the vocabulary."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_limit]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the tokenizer's vocabulary "
+                             f"[0, {self.vocab_limit}); mask ids >= vocab_limit when sampling")
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in self._special_ids]
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def stream_decoder(self, skip_special_tokens: bool = False) -> StreamDecoder:
+        """A fresh ``StreamDecoder`` for one generated sequence."""
+        return StreamDecoder(self, skip_special_tokens)
+
+    # --- chat template ------------------------------------------------------------------------
+
+    def render_chat(self, messages, add_generation_prompt: bool = True,
+                    enable_thinking: bool = True) -> str:
+        """The chat template applied to ``messages`` (a list of {"role", "content", optional
+        "reasoning_content"} dicts), equal to transformers' ``apply_chat_template(messages,
+        tokenize=False, add_generation_prompt=..., enable_thinking=...)``.
+        Raises ValueError for malformed messages, a folder without a chat template, or an error
+        the template raises."""
+        return self._render(self._normalize(messages), add_generation_prompt, enable_thinking)
+
+    def chat_ids(self, messages, add_generation_prompt: bool = True,
+                 enable_thinking: bool = True) -> list[int]:
+        """Ids of the rendered chat: the template's control tokens (``<|im_start|>``...) are
+        control ids; added-token strings inside message fields stay plain text. When no message
+        contains an added-token string this equals the tokenization of ``render_chat``.
+        Raises ValueError as ``render_chat``."""
+        messages = [self._mark(self._split_thinking(m)) for m in self._normalize(messages)]
+        text = self._render(messages, add_generation_prompt, enable_thinking)
+        # Splitting on the markers gives [text, marked, text, marked, ..., text]; a marked entry
+        # is None for a lone marker (a template string op cut a marked token), which is dropped.
+        pieces = self._marked_re.split(text)
+        ids: list[int] = []
+        for i, piece in enumerate(pieces):
+            if piece:
+                ids += self.encode(piece) if i % 2 else self._encode_control(piece)
+        return ids
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool,
+                enable_thinking: bool) -> str:
+        if self._template is None:
+            raise ValueError("this tokenizer folder has no chat template (expected 'chat_template' "
+                             "in tokenizer_config.json or a chat_template.jinja file)")
+        try:
+            return self._template.render(
+                messages=messages, tools=None, documents=None,
+                add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking,
+                **self._template_tokens)
+        except jinja2.exceptions.TemplateError as e:
+            raise ValueError(f"the chat template failed: {e}") from e
+
+    @staticmethod
+    def _normalize(messages) -> list[dict]:
+        """Copy messages as transformers does: drop None values, alias reasoning fields."""
+        if isinstance(messages, (str, Mapping)) or not messages:
+            raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+        out = []
+        for m in messages:
+            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+                raise ValueError(f"each message must be a dict with a string 'role', got {m!r}")
+            m = {k: v for k, v in m.items() if v is not None}
+            reasoning = next((m[k] for k in _REASONING_FIELDS if k in m), None)
+            if reasoning is not None:
+                m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+            out.append(m)
+        return out
+
+    def _split_thinking(self, m: dict) -> dict:
+        """Move an assistant turn's ``<think>...</think>`` into reasoning_content, with the Qwen3
+        template's own expressions, so it renders the same before and after marking."""
+        content = m.get("content")
+        if (m["role"] != "assistant" or not isinstance(content, str) or "</think>" not in content
+                or isinstance(m.get("reasoning_content"), str)
+                or "reasoning_content" not in (self._template_source or "")):
+            return m
+        reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+        return {**m, "reasoning_content": reasoning,
+                "content": content.split("</think>")[-1].lstrip("\n")}
+
+    def _mark(self, obj):
+        """Wrap added-token strings in the string values of ``obj`` with the markers (after
+        removing any markers already there, so that a message cannot forge one)."""
+        if isinstance(obj, str):
+            obj = obj.replace(_MARK_START, "").replace(_MARK_END, "")
+            return self._added_re.sub(f"{_MARK_START}\\g<0>{_MARK_END}", obj)
+        if isinstance(obj, Mapping):
+            return {k: self._mark(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self._mark(v) for v in obj]
+        return obj
+
+
+class StreamDecoder:
+    """Incremental detokenizer: ``push(id)`` returns the text that id completes, ``flush()`` the
+    rest. The concatenated output equals ``tokenizer.decode(all ids)``; a character split across
+    tokens (emoji, CJK) is held back until its last byte arrives, so no U+FFFD is emitted for it.
+
+    Source: the prefix_offset/read_offset scheme of HF text-generation-inference and vLLM
+    (``detokenize_incrementally``): only the window ``ids[prefix_offset:]`` is decoded per step.
+    """
+
+    def __init__(self, tokenizer: Qwen3Tokenizer, skip_special_tokens: bool = False):
+        self._tok = tokenizer
+        self._skip = skip_special_tokens
+        self._ids: list[int] = []
+        self._prefix_offset = 0  # start of the window: a character boundary
+        self._read_offset = 0  # ids before this are emitted
+
+    def push(self, token_id: int) -> str:
+        """Add one id; return the newly completed text ('' while a character is unfinished).
+        Raises ValueError for an id outside the vocabulary."""
+        self._ids.append(int(token_id))
+        return self._advance(final=False)
+
+    def flush(self) -> str:
+        """Return the held-back text (U+FFFD only if the sequence ends inside a character)."""
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> str:
+        ids = self._ids
+        prefix = self._tok.decode(ids[self._prefix_offset:self._read_offset], self._skip)
+        text = self._tok.decode(ids[self._prefix_offset:], self._skip)
+        if len(text) > len(prefix) and (final or not text.endswith("\ufffd")):
+            self._prefix_offset, self._read_offset = self._read_offset, len(ids)
+            return text[len(prefix):]
+        return ""
