@@ -1,0 +1,157 @@
+"""KV store: write a step's new keys and values into the paged pool (quantizing for INT8 pools).
+
+One program per new token handles all of its KV heads as a ``[HEADS, HEAD_DIM]`` tile: it reads
+the token's slot from ``slot_mapping`` (negative = padding, nothing is written), splits it into
+``page = slot // page_size`` and ``offset = slot % page_size`` and stores the rows of K and V at
+``cache[page, head, offset, :]``. For an INT8 pool the same program computes the per-(token, head)
+scale ``max(amax, 1e-8) / 127`` and the codes ``round_half_even(x / scale)`` clamped to +-127,
+bit-identical to ``kernels.reference.quantize_int8`` (IEEE division via ``div_rn``; rounding by
+the 1.5 * 2^23 trick, which rounds to nearest-even in float32 and also runs in the interpreter).
+
+Design after nano-vllm's ``store_kvcache`` (layers/attention.py), with the INT8 quantization
+fused in as in vLLM's ``reshape_and_cache`` for quantized caches.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# 1.5 * 2^23: adding and subtracting it rounds a float32 |x| < 2^22 to the nearest integer, ties to
+# even (the hardware rounding mode), exactly like torch.round.
+_ROUND_MAGIC = 12582912.0
+
+
+@triton.jit
+def _quantize_rows(x):
+    """(H, D) floats -> int8 codes (H, D) and float32 scales (H,), as reference.quantize_int8."""
+    x = x.to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-8)
+    scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+    y = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], x.shape))
+    y = (y + _ROUND_MAGIC) - _ROUND_MAGIC
+    return tl.minimum(tl.maximum(y, -127.0), 127.0).to(tl.int8), scale
+
+
+@triton.jit
+def _store_kv_kernel(
+    k_ptr,  # [T, Hkv, D] new keys (model dtype)
+    v_ptr,  # [T, Hkv, D] new values
+    k_cache_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
+    v_cache_ptr,  # [num_pages, Hkv, PAGE_SIZE, D]
+    k_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
+    v_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
+    slot_ptr,  # int64 [T], page * PAGE_SIZE + offset; negative = skip
+    stride_kt, stride_kh,
+    stride_vt, stride_vh,
+    stride_cp, stride_ch,  # k/v cache page and head strides (elements)
+    stride_sp, stride_sh,  # scale page and head strides
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_INT8: tl.constexpr,
+):
+    tok = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + tok).to(tl.int64)
+    page = slot // PAGE_SIZE
+    off = slot % PAGE_SIZE
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    in_tile = (offs_h[:, None] < NUM_KV_HEADS) & (offs_d[None, :] < HEAD_DIM)
+    store_mask = in_tile & (slot >= 0)
+
+    k = tl.load(k_ptr + tok * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :],
+                mask=in_tile, other=0.0)
+    v = tl.load(v_ptr + tok * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :],
+                mask=in_tile, other=0.0)
+    # (BLOCK_H, BLOCK_D) offsets into the pool
+    c_off = (page * tl.cast(stride_cp, tl.int64) + offs_h[:, None] * tl.cast(stride_ch, tl.int64)
+             + off * HEAD_DIM + offs_d[None, :])
+    if IS_INT8:
+        s_off = (page * tl.cast(stride_sp, tl.int64) + offs_h * tl.cast(stride_sh, tl.int64)
+                 + off)
+        s_mask = (offs_h < NUM_KV_HEADS) & (slot >= 0)
+        k_codes, k_sc = _quantize_rows(k)
+        tl.store(k_cache_ptr + c_off, k_codes, mask=store_mask)
+        tl.store(k_scale_ptr + s_off, k_sc, mask=s_mask)
+        v_codes, v_sc = _quantize_rows(v)
+        tl.store(v_cache_ptr + c_off, v_codes, mask=store_mask)
+        tl.store(v_scale_ptr + s_off, v_sc, mask=s_mask)
+    else:
+        tl.store(k_cache_ptr + c_off, k.to(k_cache_ptr.dtype.element_ty), mask=store_mask)
+        tl.store(v_cache_ptr + c_off, v.to(v_cache_ptr.dtype.element_ty), mask=store_mask)
+
+
+def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
+             v_scale: torch.Tensor | None = None) -> None:
+    """Write new K/V rows into the paged pool in place (INT8 pools: codes plus scales).
+
+    Args:
+        k, v: [T, kv_heads, head_dim] float16/bfloat16/float32 new keys (after k-norm and RoPE)
+            and values; the last dim must be contiguous (row strides are free, so views into a
+            fused qkv tensor work).
+        k_cache, v_cache: contiguous [num_pages, kv_heads, page_size, head_dim], the model dtype
+            (values are cast to it) or int8.
+        slot_mapping: int64 [T], flat slot ``page * page_size + offset`` per token; a negative slot
+            skips the token (padding rows of a CUDA-graph bucket).
+        k_scale, v_scale: contiguous float32 [num_pages, kv_heads, page_size], required exactly
+            when the caches are int8 (scale = max(amax, 1e-8) / 127 per token and head).
+
+    Allocates nothing and never reads device memory on the host, so it is safe under CUDA graph
+    capture. Matches ``kernels.reference.store_kv`` bit for bit (INT8 included).
+
+    Raises:
+        ValueError: on mismatched shapes/dtypes, a missing or unexpected scale tensor, or a
+            non-contiguous cache.
+    """
+    if k.dim() != 3 or k.shape != v.shape:
+        raise ValueError(f"k and v must both be [T, kv_heads, head_dim], got {tuple(k.shape)} "
+                         f"and {tuple(v.shape)}")
+    if k.dtype not in (torch.float16, torch.bfloat16, torch.float32) or v.dtype != k.dtype:
+        raise ValueError(f"k/v must share a float dtype, got {k.dtype} and {v.dtype}")
+    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
+        raise ValueError("k_cache and v_cache must match, each [num_pages, kv_heads, page_size, "
+                         "head_dim]")
+    num_tokens, kv_heads, head_dim = k.shape
+    _, c_heads, page_size, c_dim = k_cache.shape
+    if (c_heads, c_dim) != (kv_heads, head_dim):
+        raise ValueError(f"cache holds {c_heads} heads x {c_dim} dims, k has {kv_heads} x "
+                         f"{head_dim}")
+    if slot_mapping.shape != (num_tokens,) or slot_mapping.dtype != torch.int64:
+        raise ValueError(f"slot_mapping must be int64 [{num_tokens}], got {slot_mapping.dtype} "
+                         f"{tuple(slot_mapping.shape)}")
+    is_int8 = k_cache.dtype == torch.int8
+    if is_int8 != (k_scale is not None) or is_int8 != (v_scale is not None):
+        raise ValueError("pass k_scale and v_scale exactly when the cache is int8")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("k_cache and v_cache must be contiguous")
+    assert k.stride(-1) == 1 and v.stride(-1) == 1, "k/v need a contiguous last dim"
+    assert k_cache.stride() == v_cache.stride()
+    if is_int8:
+        if (k_scale.shape != k_cache.shape[:3] or v_scale.shape != k_cache.shape[:3]
+                or k_scale.dtype != torch.float32 or v_scale.dtype != torch.float32
+                or not (k_scale.is_contiguous() and v_scale.is_contiguous())):
+            raise ValueError("k_scale/v_scale must be contiguous float32 [num_pages, kv_heads, "
+                             "page_size]")
+        scale_strides = (k_scale.stride(0), k_scale.stride(1))
+    else:
+        k_scale, v_scale = k_cache, v_cache  # placeholders, never read (IS_INT8=False)
+        scale_strides = (0, 0)
+    if num_tokens == 0:
+        return
+    _store_kv_kernel[(num_tokens,)](
+        k_ptr=k, v_ptr=v, k_cache_ptr=k_cache, v_cache_ptr=v_cache,
+        k_scale_ptr=k_scale, v_scale_ptr=v_scale, slot_ptr=slot_mapping,
+        stride_kt=k.stride(0), stride_kh=k.stride(1),
+        stride_vt=v.stride(0), stride_vh=v.stride(1),
+        stride_cp=k_cache.stride(0), stride_ch=k_cache.stride(1),
+        stride_sp=scale_strides[0], stride_sh=scale_strides[1],
+        NUM_KV_HEADS=kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
+        IS_INT8=is_int8,
+        num_warps=4,
+    )
