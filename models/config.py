@@ -32,7 +32,9 @@ class YarnScaling:
         original_max_position_embeddings: the context length the model was trained at (tokens).
         beta_fast, beta_slow: the YaRN ramp bounds, in rotations over the original context.
         attention_factor: the logit-temperature multiplier on cos/sin; None means
-            ``0.1 * ln(factor) + 1`` as in the paper.
+            ``0.1 * ln(factor) + 1`` as in the paper (or the mscale ratio below when both given).
+        mscale, mscale_all_dim: DeepSeek-style terms for the default attention_factor.
+        truncate: round the ramp bounds outward to whole dims (transformers' default, True).
     """
 
     factor: float
@@ -40,6 +42,9 @@ class YarnScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
 
     def __post_init__(self):
         if self.factor < 1.0:
@@ -202,4 +207,7 @@ def _parse_rope_scaling(s: dict | None) -> YarnScaling | None:
         beta_fast=float(s.get("beta_fast") or 32.0),
         beta_slow=float(s.get("beta_slow") or 1.0),
         attention_factor=(float(s["attention_factor"]) if s.get("attention_factor") else None),
+        mscale=(float(s["mscale"]) if s.get("mscale") else None),
+        mscale_all_dim=(float(s["mscale_all_dim"]) if s.get("mscale_all_dim") else None),
+        truncate=bool(s.get("truncate", True)),
     )

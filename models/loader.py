@@ -1,0 +1,188 @@
+"""Strict, streaming safetensors loader for Qwen3 checkpoints in the Hugging Face layout.
+
+Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``):
+
+1. Read ``config.json`` (``models.config.Qwen3Config``; wrong architecture -> ValueError).
+2. Find the files: ``model.safetensors``, or the shards named in ``model.safetensors.index.json``.
+3. Read only the safetensors headers and check every name, shape and dtype against the model
+   before any weight memory is allocated: missing and unexpected tensors are errors naming them.
+4. Build the model on the ``meta`` device, materialize it empty on the target device in the run
+   dtype, then copy the tensors in one at a time (a fused ``qkv_proj``/``gate_up_proj`` receives
+   each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host memory holds
+   one tensor at a time, never a second copy of the model.
+
+Tied embeddings are an explicit branch: with ``tie_word_embeddings`` and no ``lm_head.weight``
+stored, lm_head shares the embedding matrix; a stored ``lm_head.weight`` is always used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from models.config import Qwen3Config
+from models.qwen3 import Qwen3ForCausalLM
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+LM_HEAD = "lm_head.weight"
+_STORED_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_RUN_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+_MAX_NAMES = 8  # tensor names listed in an error message
+
+
+def read_config(folder: str | Path) -> Qwen3Config:
+    """The folder's ``config.json`` as a Qwen3Config. Raises ValueError naming the problem."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"no config.json in {folder}: pass a Hugging Face Qwen3 model folder")
+    try:
+        return Qwen3Config.from_json(path)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e}") from None
+
+
+def checkpoint_files(folder: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder, from the index when there is one.
+
+    Raises ValueError for a folder with neither file, an unreadable index, or a missing shard
+    (naming the file).
+    """
+    folder = Path(folder)
+    index = folder / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' ({e})") \
+                from None
+        missing = [n for n in names if not (folder / n).is_file()]
+        if missing:
+            raise ValueError(f"missing checkpoint shard {', '.join(missing)} in {folder} "
+                             f"(listed in {INDEX_FILE}); download the complete checkpoint")
+        return [folder / n for n in names]
+    if (folder / SINGLE_FILE).is_file():
+        return [folder / SINGLE_FILE]
+    raise ValueError(f"no {SINGLE_FILE} or {INDEX_FILE} in {folder}: infer loads Hugging Face "
+                     "safetensors checkpoints (.bin/.pth/GGUF are not supported)")
+
+
+def _read_headers(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...], str]]:
+    """name -> (file, shape, safetensors dtype string) over all files; duplicates are errors."""
+    found: dict[str, tuple[Path, tuple[int, ...], str]] = {}
+    for path in files:
+        try:
+            with safe_open(path, framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                    sl = f.get_slice(name)
+                    if name in found:
+                        raise ValueError(f"tensor {name} is stored twice, in {found[name][0].name} "
+                                         f"and {path.name}")
+                    found[name] = (path, tuple(sl.get_shape()), sl.get_dtype())
+        except ValueError:
+            raise
+        except Exception as e:  # safetensors raises its own error type for corrupt files
+            raise ValueError(f"cannot read {path}: not a valid safetensors file ({e})") from None
+    return found
+
+
+def _name_list(names) -> str:
+    names = sorted(names)
+    more = f" (and {len(names) - _MAX_NAMES} more)" if len(names) > _MAX_NAMES else ""
+    return ", ".join(names[:_MAX_NAMES]) + more
+
+
+def _targets(model: Qwen3ForCausalLM) -> dict[str, tuple[str, int, int]]:
+    """Checkpoint name -> (parameter name, first row, end row) for every model parameter."""
+    packed: dict[str, list[tuple[str, int]]] = {}
+    for part, (fused, idx) in model.packed_modules_mapping.items():
+        packed.setdefault(fused, []).append((part, idx))
+    shard_rows = model.packed_shards()
+    out = {}
+    for pname, p in model.named_parameters():
+        fused = next((f for f in packed if f".{f}." in pname), None)
+        if fused is None:
+            out[pname] = (pname, 0, p.shape[0])
+            continue
+        starts = [0]
+        for rows in shard_rows[fused]:
+            starts.append(starts[-1] + rows)
+        for part, idx in packed[fused]:
+            out[pname.replace(f".{fused}.", f".{part}.")] = (pname, starts[idx], starts[idx + 1])
+    return out
+
+
+def load_model(folder: str | Path, device: str | torch.device = "cpu",
+               dtype: torch.dtype | str = torch.bfloat16) -> Qwen3ForCausalLM:
+    """Load a Qwen3 checkpoint folder (Hugging Face layout) into ``Qwen3ForCausalLM``.
+
+    Args:
+        folder: holds ``config.json`` and ``model.safetensors`` or sharded files plus
+            ``model.safetensors.index.json``.
+        device: where the weights go (e.g. "cuda"); tensors are copied there one at a time.
+        dtype: run dtype (torch dtype or "bfloat16"/"float16"/"float32"); stored bf16/fp16/fp32
+            tensors are cast to it.
+
+    Returns:
+        The model in eval mode, without gradients.
+
+    Raises:
+        ValueError: missing/unreadable/unsupported config, missing files or shards, missing or
+            unexpected tensors, wrong shapes or unsupported stored dtypes (each names the problem).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"model folder {folder} does not exist")
+    if isinstance(dtype, str):
+        if dtype not in _RUN_DTYPES:
+            raise ValueError(f"unsupported dtype {dtype!r}: use one of {', '.join(_RUN_DTYPES)}")
+        dtype = _RUN_DTYPES[dtype]
+    config = read_config(folder)
+    stored = _read_headers(checkpoint_files(folder))
+
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(config)
+        if config.tie_word_embeddings and LM_HEAD in stored:
+            model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight))
+    params = dict(model.named_parameters())
+    targets = _targets(model)
+    _check(folder, stored, targets, params)
+
+    model.to(dtype).to_empty(device=device)
+    if config.tie_word_embeddings and LM_HEAD not in stored:
+        model.tie_weights()  # to_empty gave lm_head its own storage
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for path in dict.fromkeys(p for p, _, _ in stored.values()):
+            with safe_open(path, framework="pt") as f:
+                for name, (file, _, _) in stored.items():
+                    if file == path:
+                        pname, lo, hi = targets[name]
+                        params[pname][lo:hi].copy_(f.get_tensor(name))
+    return model.eval().requires_grad_(False)
+
+
+def _check(folder: Path, stored: dict, targets: dict, params: dict) -> None:
+    """Raise ValueError unless the stored tensors are exactly the model's, with right shapes."""
+    unexpected = set(stored) - set(targets)
+    if unexpected:
+        raise ValueError(f"checkpoint {folder} has {len(unexpected)} unexpected tensor(s): "
+                         f"{_name_list(unexpected)}; infer supports dense Qwen3ForCausalLM "
+                         "checkpoints only")
+    missing = set(targets) - set(stored)
+    if missing:
+        raise ValueError(f"checkpoint {folder} is missing {len(missing)} tensor(s): "
+                         f"{_name_list(missing)}; the checkpoint is incomplete or not Qwen3")
+    for name, (file, shape, st_dtype) in stored.items():
+        pname, lo, hi = targets[name]
+        want = (hi - lo, *params[pname].shape[1:])
+        if shape != want:
+            raise ValueError(f"tensor {name} in {file.name} has shape {list(shape)}, but the "
+                             f"config implies {list(want)}: config.json does not match the weights")
+        if st_dtype not in _STORED_DTYPES:
+            raise ValueError(f"tensor {name} in {file.name} is stored as {st_dtype}; only "
+                             "bfloat16, float16 and float32 checkpoints are supported")
