@@ -1,0 +1,271 @@
+"""Paged causal prefill attention: a chunk of new queries attends to its cached prefix and itself.
+
+FlashAttention-2 structure (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism
+and Work Partitioning"; Triton's fused-attention tutorial): one program holds ``BLOCK_M`` queries of
+one sequence and one query head, walks that sequence's K/V ``BLOCK_N`` positions at a time through
+the page table, and keeps a running max and sum in float32 (online softmax, ``exp2`` with the scale
+pre-multiplied by log2(e)). Scores never touch memory. Probabilities are cast to the K/V element
+type for the P.V product on tensor cores.
+
+Causality over the paged pool (see ``infer/meta.py`` for the length vocabulary): query ``t`` of
+sequence ``b`` sits at position ``ctx_b + t`` with ``ctx_b = seq_lens[b] - n_b``. A tile of rows
+``m0 .. m0+BLOCK_M-1`` therefore sees every key ``< ctx_b + m0 + 1`` unmasked (phase 1, no mask, no
+bounds check), then the few blocks that overlap the diagonal with a mask (phase 2); it never loads a
+key beyond its last row's position. Masked loads fill with zeros, so stale data or NaN in unused
+slots of the last page cannot leak (0 * NaN would poison the P.V product).
+
+INT8 pools (``kernels/reference.quantize_int8`` layout): the codes are loaded and converted to the
+query dtype in registers; each key's scale multiplies its column of scores and each value's scale
+multiplies its column of probabilities before P.V. No dequantized copy is written.
+
+Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
+KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
+longest (most keys) tiles of the causal triangle start first. Tiles past a sequence's ``n_b`` exit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attend_blocks(acc, l_i, m_i, q,
+                   k_ptr, v_ptr,            # pool base + KV-head offset, [pages, ., P, D]
+                   ks_ptr, vs_ptr,          # scale base + KV-head offset, [pages, ., P]
+                   pt_row_ptr,              # int32 [max_pages], this sequence's page ids
+                   stride_kp, stride_vp, stride_sp,
+                   lo, hi, q_pos, kv_end, qk_scale,
+                   PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   IS_INT8: tl.constexpr, MASKED: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    dt = q.dtype
+    for n0 in tl.range(lo, hi, BLOCK_N):
+        kpos = n0 + offs_n                                              # [BLOCK_N]
+        if BLOCK_N <= PAGE_SIZE:
+            # NOTE: the launcher makes BLOCK_N divide PAGE_SIZE: the block lies in one page.
+            page = tl.load(pt_row_ptr + n0 // PAGE_SIZE).to(tl.int64)
+            slot = n0 % PAGE_SIZE + offs_n
+        else:
+            # The block spans PAGE_SIZE-aligned pages: one page id per key.
+            page = tl.load(pt_row_ptr + kpos // PAGE_SIZE, mask=kpos < kv_end, other=0)
+            page = page.to(tl.int64)
+            slot = kpos % PAGE_SIZE
+        k_off = page * stride_kp + slot * HEAD_DIM                      # int64 [BLOCK_N] or scalar
+        v_off = page * stride_vp + slot * HEAD_DIM
+        k_off2 = k_off[:, None] + offs_d[None, :]                       # [BLOCK_N, D]
+        v_off2 = v_off[:, None] + offs_d[None, :]
+        if MASKED:
+            kmask = kpos < kv_end
+            k = tl.load(k_ptr + k_off2, mask=kmask[:, None], other=0)
+            v = tl.load(v_ptr + v_off2, mask=kmask[:, None], other=0)
+        else:
+            k = tl.load(k_ptr + k_off2)
+            v = tl.load(v_ptr + v_off2)
+        qk = tl.dot(q, tl.trans(k.to(dt)), input_precision=DOT_PREC)   # fp32 [BLOCK_M, BLOCK_N]
+        if IS_INT8:
+            s_off = page * stride_sp + slot
+            if MASKED:
+                ks = tl.load(ks_ptr + s_off, mask=kmask, other=0.0)
+                vs = tl.load(vs_ptr + s_off, mask=kmask, other=0.0)
+            else:
+                ks = tl.load(ks_ptr + s_off)
+                vs = tl.load(vs_ptr + s_off)
+            qk = qk * (ks * qk_scale)[None, :]
+        else:
+            qk = qk * qk_scale
+        if MASKED:
+            keep = (kpos[None, :] <= q_pos[:, None]) & (kpos < kv_end)[None, :]
+            qk = tl.where(keep, qk, float("-inf"))
+        # NOTE: every row sees key 0 in its first block, so m_new is finite from the start.
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if IS_INT8:
+            p = p * vs[None, :]
+        acc = tl.dot(p.to(dt), v.to(dt), acc, input_precision=DOT_PREC)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr,                     # [T, Hq, D] queries (bf16/fp16/fp32)
+    k_ptr, v_ptr,              # [num_pages, Hkv, PAGE_SIZE, D] pool (q dtype or int8)
+    ks_ptr, vs_ptr,            # float32 [num_pages, Hkv, PAGE_SIZE] scales (INT8 only)
+    o_ptr,                     # [T, Hq, D] output, q dtype
+    seq_lens_ptr,              # int32 [B], positions cached after this step
+    qsl_ptr,                   # int32 [B + 1], row offsets of each sequence's queries
+    pt_ptr,                    # int32 [B, max_pages], page table
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_kp, stride_kh, stride_vp, stride_vh, stride_sp, stride_sh, stride_pt,
+    qk_scale,                  # sm_scale * log2(e)
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    head = tl.program_id(0)
+    tile = tl.num_programs(1) - 1 - tl.program_id(1)     # last (longest) tiles first
+    b = tl.program_id(2)
+    q_start = tl.load(qsl_ptr + b)
+    n_b = tl.load(qsl_ptr + b + 1) - q_start
+    m0 = tile * BLOCK_M
+    if m0 >= n_b:
+        return
+    seq_len = tl.load(seq_lens_ptr + b)
+    ctx = seq_len - n_b                                  # positions cached before the chunk
+    kv_head = head // GROUP
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < n_b
+    rows = (q_start + offs_m).to(tl.int64)
+    q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)          # [BLOCK_M, D]
+    q_pos = ctx + offs_m                                 # [BLOCK_M]
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+
+    k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
+    v_base = v_ptr + kv_head.to(tl.int64) * stride_vh
+    ks_base = ks_ptr + kv_head.to(tl.int64) * stride_sh
+    vs_base = vs_ptr + kv_head.to(tl.int64) * stride_sh
+    pt_row = pt_ptr + b.to(tl.int64) * stride_pt
+
+    full_end = ctx + m0 + 1                              # keys every row of the tile sees
+    full_blocks_end = (full_end // BLOCK_N) * BLOCK_N
+    kv_end = ctx + tl.minimum(m0 + BLOCK_M, n_b)          # one past the last row's position
+    # Phase 1: blocks wholly below the diagonal: no mask, no bounds check.
+    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, pt_row,
+                                   stride_kp, stride_vp, stride_sp,
+                                   0, full_blocks_end, q_pos, kv_end, qk_scale,
+                                   PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, False, DOT_PREC)
+    # Phase 2: the blocks that overlap the diagonal (or the sequence end).
+    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, pt_row,
+                                   stride_kp, stride_vp, stride_sp,
+                                   full_blocks_end, kv_end, q_pos, kv_end, qk_scale,
+                                   PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, True, DOT_PREC)
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _default_config(max_query_len: int, page_size: int, device: torch.device) -> tuple:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a step; deterministic, no autotuning."""
+    if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
+        return 16, min(16, page_size), 4, 1
+    block_m = min(128, max(16, triton.next_power_of_2(max_query_len)))
+    block_n = 64
+    num_warps = 8 if block_m >= 128 else 4
+    num_stages = 3 if torch.cuda.get_device_capability(device)[0] >= 9 else 2
+    return block_m, block_n, num_warps, num_stages
+
+
+def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+                      page_table: torch.Tensor, *, max_query_len: int, sm_scale: float | None,
+                      k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                      out: torch.Tensor | None = None, block_m: int | None = None,
+                      block_n: int | None = None, num_warps: int | None = None,
+                      num_stages: int | None = None) -> torch.Tensor:
+    """Causal attention of a step's new queries to their sequences' paged K/V (prefill chunks).
+
+    The step's own K/V must already be in the pool (``kernels/store_kv.py``). Oracle:
+    ``kernels.reference.paged_attention``.
+
+    Args:
+        q: [T, Hq, D] bfloat16/float16/float32, queries of all sequences flattened (after q-norm and
+            RoPE); the last dim contiguous. D a power of two >= 16.
+        k_cache, v_cache: [num_pages, Hkv, page_size, D], q's dtype or int8 (INT8 pool); the last
+            two dims contiguous (the page and head strides may be anything). Hq % Hkv == 0.
+        seq_lens: int32 [B], positions cached per sequence including this step's new tokens.
+        query_start_loc: int32 [B + 1], row offsets into T: sequence b owns rows
+            ``query_start_loc[b] .. query_start_loc[b+1]`` (n_b rows, n_b may be 0).
+        page_table: int32 [B, max_pages], page ids; position p of b is in page
+            ``page_table[b, p // page_size]`` at slot ``p % page_size``.
+        max_query_len: host int >= max_b n_b (sizes the grid; tiles past n_b exit at once).
+        sm_scale: logit scale; None means 1/sqrt(D).
+        k_scale, v_scale: float32 [num_pages, Hkv, page_size] per-(position, KV head) scales for an
+            INT8 pool (both with the same strides, last dim contiguous); None otherwise.
+        out: optional [T, Hq, D] output in q's dtype (last dim contiguous); allocated if None.
+        block_m, block_n, num_warps, num_stages: tile overrides for benchmarks; the defaults come
+            from a fixed heuristic. block_n must divide page_size or be a multiple of it.
+
+    Returns:
+        [T, Hq, D] in q's dtype (``out`` if given). Rows are written only for real queries.
+
+    Raises:
+        ValueError: on shapes, dtypes or layouts the kernel does not support.
+    """
+    def check(ok: bool, msg: str) -> None:
+        if not ok:
+            raise ValueError(f"prefill_attention: {msg}")
+
+    check(q.dim() == 3 and q.stride(2) == 1, "q must be [T, Hq, D] with a contiguous last dim")
+    check(q.dtype in (torch.bfloat16, torch.float16, torch.float32),
+          f"q must be bfloat16, float16 or float32, got {q.dtype}")
+    t, hq, d = q.shape
+    check(k_cache.dim() == 4 and k_cache.shape == v_cache.shape,
+          "k_cache and v_cache must both be [num_pages, Hkv, page_size, D]")
+    num_pages, hkv, page_size, dk = k_cache.shape
+    check(dk == d and d >= 16 and d & (d - 1) == 0, f"head_dim {d} must match and be a power of 2")
+    check(hq % hkv == 0, f"Hq={hq} is not a multiple of Hkv={hkv}")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check(c.stride(3) == 1 and c.stride(2) == d, f"{name}'s last two dims must be contiguous")
+    is_int8 = k_cache.dtype == torch.int8
+    check(v_cache.dtype == k_cache.dtype, "k_cache and v_cache dtypes differ")
+    check(is_int8 or k_cache.dtype == q.dtype,
+          f"a {k_cache.dtype} pool needs {k_cache.dtype} queries, got {q.dtype}")
+    if is_int8:
+        check(k_scale is not None and v_scale is not None, "an INT8 pool needs k_scale and v_scale")
+        for s in (k_scale, v_scale):
+            check(s.dtype == torch.float32 and s.shape == k_cache.shape[:3] and s.stride(2) == 1,
+                  "scales must be float32 [num_pages, Hkv, page_size], last dim contiguous")
+        check(k_scale.stride() == v_scale.stride(), "k_scale and v_scale strides differ")
+    else:
+        check(k_scale is None and v_scale is None, "scales are only for an INT8 pool")
+        k_scale = v_scale = k_cache  # unused placeholders
+    b = seq_lens.shape[0]
+    check(seq_lens.dtype == torch.int32 and query_start_loc.dtype == torch.int32
+          and page_table.dtype == torch.int32, "seq_lens, query_start_loc, page_table: int32")
+    check(query_start_loc.shape == (b + 1,) and page_table.dim() == 2
+          and page_table.shape[0] == b and page_table.stride(1) == 1,
+          "need query_start_loc [B+1] and page_table [B, max_pages] (last dim contiguous)")
+    check(max_query_len >= 1, "max_query_len must be >= 1")
+    if out is None:
+        out = torch.empty_like(q)
+    check(out.shape == q.shape and out.dtype == q.dtype and out.stride(2) == 1,
+          "out must be like q")
+    if t == 0 or b == 0:
+        return out
+
+    dm, dn, dw, ds = _default_config(max_query_len, page_size, q.device)
+    block_m, block_n = block_m or dm, block_n or dn
+    num_warps, num_stages = num_warps or dw, num_stages or ds
+    check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
+          f"block_n={block_n} must divide page_size={page_size} or be a multiple of it")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(d)
+    grid = (hq, triton.cdiv(max_query_len, block_m), b)
+    _prefill_kernel[grid](
+        q, k_cache, v_cache, k_scale, v_scale, out, seq_lens, query_start_loc, page_table,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        k_scale.stride(0), k_scale.stride(1), page_table.stride(0),
+        sm_scale * LOG2E,
+        GROUP=hq // hkv, HEAD_DIM=d, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=block_n,
+        IS_INT8=is_int8, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out

@@ -1,0 +1,227 @@
+"""Paged prefill attention (kernels/prefill_attention.py) against kernels/reference.paged_attention.
+
+CPU (Triton interpreter, float16/float32, tiny shapes): lengths around page boundaries, chunks after
+a cached prefix, two sequences with different chunk lengths, GQA groups 1/4/5, tile shapes that
+split or span pages, pages in scrambled order, stale NaN in unused slots, page ids whose element
+offsets pass 2^31, INT8 against the dequantized reference and against full precision.
+GPU (``pytest -m gpu``): bfloat16 and INT8, 32 query / 8 KV heads, head_dim 128, page 64, at 1k,
+32k and 128k positions against a float32 reference computed in query chunks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from infer.kv_pool import LayerCache
+from infer.meta import build_meta
+from kernels import reference as ref
+from kernels.prefill_attention import prefill_attention
+
+# INT8 (per-vector, scale = amax/127) output error relative to full precision, as NMSE
+# sum((o - o_ref)^2) / sum(o_ref^2). Measured around 1e-5 on random data; the bound leaves margin.
+INT8_NMSE_BOUND = 1e-3
+TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=2e-3, rtol=4e-3),
+       torch.bfloat16: dict(atol=1.5e-2, rtol=2e-2)}
+
+
+def make_step(spec, *, page_size=16, hkv=1, group=1, head_dim=16, dtype=torch.float16,
+              kv="float", num_pages=None, pages=None, device="cpu", fill_nan=True):
+    """A pool holding ``spec = [(num_cached, num_new), ...]`` sequences, plus queries and meta.
+
+    Pages are drawn in scrambled order (or given as ``pages``); the pool starts as NaN (float) or
+    garbage codes with NaN scales (INT8), so anything read outside the stored positions shows.
+    Returns (q [T, Hq, D], cache, meta, full-precision K/V per sequence).
+    """
+    need = [-(-(c + n) // page_size) for c, n in spec]
+    if pages is None:
+        num_pages = num_pages or sum(need) + 3
+        pages = torch.randperm(num_pages).tolist()
+    shape = (num_pages, hkv, page_size, head_dim)
+    if kv == "int8":
+        def codes():
+            if fill_nan:
+                return torch.randint(-127, 128, shape, dtype=torch.int8, device=device)
+            return torch.empty(shape, dtype=torch.int8, device=device)
+
+        def scales():
+            s = torch.empty(shape[:3], dtype=torch.float32, device=device)
+            return s.fill_(math.nan) if fill_nan else s
+
+        cache = LayerCache(codes(), codes(), scales(), scales())
+    else:
+        def values():
+            x = torch.empty(shape, dtype=dtype, device=device)
+            return x.fill_(math.nan) if fill_nan else x
+
+        cache = LayerCache(values(), values())
+    seqs, kvs, i = [], [], 0
+    for (c, n), m in zip(spec, need, strict=True):
+        seqs.append((pages[i:i + m], c, n))
+        i += m
+    meta = build_meta(seqs, page_size, device)
+    for (seq_pages, c, n) in seqs:
+        s = c + n
+        k = torch.randn(s, hkv, head_dim, device=device).to(dtype)
+        v = torch.randn(s, hkv, head_dim, device=device).to(dtype)
+        slots = torch.tensor([seq_pages[p // page_size] * page_size + p % page_size
+                              for p in range(s)], dtype=torch.int64, device=device)
+        ref.store_kv(k, v, cache, slots)
+        kvs.append((k.float(), v.float()))
+    q = (1.5 * torch.randn(meta.num_tokens, hkv * group, head_dim, device=device)).to(dtype)
+    return q, cache, meta, kvs
+
+
+def run_kernel(q, cache, meta, **kw):
+    return prefill_attention(q, cache.k, cache.v, meta.seq_lens, meta.query_start_loc,
+                             meta.page_table, max_query_len=kw.pop("max_query_len",
+                                                                   meta.max_query_len),
+                             sm_scale=kw.pop("sm_scale", None), k_scale=cache.k_scale,
+                             v_scale=cache.v_scale, **kw)
+
+
+def full_precision_reference(q, meta, kvs):
+    """float32 attention on the unquantized K/V (what an INT8 pool approximates)."""
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    qsl = meta.query_start_loc.tolist()
+    for b, (k, v) in enumerate(kvs):
+        lo, hi = qsl[b], qsl[b + 1]
+        out[lo:hi] = ref.dense_causal_attention(q[lo:hi].float(), k, v,
+                                                q_offset=k.shape[0] - (hi - lo))
+    return out
+
+
+def nmse(x, y):
+    return ((x.float() - y.float()) ** 2).sum().item() / (y.float() ** 2).sum().item()
+
+
+def check(q, cache, meta, **kw):
+    out = run_kernel(q, cache, meta, **kw)
+    expect = ref.paged_attention(q.float(), cache, meta, kw.get("sm_scale"))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), expect, **TOL[q.dtype])
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("seq_len", [1, 15, 16, 17, 53])
+def test_whole_prompt_lengths_around_page_boundaries(seq_len, dtype):
+    q, cache, meta, _ = make_step([(0, seq_len)], group=2, dtype=dtype)
+    check(q, cache, meta)
+
+
+@pytest.mark.parametrize("cached,new", [(1, 1), (15, 2), (16, 16), (19, 20), (39, 1), (48, 33)])
+def test_chunk_after_cached_prefix(cached, new):
+    q, cache, meta, _ = make_step([(cached, new)])
+    check(q, cache, meta)
+
+
+@pytest.mark.parametrize("group", [1, 4, 5])
+def test_two_sequences_gqa(group):
+    q, cache, meta, _ = make_step([(37, 21), (0, 9)], hkv=2, group=group)
+    check(q, cache, meta)
+
+
+@pytest.mark.parametrize("block_m,block_n", [(16, 8), (32, 16), (16, 32), (64, 64)])
+def test_tile_shapes_split_or_span_pages(block_m, block_n):
+    # block_n 8 splits a page, 32/64 span pages; block_m 64 covers both chunks in one tile.
+    q, cache, meta, _ = make_step([(22, 30), (5, 12)])
+    out = torch.full_like(q, 7.0)
+    assert check(q, cache, meta, block_m=block_m, block_n=block_n, out=out,
+                 sm_scale=0.3) is out
+
+
+def test_oversized_grid_and_empty_sequence():
+    # max_query_len larger than any chunk, a sequence with no new token (n_b = 0), and rows past
+    # query_start_loc[B]: tiles past n_b exit, rows outside every sequence stay untouched.
+    q, cache, meta, _ = make_step([(10, 5), (3, 4), (0, 7)])
+    meta.query_start_loc = torch.tensor([0, 5, 5, 12], dtype=torch.int32)
+    meta.seq_lens[1] = 3  # sequence 1 adds nothing this step
+    out = torch.full_like(q, 7.0)
+    run_kernel(q, cache, meta, out=out, max_query_len=40)
+    expect = ref.paged_attention(q.float(), cache, meta)
+    torch.testing.assert_close(out[:12].float(), expect[:12], **TOL[q.dtype])
+    assert (out[12:] == 7.0).all()
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_int8_against_dequantized_and_full_precision(group):
+    q, cache, meta, kvs = make_step([(29, 24), (0, 18)], hkv=2, group=group, kv="int8")
+    out = check(q, cache, meta)  # vs the reference on the dequantized pool
+    full = full_precision_reference(q, meta, kvs)
+    err = nmse(out, full)
+    assert err < INT8_NMSE_BOUND, f"INT8 NMSE {err:.2e} vs full precision"
+
+
+@pytest.mark.parametrize("kv,dtype", [("int8", torch.float16), ("float", torch.float32)])
+def test_page_offsets_past_2_31(kv, dtype):
+    # One page of one head is 16 x 16 elements: page ids past 2^23 put element offsets past 2^31.
+    # torch.empty maps the pool lazily, so only the pages written here take memory.
+    per_page = 16 * 16
+    num_pages = (1 << 31) // per_page + 64
+    pages = [num_pages - 1, 5, num_pages - 40, num_pages - 2, 0, num_pages - 17]
+    q, cache, meta, _ = make_step([(20, 13), (0, 30)], kv=kv, dtype=dtype, num_pages=num_pages,
+                                  pages=pages, fill_nan=False)
+    assert max(pages) * per_page > 2**31
+    check(q, cache, meta)
+
+
+def test_rejects_unsupported_inputs():
+    q, cache, meta, _ = make_step([(0, 4)])
+    with pytest.raises(ValueError, match="needs torch.float16 queries|float16 queries"):
+        run_kernel(q.float(), cache, meta)
+    with pytest.raises(ValueError, match="block_n"):
+        run_kernel(q, cache, meta, block_n=24)
+    qi, ci, mi, _ = make_step([(0, 4)], kv="int8")
+    with pytest.raises(ValueError, match="k_scale and v_scale"):
+        prefill_attention(qi, ci.k, ci.v, mi.seq_lens, mi.query_start_loc, mi.page_table,
+                          max_query_len=4, sm_scale=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: real shapes, bfloat16 and INT8, against float32 references computed in query chunks.
+
+
+def chunked_reference(q, meta, kvs):
+    """float32 causal attention per sequence, a few hundred queries at a time (bounded memory).
+
+    ``kvs``: per sequence float32 K/V [S, Hkv, D] (gathered from the pool, or unquantized)."""
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    qsl = meta.query_start_loc.tolist()
+    for b, (k, v) in enumerate(kvs):
+        lo, hi = qsl[b], qsl[b + 1]
+        s = k.shape[0]
+        ctx = s - (hi - lo)
+        chunk = max(16, (1 << 30) // (q.shape[1] * s))
+        for c0 in range(lo, hi, chunk):
+            c1 = min(hi, c0 + chunk)
+            end = ctx + (c1 - lo)  # keys the chunk's last query sees
+            out[c0:c1] = ref.dense_causal_attention(q[c0:c1], k[:end], v[:end],
+                                                    q_offset=ctx + (c0 - lo))
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", ["bf16", "int8"])
+@pytest.mark.parametrize("cached,new", [(0, 1024), (0, 32768), (131072, 512)])
+def test_gpu_long_context(kv, cached, new):
+    torch.manual_seed(1)
+    q, cache, meta, kvs = make_step([(cached, new)], page_size=64, hkv=8, group=4, head_dim=128,
+                                    dtype=torch.bfloat16, kv="int8" if kv == "int8" else "float",
+                                    device="cuda")
+    out = run_kernel(q, cache, meta)
+    torch.cuda.synchronize()
+    pooled = [ref.gather_kv(cache, meta.page_table[0], cached + new)]
+    expect = chunked_reference(q, meta, pooled)
+    err = (out.float() - expect).abs().max().item()
+    print(f"\nprefill {kv} cached={cached} new={new}: max |err| vs float32 reference of the pool "
+          f"= {err:.3e}, NMSE = {nmse(out, expect):.2e}")
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), expect, **TOL[torch.bfloat16])
+    if kv == "int8":
+        full = chunked_reference(q, meta, kvs)
+        e = nmse(out, full)
+        print(f"prefill int8 cached={cached} new={new}: NMSE vs full precision = {e:.2e}")
+        assert e < INT8_NMSE_BOUND
