@@ -92,6 +92,7 @@ class KVPool:
                                               torch.zeros(shape, dtype=store, device=device)))
         # Page 0 first out: low ids are handed out first (deterministic for tests).
         self._free: list[int] = list(range(num_pages - 1, -1, -1))
+        self._is_free = [True] * num_pages
 
     @staticmethod
     def bytes_per_page(num_layers: int, kv_heads: int, head_dim: int, page_size: int,
@@ -119,10 +120,25 @@ class KVPool:
         if n > len(self._free):
             raise OutOfPages(f"KV pool exhausted: need {n} more pages, {len(self._free)} free "
                              f"({self.capacity} positions in all)")
-        return [self._free.pop() for _ in range(n)]
+        pages = [self._free.pop() for _ in range(n)]
+        for p in pages:
+            self._is_free[p] = False
+        return pages
 
     def free(self, pages: list[int]) -> None:
-        """Return pages to the free list (a sequence ended or was reset)."""
+        """Return pages to the free list (a sequence ended or was reset).
+
+        Raises:
+            RuntimeError: if a page is out of range or already free (a double free would hand one
+                page to two sequences).
+        """
+        for p in pages:
+            if not 0 <= p < self.num_pages or self._is_free[p]:
+                raise RuntimeError(f"page {p} is not an allocated page of this pool")
+        if len(set(pages)) != len(pages):
+            raise RuntimeError(f"pages freed twice in one call: {sorted(pages)}")
+        for p in pages:
+            self._is_free[p] = True
         self._free.extend(reversed(pages))
 
     def pages_for(self, num_positions: int) -> int:
