@@ -1,0 +1,117 @@
+"""Split-KV combine: merge the per-split partial outputs of decode stage 1 into the final output.
+
+Contract with ``kernels/decode_attention.py`` (stage 1), per (sequence b, KV head h, split s,
+tile row r) where row ``r = t * group + g`` is query token ``t`` of the step and query head
+``h * group + g``:
+
+- ``o_part[b, h, s, r, :]``: float32 output of split ``s`` normalized within the split
+  (``sum_j p_j v_j / sum_j p_j`` over the split's keys);
+- ``lse[b, h, s, r]``: float32 natural log-sum-exp of the split's scaled scores, ``-inf`` when the
+  split saw no key (an empty split: its ``o_part`` is ignored, whatever it holds).
+
+The merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows;
+a row whose splits are all empty (a padding sequence with ``seq_len = 0``) gives exact zeros,
+never NaN. Oracle: ``kernels.reference.merge_partials``.
+
+Design after vLLM's ``triton_merge_attn_states.py`` and the flash-decoding reduction (Dao et al.
+2023, "Flash-Decoding for long-context inference").
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _combine_kernel(
+    o_part_ptr,  # float32 [B, Hkv, NUM_SPLITS, ROWS, D]
+    lse_ptr,  # float32 [B, Hkv, NUM_SPLITS, ROWS]
+    out_ptr,  # [B * NUM_QUERIES, Hq, D] (q dtype)
+    stride_ob, stride_oh, stride_os, stride_or,
+    stride_lb, stride_lh, stride_ls,
+    stride_tt, stride_th,  # out token and head strides
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    NUM_QUERIES: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    rows: tl.constexpr = NUM_QUERIES * GROUP
+    pid = tl.program_id(0)
+    r = pid % rows
+    bh = pid // rows
+    h = bh % NUM_KV_HEADS
+    b = (bh // NUM_KV_HEADS).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    in_range = offs_s < NUM_SPLITS
+
+    lse = tl.load(lse_ptr + b * stride_lb + h * stride_lh + offs_s * stride_ls + r,
+                  mask=in_range, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: keep exp() finite
+    w = tl.exp(lse - m)  # (BLOCK_S,), 0 for empty splits
+    denom = tl.sum(w, axis=0)
+    live = in_range & (lse > float("-inf"))
+    o = tl.load(o_part_ptr + b * stride_ob + h * stride_oh + offs_s[:, None] * stride_os
+                + r * stride_or + offs_d[None, :], mask=live[:, None], other=0.0)
+    acc = tl.sum(w[:, None] * o, axis=0)  # (HEAD_DIM,)
+    res = tl.where(denom > 0, acc / tl.where(denom > 0, denom, 1.0), 0.0)
+
+    t = r // GROUP
+    g = r % GROUP
+    out_off = (b * NUM_QUERIES + t) * stride_tt + (h * GROUP + g) * stride_th + offs_d
+    tl.store(out_ptr + out_off, res.to(out_ptr.dtype.element_ty))
+
+
+def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Merge split-KV partials into ``out`` (stage 2 of split-KV decode).
+
+    Args:
+        o_part: float32 [B, kv_heads, num_splits, rows, head_dim] with rows = n * group (n query
+            tokens per sequence, group = query heads per KV head); the last dim contiguous, other
+            strides free (a slice of a larger preallocated workspace works).
+        lse: float32 [B, kv_heads, num_splits, rows], natural log; -inf marks an empty split.
+        out: [B * n, num_q_heads, head_dim] in the query dtype, last dim contiguous; written in
+            place. Row ``b * n + t``, head ``h * group + g`` takes tile row ``t * group + g``.
+
+    Returns:
+        ``out``. Allocates nothing (safe under CUDA graph capture).
+
+    Raises:
+        ValueError: on shapes that do not fit together.
+    """
+    if o_part.dim() != 5 or lse.shape != o_part.shape[:4]:
+        raise ValueError(f"o_part must be [B, kv_heads, splits, rows, D] and lse its first four "
+                         f"dims, got {tuple(o_part.shape)} and {tuple(lse.shape)}")
+    if o_part.dtype != torch.float32 or lse.dtype != torch.float32:
+        raise ValueError("o_part and lse must be float32")
+    batch, kv_heads, num_splits, rows, head_dim = o_part.shape
+    if out.dim() != 3 or out.shape[2] != head_dim or out.shape[1] % kv_heads:
+        raise ValueError(f"out must be [B * n, q_heads, {head_dim}] with q_heads a multiple of "
+                         f"{kv_heads}, got {tuple(out.shape)}")
+    group = out.shape[1] // kv_heads
+    num_queries = rows // group
+    if num_queries * group != rows or out.shape[0] != batch * num_queries:
+        raise ValueError(f"{rows} tile rows with group {group} do not match out rows "
+                         f"{out.shape[0]} for batch {batch}")
+    if head_dim & (head_dim - 1) or head_dim < 16:
+        raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
+    assert o_part.stride(-1) == 1 and lse.stride(-1) == 1 and out.stride(-1) == 1
+    grid = (batch * kv_heads * rows,)
+    if grid[0] == 0:
+        return out
+    _combine_kernel[grid](
+        o_part_ptr=o_part, lse_ptr=lse, out_ptr=out,
+        stride_ob=o_part.stride(0), stride_oh=o_part.stride(1), stride_os=o_part.stride(2),
+        stride_or=o_part.stride(3),
+        stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_ls=lse.stride(2),
+        stride_tt=out.stride(0), stride_th=out.stride(1),
+        NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, NUM_SPLITS=num_splits,
+        HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits),
+        num_warps=4,
+    )
+    return out

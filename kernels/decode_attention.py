@@ -1,0 +1,369 @@
+"""Split-KV decode attention over the paged pool (flash-decoding stage 1) and its launcher.
+
+Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One program takes one
+(sequence, KV head) and one of ``NUM_SPLITS`` slices of that sequence's keys:
+
+- GQA packing: the ``n * group`` (query token, query head) pairs that share the KV head are the
+  rows of one tile (row ``r = t * group + g``), padded to ``ROWS >= 16`` for the tensor-core dot;
+  q is loaded once and each key/value tile once per group.
+- Keys are walked ``BLOCK_N`` positions per iteration (one page, part of a page, or several pages
+  gathered through the page table). Scores are float32, scaled by ``sm_scale * log2(e)`` and
+  exponentiated with ``exp2`` (online softmax, FlashAttention-2). P is cast to the query dtype for
+  the P.V dot.
+- The split's blocks are ``[s * nb // S, (s + 1) * nb // S)`` of the ``nb = cdiv(seq_len, BLOCK_N)``
+  blocks, computed on device from ``seq_lens``: the grid ``(B * kv_heads, NUM_SPLITS)`` never
+  depends on the context length, so a captured CUDA graph stays valid as sequences grow.
+- Blocks wholly before the first query's position (``seq_len - n``) run without any mask; only the
+  last block(s) mask keys by ``pos <= seq_len - n + t`` (causal) and loads by ``pos < seq_len``,
+  so stale data or NaN in unused slots of the last page is never read.
+- INT8 pools: int8 codes are loaded and converted in registers; each key's scale multiplies its
+  score column and each value's scale its probability before P.V (no dequantized copy).
+- Output per split (contract in ``kernels/combine.py``): float32 ``o_part`` normalized within the
+  split and natural-log ``lse``; an empty split (or a row whose keys are all masked) writes
+  ``lse = -inf`` and zeros.
+
+Design after vLLM's ``triton_decode_attention.py`` (``_fwd_grouped_kernel_stage1``) and
+flash-decoding (Dao et al. 2023); online softmax from FlashAttention-2 (Dao 2023).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.combine import combine
+
+_LOG2E = 1.4426950408889634
+_LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
+                  pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
+                  stride_kp, stride_vp, stride_sp, qk_scale,
+                  HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                  MASKED: tl.constexpr, IS_INT8: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    pos = blk * BLOCK_N + offs_n  # (BLOCK_N,) key positions
+    if BLOCK_N <= PAGE_SIZE:
+        # the block lies inside one page (blk < cdiv(seq_len, BLOCK_N): the entry is in use)
+        page = tl.load(pt_row_ptr + (blk * BLOCK_N) // PAGE_SIZE).to(tl.int64)
+    else:
+        if MASKED:
+            page = tl.load(pt_row_ptr + pos // PAGE_SIZE, mask=pos < seq_len, other=0)
+        else:
+            page = tl.load(pt_row_ptr + pos // PAGE_SIZE)
+        page = page.to(tl.int64)
+    within = pos % PAGE_SIZE
+    k_off = page * stride_kp + within * HEAD_DIM  # (BLOCK_N,) int64
+    v_off = page * stride_vp + within * HEAD_DIM
+    k_ptrs = k_head_ptr + k_off[:, None] + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
+    v_ptrs = v_head_ptr + v_off[:, None] + offs_d[None, :]
+    if MASKED:
+        kv_valid = pos < seq_len
+        k = tl.load(k_ptrs, mask=kv_valid[:, None], other=0)
+    else:
+        k = tl.load(k_ptrs)
+
+    # scores in log2 units: (ROWS, BLOCK_N)
+    if IS_INT8:
+        s_off = page * stride_sp + within
+        if MASKED:
+            ks = tl.load(ks_head_ptr + s_off, mask=kv_valid, other=0.0)
+        else:
+            ks = tl.load(ks_head_ptr + s_off)
+        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PREC)
+        s = s * (ks * qk_scale)[None, :]
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
+    if MASKED:
+        s = tl.where(pos[None, :] <= qpos[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: no NaN
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = m_new
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None]
+
+    if MASKED:
+        v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)  # masked keys: V rows are 0
+    else:
+        v = tl.load(v_ptrs)
+    if IS_INT8:
+        if MASKED:
+            vs = tl.load(vs_head_ptr + s_off, mask=kv_valid, other=0.0)
+        else:
+            vs = tl.load(vs_head_ptr + s_off)
+        pv = (p * vs[None, :]).to(q.dtype)
+        acc = tl.dot(pv, v.to(q.dtype), acc, input_precision=DOT_PREC)
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr,  # [B * NUM_QUERIES, Hq, D]
+    k_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
+    v_ptr,  # [num_pages, Hkv, PAGE_SIZE, D]
+    k_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
+    v_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
+    seq_lens_ptr,  # int32 [B]
+    page_table_ptr,  # int32 [B, max_pages]
+    o_part_ptr,  # float32 [B, Hkv, NUM_SPLITS, NUM_QUERIES * GROUP, D]
+    lse_ptr,  # float32 [B, Hkv, NUM_SPLITS, NUM_QUERIES * GROUP]
+    qk_scale,  # sm_scale * log2(e)
+    stride_qt, stride_qh,
+    stride_kp, stride_kh,
+    stride_vp, stride_vh,
+    stride_sp, stride_sh,
+    stride_pt,
+    stride_ob, stride_oh, stride_os, stride_or,
+    stride_lb, stride_lh, stride_ls,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    NUM_QUERIES: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    IS_INT8: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    split = tl.program_id(1)
+    b = (pid_bh // NUM_KV_HEADS).to(tl.int64)
+    h = (pid_bh % NUM_KV_HEADS).to(tl.int64)
+    seq_len = tl.load(seq_lens_ptr + b)
+
+    rows = tl.arange(0, ROWS)
+    offs_d = tl.arange(0, HEAD_DIM)
+    t = rows // GROUP  # query token of each row
+    row_valid = rows < NUM_QUERIES * GROUP
+    q_off = (b * NUM_QUERIES + t) * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
+    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_valid[:, None], other=0.0)
+    qpos = seq_len - NUM_QUERIES + t  # (ROWS,) position of each row's query
+
+    n_blocks = tl.cdiv(seq_len, BLOCK_N)
+    start = split * n_blocks // NUM_SPLITS
+    end = (split + 1) * n_blocks // NUM_SPLITS
+    # blocks whose keys all precede the first query: no mask needed
+    n_full = tl.maximum(seq_len - NUM_QUERIES + 1, 0) // BLOCK_N
+
+    pt_row_ptr = page_table_ptr + b * stride_pt
+    k_head_ptr = k_ptr + h * stride_kh
+    v_head_ptr = v_ptr + h * stride_vh
+    ks_head_ptr = k_scale_ptr + h * stride_sh
+    vs_head_ptr = v_scale_ptr + h * stride_sh
+    stride_kp = tl.cast(stride_kp, tl.int64)
+    stride_vp = tl.cast(stride_vp, tl.int64)
+    stride_sp = tl.cast(stride_sp, tl.int64)
+
+    acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
+    m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([ROWS], dtype=tl.float32)
+    for blk in range(start, tl.minimum(end, n_full)):
+        acc, m_i, l_i = _attend_block(
+            acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+            ks_head_ptr, vs_head_ptr, stride_kp, stride_vp, stride_sp, qk_scale,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, False, IS_INT8, DOT_PREC)
+    for blk in range(tl.maximum(start, n_full), end):
+        acc, m_i, l_i = _attend_block(
+            acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+            ks_head_ptr, vs_head_ptr, stride_kp, stride_vp, stride_sp, qk_scale,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, True, IS_INT8, DOT_PREC)
+
+    seen = l_i > 0.0
+    o = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * _LN2,
+                   float("-inf"))
+    o_base = o_part_ptr + b * stride_ob + h * stride_oh + split * stride_os
+    tl.store(o_base + rows[:, None] * stride_or + offs_d[None, :], o, mask=row_valid[:, None])
+    l_base = lse_ptr + b * stride_lb + h * stride_lh + split * stride_ls
+    tl.store(l_base + rows, lse, mask=row_valid)
+
+
+@dataclass
+class DecodeWorkspace:
+    """Preallocated float32 scratch for split-KV decode, reused across steps and layers.
+
+    Attributes:
+        o_part: float32 [max_batch, kv_heads, max_splits, max_rows, head_dim].
+        lse: float32 [max_batch, kv_heads, max_splits, max_rows].
+
+    A call with ``B <= max_batch``, ``num_splits <= max_splits`` and ``n * group <= max_rows``
+    uses the slice ``[:B, :, :num_splits, :n * group]`` (a view: no allocation, so a CUDA graph
+    can capture it).
+    """
+
+    o_part: torch.Tensor
+    lse: torch.Tensor
+
+    @classmethod
+    def allocate(cls, max_batch: int, kv_heads: int, max_rows: int, max_splits: int,
+                 head_dim: int, device: torch.device | str) -> DecodeWorkspace:
+        """Scratch for up to ``max_batch`` sequences x ``max_rows`` (= n * group) tile rows."""
+        shape = (max_batch, kv_heads, max_splits, max_rows)
+        return cls(torch.empty(*shape, head_dim, dtype=torch.float32, device=device),
+                   torch.empty(shape, dtype=torch.float32, device=device))
+
+    def views(self, batch: int, kv_heads: int, num_splits: int, rows: int,
+              head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        mb, h, ms, mr, d = self.o_part.shape
+        if batch > mb or kv_heads != h or num_splits > ms or rows > mr or head_dim != d:
+            raise ValueError(
+                f"decode workspace {tuple(self.o_part.shape)} cannot hold batch {batch}, "
+                f"{kv_heads} KV heads, {num_splits} splits, {rows} rows, head_dim {head_dim}: "
+                "allocate it with DecodeWorkspace.allocate for the largest step")
+        return (self.o_part[:batch, :, :num_splits, :rows],
+                self.lse[:batch, :, :num_splits, :rows])
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def default_num_splits(batch: int, kv_heads: int, device: torch.device | str) -> int:
+    """Splits per (sequence, KV head) so that about two programs run per SM (1..64).
+
+    On a CPU (the interpreter) it returns 2: enough to exercise the combine.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 2
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return max(1, min(64, math.ceil(2 * sms / max(1, batch * kv_heads))))
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     seq_lens: torch.Tensor, page_table: torch.Tensor, *, num_queries: int = 1,
+                     sm_scale: float | None = None, k_scale: torch.Tensor | None = None,
+                     v_scale: torch.Tensor | None = None, num_splits: int | None = None,
+                     workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
+                     block_n: int | None = None, num_warps: int | None = None,
+                     num_stages: int | None = None) -> torch.Tensor:
+    """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
+
+    Args:
+        q: [B * n, num_q_heads, head_dim] float16/bfloat16/float32, sequence-major (row
+            ``b * n + t`` is query ``t`` of sequence ``b``, at position ``seq_lens[b] - n + t``);
+            the last dim contiguous.
+        k_cache, v_cache: contiguous [num_pages, kv_heads, page_size, head_dim] in q's dtype or
+            int8. The step's own K/V must already be stored (``kernels.store_kv``).
+        seq_lens: int32 [B] cached positions per sequence including this step's ``n``; a 0 marks
+            a padding sequence, whose output rows are exact zeros.
+        page_table: int32 [B, max_pages] page ids, row-contiguous; entries past
+            ``cdiv(seq_lens[b], page_size)`` are never read.
+        num_queries: n, new tokens per sequence (1..16), the same for every sequence.
+        sm_scale: logit scale, default ``1 / sqrt(head_dim)``.
+        k_scale, v_scale: contiguous float32 [num_pages, kv_heads, page_size], exactly when the
+            caches are int8.
+        num_splits: key splits per (sequence, KV head); default ``default_num_splits`` (about two
+            programs per SM). Fix it per CUDA-graph bucket.
+        workspace: a ``DecodeWorkspace`` large enough for this call; allocated if None.
+        out: [B * n, num_q_heads, head_dim] in q's dtype; allocated if None.
+        block_n, num_warps, num_stages: tile overrides for tuning (keys per iteration, a power of
+            two that divides or is a multiple of page_size); defaults are fixed per device type.
+
+    Returns:
+        ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
+        the call allocates nothing and never reads device memory on the host (CUDA-graph safe).
+
+    Raises:
+        ValueError: on inconsistent shapes/dtypes, a missing/unexpected scale, a too-small
+            workspace, or an unsupported head_dim (must be a power of two >= 16).
+    """
+    if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
+                         f"{q.dtype} {tuple(q.shape)}")
+    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
+        raise ValueError("k_cache and v_cache must match, each [num_pages, kv_heads, page_size, "
+                         "head_dim]")
+    is_int8 = k_cache.dtype == torch.int8
+    if not is_int8 and k_cache.dtype != q.dtype:
+        raise ValueError(f"the cache holds {k_cache.dtype} but q is {q.dtype}: use the same dtype "
+                         "(or an int8 cache)")
+    if is_int8 != (k_scale is not None) or is_int8 != (v_scale is not None):
+        raise ValueError("pass k_scale and v_scale exactly when the cache is int8")
+    _, kv_heads, page_size, head_dim = k_cache.shape
+    total, q_heads, q_dim = q.shape
+    batch = seq_lens.shape[0]
+    if q_dim != head_dim or q_heads % kv_heads:
+        raise ValueError(f"q has {q_heads} heads x {q_dim}; the cache {kv_heads} KV heads x "
+                         f"{head_dim} (q heads must be a multiple of KV heads)")
+    if head_dim & (head_dim - 1) or head_dim < 16:
+        raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
+    if not 1 <= num_queries <= 16 or total != batch * num_queries:
+        raise ValueError(f"q has {total} rows; expected batch {batch} x num_queries "
+                         f"{num_queries} (1..16)")
+    if seq_lens.dtype != torch.int32 or seq_lens.dim() != 1:
+        raise ValueError("seq_lens must be int32 [B]")
+    if page_table.dtype != torch.int32 or page_table.dim() != 2 or page_table.shape[0] != batch:
+        raise ValueError(f"page_table must be int32 [{batch}, max_pages]")
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("k_cache and v_cache must be contiguous")
+    assert q.stride(-1) == 1 and page_table.stride(-1) == 1 and seq_lens.is_contiguous()
+    if is_int8:
+        if (k_scale.shape != k_cache.shape[:3] or v_scale.shape != k_cache.shape[:3]
+                or k_scale.dtype != torch.float32 or v_scale.dtype != torch.float32
+                or not (k_scale.is_contiguous() and v_scale.is_contiguous())):
+            raise ValueError("k_scale/v_scale must be contiguous float32 [num_pages, kv_heads, "
+                             "page_size]")
+    else:
+        k_scale, v_scale = k_cache, v_cache  # placeholders, never read (IS_INT8=False)
+
+    group = q_heads // kv_heads
+    rows = num_queries * group
+    on_gpu = q.device.type == "cuda"
+    if num_splits is None:
+        num_splits = default_num_splits(batch, kv_heads, q.device)
+    if block_n is None:
+        block_n = 128 if on_gpu else page_size
+    if block_n & (block_n - 1) or (block_n % page_size and page_size % block_n):
+        raise ValueError(f"block_n={block_n} must be a power of two dividing or a multiple of "
+                         f"page_size={page_size}")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(head_dim)
+    if workspace is None:
+        workspace = DecodeWorkspace.allocate(batch, kv_heads, rows, num_splits, head_dim,
+                                             q.device)
+    o_part, lse = workspace.views(batch, kv_heads, num_splits, rows, head_dim)
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} with a contiguous last dim")
+    if batch == 0:
+        return out
+
+    _decode_split_kernel[(batch * kv_heads, num_splits)](
+        q_ptr=q, k_ptr=k_cache, v_ptr=v_cache, k_scale_ptr=k_scale, v_scale_ptr=v_scale,
+        seq_lens_ptr=seq_lens, page_table_ptr=page_table, o_part_ptr=o_part, lse_ptr=lse,
+        qk_scale=sm_scale * _LOG2E,
+        stride_qt=q.stride(0), stride_qh=q.stride(1),
+        stride_kp=k_cache.stride(0), stride_kh=k_cache.stride(1),
+        stride_vp=v_cache.stride(0), stride_vh=v_cache.stride(1),
+        stride_sp=k_scale.stride(0) if is_int8 else 0,
+        stride_sh=k_scale.stride(1) if is_int8 else 0,
+        stride_pt=page_table.stride(0),
+        stride_ob=o_part.stride(0), stride_oh=o_part.stride(1), stride_os=o_part.stride(2),
+        stride_or=o_part.stride(3),
+        stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_ls=lse.stride(2),
+        NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, HEAD_DIM=head_dim,
+        PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
+        NUM_SPLITS=num_splits, IS_INT8=is_int8,
+        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=num_warps or 4, num_stages=num_stages or 2,
+    )
+    return combine(o_part, lse, out)

@@ -1,0 +1,270 @@
+"""Split-KV decode (kernels/decode_attention.py) and combine (kernels/combine.py) vs the reference.
+
+CPU (Triton interpreter, float16/float32, tiny shapes): one launch covers a batch of sequences
+whose lengths sit around page boundaries (1, page-1, page, page+1, several pages) plus a padding
+sequence of length 0 (exact zeros); pages are scrambled, padding page-table entries and every
+unused slot of the pool hold NaN (nothing may leak). Oracles: ``reference.paged_attention`` and
+``reference.merge_partials``. INT8: tight against the dequantized reference, and
+NMSE < 1e-3 against attention over the unquantized K/V.
+GPU (-m gpu): bfloat16, 32 query / 8 KV heads, head_dim 128, page 64, at 1k/32k/128k positions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from infer.kv_pool import LayerCache
+from infer.meta import AttnMeta
+from kernels import reference
+from kernels.combine import combine
+from kernels.decode_attention import DecodeWorkspace, decode_attention
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
+       torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
+INT8_NMSE = 1e-3  # INT8 pool vs attention over the unquantized K/V
+
+
+def _nmse(x, ref):
+    x, ref = x.double(), ref.double()
+    return float(((x - ref) ** 2).sum() / (ref ** 2).sum())
+
+
+class Case:
+    """A pool holding ``seq_lens`` sequences on scrambled pages; every other slot is NaN."""
+
+    def __init__(self, seq_lens, n, kv_heads, group, head_dim, page_size, dtype, int8,
+                 device="cpu", huge_pages=0, k_gain=1.0):
+        self.n, self.dtype, self.device = n, dtype, device
+        pages_per = [-(-s // page_size) for s in seq_lens]
+        used = sum(pages_per)
+        num_pages = max(huge_pages, used + 2)
+        shape = (num_pages, kv_heads, page_size, head_dim)
+        store = torch.int8 if int8 else dtype
+        if huge_pages:  # virtual memory: only the pages written below become resident
+            ids = torch.arange(num_pages - 2 * used - 1, num_pages, 2)[:used]
+            ids = ids[torch.randperm(used)]
+            nan_page = 1
+            mk = lambda s, dt: torch.empty(s, dtype=dt, device=device)
+        else:
+            perm = torch.randperm(num_pages)
+            ids, nan_page = perm[:used], int(perm[used])
+            mk = lambda s, dt: torch.full(s, -1 if dt == torch.int8 else math.nan, dtype=dt,
+                                          device=device)
+        self.cache = LayerCache(mk(shape, store), mk(shape, store),
+                                *((mk(shape[:3], torch.float32), mk(shape[:3], torch.float32))
+                                  if int8 else ()))
+        self._nan_fill(torch.tensor([nan_page]), int8)  # padding page-table entries
+        table = torch.full((len(seq_lens), max(pages_per + [1]) + 1), nan_page, dtype=torch.int32)
+        fulls, start = [], 0  # fulls: the unquantized K/V per sequence, float32
+        for b, s in enumerate(seq_lens):
+            pages = ids[start:start + pages_per[b]]
+            start += pages_per[b]
+            table[b, :len(pages)] = pages.to(torch.int32)
+            self._nan_fill(pages, int8)
+            k = torch.randn(s, kv_heads, head_dim, device=device) * k_gain
+            v = torch.randn(s, kv_heads, head_dim, device=device)
+            pos = torch.arange(s, device=device)
+            slots = pages.to(device)[pos // page_size] * page_size + pos % page_size
+            reference.store_kv(k.to(dtype), v.to(dtype), self.cache, slots)
+            fulls.append((k.to(dtype).float(), v.to(dtype).float()))
+        self.fulls = fulls
+        bsz = len(seq_lens)
+        self.seq_lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+        self.page_table = table.to(device)
+        self.q = torch.randn(bsz * n, kv_heads * group, head_dim, device=device).to(dtype)
+        self.meta = AttnMeta(
+            positions=torch.zeros(bsz * n, dtype=torch.int64, device=device),
+            slot_mapping=torch.zeros(bsz * n, dtype=torch.int64, device=device),
+            seq_lens=self.seq_lens,
+            query_start_loc=torch.arange(0, bsz * n + 1, n, dtype=torch.int32, device=device),
+            page_table=self.page_table, max_query_len=n, max_seq_len=max(seq_lens))
+
+    def _nan_fill(self, pages, int8):
+        """Unused slots of a sequence's pages hold NaN (fp) or NaN scales (int8)."""
+        c = self.cache
+        if int8:
+            c.k_scale[pages] = math.nan
+            c.v_scale[pages] = math.nan
+        else:
+            c.k[pages] = math.nan
+            c.v[pages] = math.nan
+
+    def run(self, **kw):
+        c = self.cache
+        return decode_attention(self.q, c.k, c.v, self.seq_lens, self.page_table,
+                                num_queries=self.n, k_scale=c.k_scale, v_scale=c.v_scale, **kw)
+
+    def expected(self):
+        """The reference over the pool (dequantized for INT8), zeros for empty sequences."""
+        out = reference.paged_attention(self.q, self.cache, self.meta).float()
+        return self._zero_empty(out)
+
+    def expected_full(self):
+        """Attention over the unquantized K/V (float32)."""
+        out = torch.zeros(self.q.shape, dtype=torch.float32, device=self.device)
+        for b, (k, v) in enumerate(self.fulls):
+            s = k.shape[0]
+            if s:
+                out[b * self.n:(b + 1) * self.n] = reference.dense_causal_attention(
+                    self.q[b * self.n:(b + 1) * self.n], k, v, q_offset=s - self.n)
+        return out
+
+    def _zero_empty(self, out):
+        for b, s in enumerate(self.seq_lens.tolist()):
+            if s == 0:
+                out[b * self.n:(b + 1) * self.n] = 0
+        return out
+
+
+def _lengths(n, page):
+    """Around page boundaries, never shorter than n, plus a padding sequence (0)."""
+    return [max(n, s) for s in (1, page - 1, page, page + 1, 3 * page + 5)] + [0]
+
+
+# (n, group, splits, block_n, dtype, int8); page 16, 2 KV heads, head_dim 32
+CASES = [
+    (1, 1, 1, 16, torch.float32, False),
+    (1, 4, 3, 16, torch.float16, False),
+    (1, 5, 8, 32, torch.float16, False),  # 2 pages per block; more splits than pages
+    (2, 4, 8, 8, torch.float32, False),  # half a page per block
+    (5, 5, 3, 16, torch.float16, False),  # 25 rows -> a 32-row tile
+    (5, 1, 8, 32, torch.float32, False),
+    (16, 1, 3, 16, torch.float16, False),
+    (1, 4, 3, 16, torch.float16, True),
+    (2, 5, 8, 32, torch.float32, True),
+    (5, 1, 1, 8, torch.float16, True),
+]
+
+
+@pytest.mark.parametrize("n,group,splits,block_n,dtype,int8", CASES)
+def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
+    case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
+                dtype=dtype, int8=int8)
+    out = case.run(num_splits=splits, block_n=block_n)
+    assert out.dtype == dtype and out.shape == case.q.shape
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
+    pad = out[-n:]  # the length-0 padding sequence
+    assert torch.equal(pad, torch.zeros_like(pad))
+    if int8:
+        assert _nmse(out, case.expected_full()) < INT8_NMSE
+
+
+def test_decode_int64_offsets():
+    """Page ids whose element offsets pass 2^31 (a huge virtual pool), fp16 and int8."""
+    head_dim, page_size, kv_heads = 16, 16, 1
+    huge = 2**31 // (kv_heads * page_size * head_dim) + 16
+    for int8 in (False, True):
+        case = Case([3 * page_size + 1, 20], 2, kv_heads, group=4, head_dim=head_dim,
+                    page_size=page_size, dtype=torch.float16, int8=int8, huge_pages=huge)
+        assert int(case.page_table[:, 0].max()) * page_size * head_dim > 2**31
+        out = case.run(num_splits=3, block_n=32)
+        torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
+
+
+def test_decode_reuses_workspace_and_out():
+    """A workspace larger than the step and a given ``out``: the result lands in ``out``."""
+    case = Case([9, 40], 2, kv_heads=2, group=4, head_dim=32, page_size=16,
+                dtype=torch.float32, int8=False)
+    ws = DecodeWorkspace.allocate(max_batch=4, kv_heads=2, max_rows=16, max_splits=8,
+                                  head_dim=32, device="cpu")
+    out = torch.full_like(case.q, math.nan)
+    res = case.run(num_splits=3, workspace=ws, out=out)
+    assert res is out
+    torch.testing.assert_close(out, case.expected(), **TOL[torch.float32])
+    with pytest.raises(ValueError, match="workspace"):
+        case.run(num_splits=16, workspace=ws)
+
+
+def test_decode_rejects_bad_arguments():
+    case = Case([5], 1, kv_heads=2, group=2, head_dim=32, page_size=16, dtype=torch.float16,
+                int8=False)
+    c = case.cache
+    with pytest.raises(ValueError, match="num_queries"):
+        decode_attention(case.q, c.k, c.v, case.seq_lens, case.page_table, num_queries=2)
+    with pytest.raises(ValueError, match="same dtype"):
+        decode_attention(case.q.float(), c.k, c.v, case.seq_lens, case.page_table)
+    with pytest.raises(ValueError, match="k_scale"):
+        decode_attention(case.q, c.k, c.v, case.seq_lens, case.page_table, k_scale=c.k[..., 0])
+    with pytest.raises(ValueError, match="seq_lens"):
+        decode_attention(case.q, c.k, c.v, case.seq_lens.long(), case.page_table)
+
+
+def test_combine_matches_merge_partials():
+    """Random partials with empty splits (lse=-inf, o_part NaN) and an all-empty row."""
+    bsz, kv_heads, splits, n, group, head_dim = 2, 2, 5, 3, 2, 16
+    rows = n * group
+    o_part = torch.randn(bsz, kv_heads, splits, rows, head_dim)
+    lse = torch.randn(bsz, kv_heads, splits, rows) * 20
+    empty = torch.rand(bsz, kv_heads, splits, rows) < 0.3
+    empty[1, 0, :, 4] = True  # one row with every split empty
+    lse[empty] = -math.inf
+    o_part[empty] = math.nan
+    out = torch.empty(bsz * n, kv_heads * group, head_dim, dtype=torch.float16)
+    combine(o_part, lse, out)
+    merged = reference.merge_partials(o_part.transpose(2, 3), lse.transpose(2, 3))
+    # [B, Hkv, rows, D] -> [B, n, Hkv, group, D] -> [B * n, Hq, D]
+    expect = merged.view(bsz, kv_heads, n, group, head_dim).permute(0, 2, 1, 3, 4)
+    expect = expect.reshape(bsz * n, kv_heads * group, head_dim)
+    torch.testing.assert_close(out.float(), expect, **TOL[torch.float16])
+    assert torch.equal(out[1 * n + 2, 0 * group + 0], torch.zeros(head_dim, dtype=out.dtype))
+
+
+# ----------------------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("positions", [1024, 32768, 131072])
+@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
+def test_decode_gpu_qwen3_8b_shape(positions, int8):
+    n = 1
+    case = Case([positions], n, kv_heads=8, group=4, head_dim=128, page_size=64,
+                dtype=torch.bfloat16, int8=int8, device="cuda", k_gain=2.0)
+    out = case.run()
+    torch.cuda.synchronize()
+    ref = case.expected()
+    err = (out.float() - ref).abs().max().item()
+    full = case.expected_full()
+    nmse = _nmse(out, full)
+    print(f"\ndecode {'int8' if int8 else 'bf16'} @ {positions}: max |err| vs float32 reference "
+          f"over the pool {err:.3e}; vs unquantized K/V {(out.float() - full).abs().max():.3e}"
+          f", NMSE {nmse:.2e}")
+    torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
+    assert nmse < (INT8_NMSE if int8 else 1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
+def test_decode_gpu_multi_query_batch(int8):
+    """n = 4 (speculative verification) over a batch with lengths around pages and a padding row."""
+    n = 4
+    case = Case([5, 63, 64, 65, 3000, 0], n, kv_heads=8, group=4, head_dim=128, page_size=64,
+                dtype=torch.bfloat16, int8=int8, device="cuda")
+    out = case.run(num_splits=8)
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
+    assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
+
+
+@pytest.mark.gpu
+def test_decode_gpu_cuda_graph():
+    """Captured once, replayed after the sequence grew (fixed grid, no host reads)."""
+    case = Case([700, 2000], 1, kv_heads=8, group=4, head_dim=128, page_size=64,
+                dtype=torch.bfloat16, int8=False, device="cuda")
+    c = case.cache
+    ws = DecodeWorkspace.allocate(2, 8, 4, 16, 128, "cuda")
+    out = torch.empty_like(case.q)
+    lens = case.seq_lens.clone()
+    lens.copy_(torch.tensor([300, 1000], dtype=torch.int32))
+    run = lambda: decode_attention(case.q, c.k, c.v, lens, case.page_table, num_splits=16,
+                                   workspace=ws, out=out)
+    run()  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    lens.copy_(case.seq_lens)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
