@@ -1,0 +1,318 @@
+"""Engine and Session on the CPU.
+
+Two models: ``SumModel``, a mock whose next token is a known function of everything in its KV
+cache (so any stale, missing or misplaced K/V shows up as a wrong token), for the session logic;
+and a tiny random Qwen3 checkpoint, checked token for token and logit for logit against
+transformers' greedy ``generate``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from infer import Engine, EngineConfig, SamplingParams
+from models.config import Qwen3Config
+
+V = 50  # SumModel vocabulary
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class SumModel(torch.nn.Module):
+    """Next token = (sum of all ids at positions 0..p + 1) % V, computed through the KV pool.
+
+    Each token stores v = [id, 1] and k = 0; with q = 0 attention is a uniform average over the
+    cached positions, so ``o[0] * (p + 1)`` is the sum of the cached ids.
+    """
+
+    def __init__(self, fail_on_call: int | None = None):
+        super().__init__()
+        self.config = Qwen3Config(vocab_size=V, hidden_size=2, intermediate_size=2,
+                                  num_hidden_layers=1, num_attention_heads=1,
+                                  num_key_value_heads=1, head_dim=2)
+        self.calls: list[int] = []  # tokens per forward
+        self.logit_rows: list[int] = []
+        self.fail_on_call = fail_on_call
+
+    def forward(self, input_ids, positions, attn, meta):
+        t = input_ids.shape[0]
+        v = torch.stack([input_ids.float(), torch.ones(t)], dim=-1)[:, None, :]  # [T, 1, 2]
+        o = attn(0, torch.zeros(t, 1, 2), torch.zeros(t, 1, 2), v, meta)
+        self.calls.append(t)
+        if self.fail_on_call is not None and len(self.calls) == self.fail_on_call:
+            raise KeyboardInterrupt  # after K/V were stored: a Ctrl-C mid-step
+        return o[:, 0, :1] * (positions.float() + 1)[:, None]  # [T, 1]
+
+    def compute_logits(self, hidden):
+        self.logit_rows.append(hidden.shape[0])
+        target = (hidden[:, 0].round().long() + 1) % V
+        return torch.nn.functional.one_hot(target, V).float() * 10.0
+
+
+def expected(prompt: list[int], n: int, stop: set[int] = frozenset()) -> list[int]:
+    ids, out = list(prompt), []
+    for _ in range(n):
+        tok = (sum(ids) + 1) % V
+        if tok in stop:
+            break
+        out.append(tok)
+        ids.append(tok)
+    return out
+
+
+def mock_engine(ctx=256, page_size=16, chunk=512, stop=(), model=None):
+    tok = SimpleNamespace(stop_ids=set(stop), vocab_limit=V)
+    cfg = EngineConfig("unused", ctx=ctx, page_size=page_size, prefill_chunk=chunk,
+                       device="cpu", attention="reference")
+    return Engine(cfg, model=model or SumModel(), tokenizer=tok)
+
+
+def prompt_of(n: int, seed: int = 0) -> list[int]:
+    return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+# ---------------------------------------------------------------------------- mock model
+
+
+@pytest.mark.parametrize("length", [1, 15, 16, 17, 33])
+@pytest.mark.parametrize("chunk", [1, 7, 16, 512])
+def test_prefill_decode_through_pool(length, chunk):
+    eng = mock_engine(chunk=chunk)
+    s = eng.new_session()
+    prompt = prompt_of(length)
+    out = list(s.generate(prompt, GREEDY.replace(max_new_tokens=20)))
+    assert out == expected(prompt, 20)
+    assert eng.model.calls[: -(-length // chunk)] == [min(chunk, length - i)
+                                                      for i in range(0, length, chunk)]
+    assert set(eng.model.logit_rows) == {1}  # only the last row reaches the lm_head
+    st = s.stats
+    assert (st.prompt_tokens, st.reused_tokens, st.new_tokens) == (length, 0, 20)
+    assert st.stop_reason == "length" and st.ttft_s > 0 and st.decode_s > 0
+    assert s.cached_ids == prompt + out[:-1]  # the last sampled token is not fed yet
+
+
+def test_multi_turn_reuses_prefix_and_matches_fresh():
+    eng = mock_engine(chunk=7)
+    s = eng.new_session()
+    p1 = prompt_of(20)
+    r1 = list(s.generate(p1, GREEDY.replace(max_new_tokens=5)))
+    p2 = p1 + r1 + prompt_of(9, seed=1)
+    r2 = list(s.generate(p2, GREEDY.replace(max_new_tokens=8)))
+    assert s.stats.reused_tokens == len(p1) + len(r1) - 1
+    assert s.stats.prefill_tokens == len(p2) - s.stats.reused_tokens
+    fresh = mock_engine().new_session()
+    assert r2 == list(fresh.generate(p2, GREEDY.replace(max_new_tokens=8))) == expected(p2, 8)
+
+
+def test_edited_conversation_truncates_and_frees_pages():
+    eng = mock_engine(page_size=16)
+    s = eng.new_session()
+    p1 = prompt_of(70)
+    list(s.generate(p1, GREEDY.replace(max_new_tokens=3)))  # 72 cached -> 5 pages
+    free_before = eng.pool.num_free_pages
+    p2 = p1[:20] + [(p1[20] + 1) % V] + prompt_of(4, seed=2)  # diverges at position 20
+    r2 = list(s.generate(p2, GREEDY.replace(max_new_tokens=4)))
+    assert s.stats.reused_tokens == 20
+    assert r2 == expected(p2, 4)
+    # 25 prompt + 3 fed = 28 cached -> 2 pages: 3 of the 5 went back to the pool.
+    assert eng.pool.num_free_pages == free_before + 3
+
+
+def test_same_prompt_twice_prefills_one_token():
+    eng = mock_engine()
+    s = eng.new_session()
+    p = prompt_of(16)
+    a = list(s.generate(p, GREEDY.replace(max_new_tokens=4)))
+    b = list(s.generate(p, GREEDY.replace(max_new_tokens=4)))
+    assert a == b == expected(p, 4)
+    assert s.stats.reused_tokens == 15 and s.stats.prefill_tokens == 1
+
+
+def test_closing_the_generator_keeps_session_consistent():
+    eng = mock_engine()
+    s = eng.new_session()
+    p = prompt_of(18)
+    gen = s.generate(p, GREEDY.replace(max_new_tokens=30))
+    got = [next(gen) for _ in range(3)]
+    gen.close()  # the CLI's Ctrl-C between tokens
+    assert s.stats.stop_reason == "interrupted" and s.stats.new_tokens == 3
+    assert s.cached_ids == p + got[:2]
+    p2 = p + got + prompt_of(5, seed=3)
+    assert list(s.generate(p2, GREEDY.replace(max_new_tokens=6))) == expected(p2, 6)
+    assert s.stats.reused_tokens == len(p) + 2
+
+
+@pytest.mark.parametrize("fail_on_call", [2, 5])  # 2: during prefill (chunk 7), 5: decode
+def test_interrupt_inside_a_step_keeps_session_consistent(fail_on_call):
+    model = SumModel(fail_on_call=fail_on_call)
+    eng = mock_engine(chunk=7, model=model)
+    s = eng.new_session()
+    p = prompt_of(20)
+    with pytest.raises(KeyboardInterrupt):
+        list(s.generate(p, GREEDY.replace(max_new_tokens=10)))
+    assert s.stats.stop_reason == "interrupted"
+    cached = s.cached_ids
+    assert cached == (p + expected(p, 10))[: len(cached)]
+    assert len(cached) == (7 if fail_on_call == 2 else 20 + 1)
+    model.fail_on_call = None
+    assert list(s.generate(p, GREEDY.replace(max_new_tokens=10))) == expected(p, 10)
+    assert s.stats.reused_tokens == min(len(cached), len(p) - 1)
+
+
+def test_stop_id_ends_reply_and_is_not_yielded():
+    p = prompt_of(10)
+    full = expected(p, 10)
+    stop = full[4]
+    assert stop not in full[:4]
+    s = mock_engine(stop={stop}).new_session()
+    out = list(s.generate(p, GREEDY.replace(max_new_tokens=10)))
+    assert out == full[:4]
+    assert s.stats.stop_reason == "stop" and s.stats.new_tokens == 4
+
+
+def test_context_full_stops_without_error():
+    ctx, n = 48, 30
+    eng = mock_engine(ctx=ctx, page_size=16)
+    s = eng.new_session()
+    p = prompt_of(n)
+    out = list(s.generate(p))  # greedy, no token budget
+    assert s.stats.stop_reason == "context"
+    assert len(out) == ctx - n + 1 and out == expected(p, len(out))
+    assert s.num_cached == ctx
+
+
+def test_prompt_too_long_and_empty():
+    s = mock_engine(ctx=32).new_session()
+    with pytest.raises(ValueError, match=r"32 tokens.*holds 32"):
+        s.generate(prompt_of(32))
+    list(s.generate(prompt_of(31), GREEDY.replace(max_new_tokens=1)))  # 31 + 1 fits
+    with pytest.raises(ValueError, match="empty"):
+        s.generate([])
+
+
+def test_reset_and_sessions_share_the_pool():
+    eng = mock_engine()
+    total = eng.pool.num_free_pages
+    a, b = eng.new_session(), eng.new_session()
+    pa, pb = prompt_of(40), prompt_of(23, seed=5)
+    ra = list(a.generate(pa, GREEDY.replace(max_new_tokens=3)))
+    rb = list(b.generate(pb, GREEDY.replace(max_new_tokens=3)))
+    assert (ra, rb) == (expected(pa, 3), expected(pb, 3))
+    assert eng.pool.num_free_pages == total - 3 - 2
+    a.reset()
+    assert a.num_cached == 0 and eng.pool.num_free_pages == total - 2
+    b.reset()
+    assert eng.pool.num_free_pages == total
+    assert list(a.generate(pb, GREEDY.replace(max_new_tokens=3))) == rb
+
+
+def test_stats_to_dict():
+    s = mock_engine().new_session()
+    list(s.generate(prompt_of(5), GREEDY.replace(max_new_tokens=4)))
+    d = s.stats.to_dict()
+    assert d["prompt_tokens"] == 5 and d["new_tokens"] == 4 and d["prefill_tokens"] == 5
+    assert d["decode_tokens_per_s"] == pytest.approx(3 / d["decode_s"])
+
+
+# ---------------------------------------------------------------------------- tiny Qwen3
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_ckpt):
+    from models.loader import load_model
+    from models.tokenizer import Qwen3Tokenizer
+
+    model = load_model(tiny_ckpt, device="cpu", dtype=torch.float32)
+    return tiny_ckpt, model, Qwen3Tokenizer.from_folder(tiny_ckpt)
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(tiny):
+    """prompt ids -> (40 greedy token ids, float32 logits [40, vocab]) from transformers."""
+    transformers = pytest.importorskip("transformers")
+    folder, _, tok = tiny
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    cache = {}
+
+    def run(ids: list[int]):
+        if tuple(ids) not in cache:
+            with torch.no_grad():
+                out = hf.generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False,
+                                  output_logits=True, return_dict_in_generate=True,
+                                  suppress_tokens=list(range(tok.vocab_limit, 151936)))
+            toks = out.sequences[0, len(ids):].tolist()
+            cache[tuple(ids)] = (toks, torch.cat(out.logits)[: len(toks)].float())
+        return cache[tuple(ids)]
+
+    return run
+
+
+def tiny_engine(tiny, chunk=None, page_size=16, ctx=512, kv_cache="bf16"):
+    folder, model, tok = tiny
+    cfg = EngineConfig(folder, ctx=ctx, page_size=page_size, prefill_chunk=chunk, device="cpu",
+                       attention="reference", kv_cache=kv_cache)
+    eng = Engine(cfg, model=model, tokenizer=tok)
+    logits = []
+    inner = model.compute_logits
+    eng.model = SimpleNamespace(forward=model.forward, config=model.config,
+                                compute_logits=lambda h: logits.append(inner(h)) or logits[-1])
+    return eng, logits
+
+
+def text_ids(tok, texts_dir, n: int) -> list[int]:
+    ids = tok.encode((texts_dir / "pride_and_prejudice.txt").read_text(encoding="utf-8")[:4000])
+    return ids[:n]
+
+
+@pytest.mark.parametrize("length", [15, 16, 17])
+@pytest.mark.parametrize("chunk", [1, 7, 16, None])
+def test_greedy_equals_transformers(tiny, hf_greedy, texts_dir, length, chunk):
+    eng, logits = tiny_engine(tiny, chunk=chunk)
+    prompt = text_ids(eng.tokenizer, texts_dir, length)
+    want, want_logits = hf_greedy(prompt)
+    got = list(eng.new_session().generate(prompt, GREEDY.replace(max_new_tokens=40)))
+    assert got == want
+    torch.testing.assert_close(torch.cat(logits)[: len(got)], want_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_int8_cache_close_to_transformers(tiny, hf_greedy, texts_dir):
+    """INT8 K/V: the first step's logits (one prefill) stay close to the float reference."""
+    eng, logits = tiny_engine(tiny, kv_cache="int8")
+    prompt = text_ids(eng.tokenizer, texts_dir, 17)
+    _, want_logits = hf_greedy(prompt)
+    list(eng.new_session().generate(prompt, GREEDY.replace(max_new_tokens=1)))
+    err = ((logits[0][0] - want_logits[0]) ** 2).sum() / (want_logits[0] ** 2).sum()
+    assert err < 1e-3, f"logit NMSE {err:.2e}"
+
+
+def test_chat_multi_turn_matches_fresh_session(tiny):
+    eng, _ = tiny_engine(tiny, chunk=7)
+    tok = eng.tokenizer
+    msgs = [{"role": "user", "content": "Name three rivers."}]
+    s = eng.new_session()
+    r1 = list(s.generate(tok.chat_ids(msgs, enable_thinking=False),
+                         GREEDY.replace(max_new_tokens=12)))
+    msgs += [{"role": "assistant", "content": tok.decode(r1)},
+             {"role": "user", "content": "And two more."}]
+    p2 = tok.chat_ids(msgs, enable_thinking=False)
+    r2 = list(s.generate(p2, GREEDY.replace(max_new_tokens=12)))
+    assert s.stats.reused_tokens > 0
+    assert s.stats.reused_tokens + s.stats.prefill_tokens == len(p2)
+    fresh = tiny_engine(tiny)[0].new_session()
+    assert list(fresh.generate(p2, GREEDY.replace(max_new_tokens=12))) == r2
+
+
+def test_same_seed_same_tokens(tiny):
+    eng, _ = tiny_engine(tiny)
+    prompt = eng.tokenizer.encode("Once upon a time")
+    sp = SamplingParams(temperature=1.0, top_k=50, top_p=0.9, max_new_tokens=15)
+
+    def run(seed):
+        return list(eng.new_session().generate(prompt, sp.replace(seed=seed)))
+
+    a, b, c = run(7), run(7), run(8)
+    assert a == b
+    assert a != c
+    assert all(t < eng.tokenizer.vocab_limit for t in a + c)
