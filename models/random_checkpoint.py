@@ -8,7 +8,8 @@ Usage::
 Sizes: ``tiny`` (hidden 64, 2 layers, 4 query / 2 KV heads, head_dim 32, intermediate 128, the
 real vocabulary of 151936 so that ids from the real tokenizer are valid; ``vocab_size=`` makes it
 smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b``, read from the
-published configs in ``../shared/data/qwen3-configs/`` (``config_dir=`` / ``--config-dir``).
+published configs in ``$INFER_SHARED/data/qwen3-configs/`` (INFER_SHARED defaults to ``../shared``
+next to the repo; or pass ``config_dir=`` / ``--config-dir``).
 
 Design: weights are drawn with torch on the fastest device present (CUDA if any), one tensor at a
 time, and streamed into the safetensors files by a small writer of our own (8-byte header length,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import queue
 import shutil
 import struct
@@ -33,7 +35,8 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG_DIR = REPO.parent / "shared" / "data" / "qwen3-configs"
+SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared"))
+DEFAULT_CONFIG_DIR = SHARED / "data" / "qwen3-configs"
 
 REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
               "14b": "Qwen3-14B"}
