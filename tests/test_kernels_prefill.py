@@ -21,8 +21,8 @@ from kernels import reference as ref
 from kernels.prefill_attention import prefill_attention
 
 # INT8 (per-vector, scale = amax/127) output error relative to full precision, as NMSE
-# sum((o - o_ref)^2) / sum(o_ref^2). Measured around 1e-5 on random data; the bound leaves margin.
-INT8_NMSE_BOUND = 1e-3
+# sum((o - o_ref)^2) / sum(o_ref^2). Measured ~5e-5 on the CPU cases (random data); 10x margin.
+INT8_NMSE_BOUND = 5e-4
 TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=2e-3, rtol=4e-3),
        torch.bfloat16: dict(atol=1.5e-2, rtol=2e-2)}
 
