@@ -1,105 +1,91 @@
-"""models/config.py: both config.json formats, YaRN spellings, validation errors."""
+"""infer/config.py: parse_ctx, EngineConfig and SamplingParams validation, generation_config.json
+defaults."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest import CONFIGS_DIR
+import torch
 
-from models.config import Qwen3Config, YarnScaling
-
-transformers = pytest.importorskip("transformers")
-
-TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=32)
-YARN = {"factor": 4.0, "original_max_position_embeddings": 32768}
+from infer.config import EngineConfig, SamplingParams, parse_ctx
 
 
-def _hf_saved(tmp_path, **kw) -> dict:
-    """config.json as transformers 5 writes it (rope_parameters format)."""
-    transformers.Qwen3Config(**TINY, **kw).save_pretrained(tmp_path)
-    return json.loads((tmp_path / "config.json").read_text())
+@pytest.mark.parametrize("text,want", [("32k", 32768), ("32K", 32768), ("32768", 32768),
+                                       ("128k", 131072), (" 4k ", 4096), (100, 100)])
+def test_parse_ctx(text, want):
+    assert parse_ctx(text) == want
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS_DIR.glob("Qwen3-*")))
-def test_published_configs(name):
-    raw = json.loads((CONFIGS_DIR / name / "config.json").read_text())
-    cfg = Qwen3Config.from_json(CONFIGS_DIR / name)
-    for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                  "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps",
-                  "max_position_embeddings", "tie_word_embeddings", "torch_dtype"):
-        assert getattr(cfg, field) == raw[field], field
-    assert cfg.rope_theta == raw["rope_theta"]
-    assert cfg.rope_scaling is None and raw["rope_scaling"] is None
-    assert cfg.q_size == raw["num_attention_heads"] * raw["head_dim"]
+@pytest.mark.parametrize("text", ["", "k", "32m", "-5", "0", "3.5k", "32 kb", "0k"])
+def test_parse_ctx_errors(text):
+    with pytest.raises(ValueError, match="context size"):
+        parse_ctx(text)
 
 
-def test_published_config_with_yarn_in_both_spellings():
-    raw = json.loads((CONFIGS_DIR / "Qwen3-8B" / "config.json").read_text())
-    a = Qwen3Config.from_dict({**raw, "rope_scaling": {"rope_type": "yarn", **YARN}})
-    b = Qwen3Config.from_dict({**raw, "rope_scaling": {"type": "yarn", **YARN}})
-    assert a == b
-    assert a.rope_scaling == YarnScaling(4.0, 32768)
-    assert a.rope_theta == raw["rope_theta"]
+def test_engine_config_defaults_on_cpu():
+    c = EngineConfig("m", device="cpu")
+    assert c.torch_device == torch.device("cpu")
+    assert c.torch_dtype == torch.float32 and c.chunk == 512
+    assert c.num_pages == 32768 // 64 + 1
+    c = EngineConfig("m", device="cpu", dtype="bfloat16", prefill_chunk=7, ctx=100, page_size=16)
+    assert c.torch_dtype == torch.bfloat16 and c.chunk == 7 and c.num_pages == 7 + 1
 
 
-def test_transformers5_rope_parameters_format_default(tmp_path):
-    saved = _hf_saved(tmp_path, rope_theta=123456.0)
-    assert "rope_parameters" in saved and "rope_theta" not in saved  # the format under test
-    cfg = Qwen3Config.from_json(tmp_path)
-    assert cfg.rope_theta == 123456.0 and cfg.rope_scaling is None
-    assert (cfg.num_attention_heads, cfg.head_dim, cfg.vocab_size) == (4, 32, 512)
+def test_engine_config_cuda_defaults():
+    c = EngineConfig("m", device="cuda")
+    assert c.torch_dtype == torch.bfloat16 and c.chunk == 2048
 
 
-@pytest.mark.parametrize("spelling", ["rope_type", "type"])
-def test_transformers5_rope_parameters_format_yarn(tmp_path, spelling):
-    extra = {"beta_fast": 16.0, "truncate": False}
-    saved = _hf_saved(tmp_path, rope_theta=5e5,
-                      rope_scaling={spelling: "yarn", **YARN, **extra})
-    assert saved["rope_parameters"]["rope_type"] == "yarn" and "rope_scaling" not in saved
-    cfg = Qwen3Config.from_json(tmp_path / "config.json")
-    assert cfg.rope_theta == 5e5
-    assert cfg.rope_scaling == YarnScaling(4.0, 32768, beta_fast=16.0, truncate=False)
+@pytest.mark.parametrize("kw,match", [
+    ({"ctx": 0}, "ctx"), ({"kv_cache": "fp8"}, "kv cache"), ({"page_size": 48}, "page size"),
+    ({"dtype": "float64"}, "dtype"), ({"prefill_chunk": 0}, "prefill chunk"),
+    ({"attention": "flash"}, "attention"), ({"device": "tpu"}, "device"),
+    ({"device": "nonsense:x"}, "device")])
+def test_engine_config_errors(kw, match):
+    with pytest.raises(ValueError, match=match):
+        EngineConfig("m", **kw)
 
 
-def test_rope_parameters_with_only_the_old_spelling():
-    d = {"model_type": "qwen3", **TINY,
-         "rope_parameters": {"type": "yarn", "rope_theta": 1e6, **YARN}}
-    assert Qwen3Config.from_dict(d).rope_scaling == YarnScaling(4.0, 32768)
+@pytest.mark.parametrize("kw,match", [
+    ({"temperature": -0.1}, "temperature"), ({"temperature": float("nan")}, "temperature"),
+    ({"top_k": -1}, "top-k"), ({"top_k": 2.5}, "top-k"), ({"top_p": 0.0}, "top-p"),
+    ({"top_p": 1.5}, "top-p"), ({"min_p": -0.1}, "min-p"), ({"min_p": 1.1}, "min-p"),
+    ({"presence_penalty": 3.0}, "presence"), ({"seed": -1}, "seed"),
+    ({"max_new_tokens": 0}, "max new tokens")])
+def test_sampling_params_errors(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kw)
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "only 'yarn'"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "original_max_position"),
-    ({"rope_scaling": {"type": "yarn", "factor": 0.5, "original_max_position_embeddings": 8}},
-     "factor must be >= 1"),
-    ({"num_key_value_heads": 3}, "multiple of num_key_value_heads"),
-    ({"head_dim": 31}, "head_dim must be even"),
-    ({"hidden_size": 0}, "hidden_size must be a positive"),
-    ({"hidden_size": "wide"}, "invalid value"),
-    ({"torch_dtype": "float8"}, "unsupported torch_dtype"),
-    ({"architectures": ["Qwen3MoeForCausalLM"]}, "unsupported architecture Qwen3MoeForCausalLM"),
-    ({"architectures": ["LlamaForCausalLM"]}, "supports Qwen3ForCausalLM"),
-    ({"model_type": "llama"}, "unsupported model_type 'llama'"),
-])
-def test_invalid_configs_name_the_problem(bad, message):
-    d = {"model_type": "qwen3", **TINY, **bad}
-    with pytest.raises(ValueError, match=message):
-        Qwen3Config.from_dict(d)
+def test_sampling_params_edges_are_valid():
+    p = SamplingParams(temperature=0, top_k=10**9, top_p=1e-9, min_p=1.0, presence_penalty=-2)
+    assert p.greedy
+    assert p.replace(top_k=None, seed=3) == SamplingParams(
+        temperature=0, top_k=10**9, top_p=1e-9, min_p=1.0, presence_penalty=-2, seed=3)
 
 
-def test_missing_and_unreadable_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no config.json"):
-        Qwen3Config.from_json(tmp_path)
-    (tmp_path / "config.json").write_bytes(b"\xff\xfe garbage")
+def test_from_generation_config(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps(
+        {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
+         "eos_token_id": [151645, 151643]}))
+    p = SamplingParams.from_generation_config(tmp_path)
+    assert (p.temperature, p.top_k, p.top_p, p.min_p) == (0.6, 20, 0.95, 0.0)
+    p = SamplingParams.from_generation_config(tmp_path, temperature=0.0, top_k=None, seed=5,
+                                              max_new_tokens=9)
+    assert (p.temperature, p.top_k, p.seed, p.max_new_tokens) == (0.0, 20, 5, 9)
+    with pytest.raises(ValueError, match="unknown sampling option"):
+        SamplingParams.from_generation_config(tmp_path, temprature=1.0)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    assert SamplingParams.from_generation_config(tmp_path).greedy
+    (tmp_path / "generation_config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
-        Qwen3Config.from_json(tmp_path)
+        SamplingParams.from_generation_config(tmp_path)
 
 
-def test_derived_sizes():
-    cfg = Qwen3Config.from_dict({"model_type": "qwen3", **TINY})
-    assert (cfg.gqa_group, cfg.q_size, cfg.kv_size) == (2, 128, 64)
-    # K and V, per layer, per KV head: head_dim bf16 values, or int8 codes plus a float32 scale
-    assert cfg.kv_bytes_per_token("bf16") == 2 * 2 * 2 * 32 * 2
-    assert cfg.kv_bytes_per_token("int8") == 2 * 2 * 2 * (32 + 4)
+def test_from_generation_config_real_qwen3_and_missing(tmp_path):
+    from conftest import CONFIGS_DIR
+
+    p = SamplingParams.from_generation_config(CONFIGS_DIR / "Qwen3-8B")
+    assert (p.temperature, p.top_k, p.top_p) == (0.6, 20, 0.95)
+    assert SamplingParams.from_generation_config(tmp_path) == SamplingParams()

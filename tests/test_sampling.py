@@ -1,0 +1,150 @@
+"""infer/sampling.py: greedy, temperature, top-k, top-p, min-p, presence penalty, masked ids,
+seeds; frequencies of many independent draws against the filtered softmax."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infer.config import SamplingParams
+from infer.sampling import make_generator, sample
+
+N = 20000  # rows drawn at once: one sample per row
+
+
+def draws(logits_row, params, seed=0, n=N, **kw):
+    logits = logits_row.expand(n, -1)
+    return sample(logits, params, make_generator(seed, "cpu"), **kw)
+
+
+def freqs(ids, vocab):
+    return torch.bincount(ids, minlength=vocab).double() / ids.numel()
+
+
+def test_greedy_is_argmax_and_ignores_generator():
+    logits = torch.randn(6, 100)
+    p = SamplingParams(temperature=0.0, top_k=3, top_p=0.1, min_p=0.5)
+    out = sample(logits, p, make_generator(1, "cpu"))
+    assert out.dtype == torch.int64 and out.shape == (6,)
+    assert torch.equal(out, logits.argmax(-1))
+    assert torch.equal(sample(logits, p, None), out)
+
+
+def test_logits_not_modified_and_bf16_accepted():
+    logits = torch.randn(3, 64)
+    before = logits.clone()
+    sample(logits, SamplingParams(top_k=5, top_p=0.5, min_p=0.1, presence_penalty=1.0),
+           make_generator(0, "cpu"), presence=torch.ones(64, dtype=torch.bool), vocab_limit=60)
+    assert torch.equal(logits, before)
+    out = sample(logits.bfloat16(), SamplingParams(top_k=5), make_generator(0, "cpu"))
+    assert out.shape == (3,)
+
+
+def test_plain_sampling_matches_softmax():
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])
+    for temp in (1.0, 2.0, 0.5):
+        f = freqs(draws(logits, SamplingParams(temperature=temp)), 5)
+        torch.testing.assert_close(f, torch.softmax(logits.double() / temp, 0), atol=0.015,
+                                   rtol=0)
+
+
+def test_top_k_keeps_k_best_and_k_above_vocab_is_off():
+    logits = torch.tensor([3.0, 0.0, 2.0, 1.0, -1.0, 2.5])
+    f = freqs(draws(logits, SamplingParams(top_k=2)), 6)
+    want = torch.zeros(6, dtype=torch.float64)
+    want[[0, 5]] = torch.softmax(torch.tensor([3.0, 2.5], dtype=torch.float64), 0)
+    torch.testing.assert_close(f, want, atol=0.015, rtol=0)
+    assert torch.equal(draws(logits, SamplingParams(top_k=1)), torch.zeros(N, dtype=torch.long))
+    # k > vocabulary: same draws as no top-k at all (same seed).
+    assert torch.equal(draws(logits, SamplingParams(top_k=1000)),
+                       draws(logits, SamplingParams(top_k=0)))
+
+
+def test_top_p_nucleus():
+    probs = torch.tensor([0.05, 0.5, 0.15, 0.3])
+    logits = probs.log()
+    f = freqs(draws(logits, SamplingParams(top_p=0.7)), 4)  # keeps 0.5 and 0.3
+    torch.testing.assert_close(f, torch.tensor([0, 0.625, 0, 0.375], dtype=torch.float64),
+                               atol=0.015, rtol=0)
+    f = freqs(draws(logits, SamplingParams(top_p=0.8)), 4)  # 0.5 + 0.3 reach 0.8 exactly
+    assert f[0] == 0 and f[2] == 0
+    f = freqs(draws(logits, SamplingParams(top_p=0.81)), 4)  # needs 0.15 too
+    assert f[2] > 0 and f[0] == 0
+
+
+@pytest.mark.parametrize("top_p", [1e-9, 1e-3, 0.01])
+def test_tiny_top_p_keeps_the_most_likely_token(top_p):
+    logits = torch.randn(4, 1000) * 3
+    for row in logits:
+        assert (draws(row, SamplingParams(top_p=top_p), n=500) == row.argmax()).all()
+
+
+def test_min_p():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    f = freqs(draws(probs.log(), SamplingParams(min_p=0.2)), 4)  # drops below 0.1
+    torch.testing.assert_close(f, (probs.double() * torch.tensor([1, 1, 1, 0])) / 0.95,
+                               atol=0.015, rtol=0)
+    assert (draws(probs.log(), SamplingParams(min_p=1.0), n=500) == 0).all()
+
+
+def test_filters_compose_in_order():
+    """temperature, then top-k, then top-p on the renormalized top-k, then min-p."""
+    logits = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0])
+    p = SamplingParams(temperature=2.0, top_k=4, top_p=0.75, min_p=0.0)
+    sm = torch.softmax(logits[:4].double() / 2.0, 0)  # top-k = 4
+    keep = (torch.cumsum(sm, 0) - sm) < 0.75
+    want = torch.zeros(5, dtype=torch.float64)
+    want[:4] = torch.where(keep, sm, 0) / torch.where(keep, sm, 0).sum()
+    torch.testing.assert_close(freqs(draws(logits, p), 5), want, atol=0.015, rtol=0)
+
+
+def test_masked_ids_never_sampled():
+    vocab, limit = 300, 250
+    logits = torch.randn(vocab)
+    logits[limit:] = 50.0  # padded ids with the largest logits
+    for p in (SamplingParams(temperature=0.0), SamplingParams(temperature=1.0),
+              SamplingParams(temperature=5.0, top_k=1000, top_p=1.0),
+              SamplingParams(temperature=1.0, top_p=1e-6), SamplingParams(min_p=1.0)):
+        out = draws(logits, p, n=2000, vocab_limit=limit)
+        assert (out < limit).all(), p
+    assert (draws(logits, SamplingParams(temperature=0.0), n=1) >= limit).all()  # unmasked
+
+
+def test_presence_penalty():
+    logits = torch.tensor([[2.0, 1.5, 0.5, -1.0]])
+    seen = torch.tensor([True, False, False, False])
+    greedy = SamplingParams(temperature=0.0, presence_penalty=1.0)
+    assert sample(logits, greedy, presence=seen).item() == 1
+    assert sample(logits, greedy.replace(presence_penalty=0.4), presence=seen).item() == 0
+    neg = SamplingParams(temperature=0.0, presence_penalty=-2.0)
+    assert sample(logits, neg, presence=torch.tensor([False, False, True, False])).item() == 2
+    f = freqs(draws(logits[0], SamplingParams(presence_penalty=1.0), presence=seen), 4)
+    torch.testing.assert_close(f, torch.softmax(logits[0].double() - seen.double(), 0),
+                               atol=0.015, rtol=0)
+
+
+def test_same_seed_same_draws():
+    logits = torch.zeros(100)
+    p = SamplingParams(temperature=1.0, top_k=50, top_p=0.9)
+    a, b, c = draws(logits, p, seed=3, n=64), draws(logits, p, seed=3, n=64), \
+        draws(logits, p, seed=4, n=64)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    g1, g2 = make_generator(None, "cpu"), make_generator(None, "cpu")
+    assert g1.initial_seed() != g2.initial_seed()
+
+
+@pytest.mark.gpu
+def test_sampling_never_syncs_on_cuda():
+    logits = torch.randn(2, 151936, device="cuda")
+    seen = torch.zeros(151936, dtype=torch.bool, device="cuda")
+    gen = make_generator(0, "cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for p in (SamplingParams(temperature=0.0),
+                  SamplingParams(temperature=0.6, top_k=20, top_p=0.95, min_p=0.05,
+                                 presence_penalty=0.5)):
+            sample(logits, p, gen, presence=seen, vocab_limit=151669)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
