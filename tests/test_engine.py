@@ -316,3 +316,40 @@ def test_same_seed_same_tokens(tiny):
     assert a == b
     assert a != c
     assert all(t < eng.tokenizer.vocab_limit for t in a + c)
+
+
+# ---------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_gpu_engine_loads_and_matches_transformers(tiny, hf_greedy, texts_dir):
+    """The engine's own loading path on CUDA (capacity check, loader, pool on the GPU)."""
+    folder, _, tok = tiny
+    eng = Engine(EngineConfig(folder, ctx=4096, page_size=16, prefill_chunk=7, device="cuda",
+                              dtype="float32", attention="reference"))
+    assert eng.pool.layer(0).k.is_cuda
+    prompt = text_ids(tok, texts_dir, 17)
+    want, _ = hf_greedy(prompt)
+    s = eng.new_session()
+    assert list(s.generate(prompt, GREEDY.replace(max_new_tokens=40))) == want
+    assert s.stats.ttft_s > 0 and s.stats.decode_tokens_per_s > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_engine_bf16_runs(tiny, kv_cache):
+    folder, _, tok = tiny
+    eng = Engine(EngineConfig(folder, ctx=2048, kv_cache=kv_cache, device="cuda"))
+    assert eng.dtype == torch.bfloat16
+    s = eng.new_session()
+    p = tok.chat_ids([{"role": "user", "content": "Hello"}])
+    out = list(s.generate(p, eng.default_sampling(seed=1, max_new_tokens=32)))
+    assert 0 < len(out) <= 32 and all(t < tok.vocab_limit for t in out)
+    assert list(eng.new_session().generate(p, eng.default_sampling(seed=1,
+                                                                   max_new_tokens=32))) == out
+
+
+@pytest.mark.gpu
+def test_gpu_ctx_that_does_not_fit(tiny):
+    with pytest.raises(ValueError, match=r"does not fit.*Largest context that fits: bf16: \d+"):
+        Engine(EngineConfig(tiny[0], ctx=1 << 30, device="cuda"))

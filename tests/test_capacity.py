@@ -1,0 +1,76 @@
+"""infer/capacity.py: weight bytes, KV + activation needs, the largest context that fits, and the
+error message when --ctx does not fit (free GPU memory mocked)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infer import capacity
+from infer.config import EngineConfig
+from models.config import Qwen3Config
+
+
+@pytest.fixture(scope="module")
+def qwen8b():
+    from conftest import CONFIGS_DIR
+
+    return Qwen3Config.from_json(CONFIGS_DIR / "Qwen3-8B")
+
+
+def test_weight_bytes_from_config_matches_published_sizes(qwen8b):
+    # Qwen3-8B has 8.19 B parameters (model card): 2 bytes each in bfloat16.
+    n = capacity.weight_bytes("/nonexistent", qwen8b, torch.bfloat16)
+    assert abs(n / 2 - 8.19e9) < 0.01e9
+
+
+def test_weight_bytes_from_files(tiny_ckpt):
+    from models.loader import load_model
+
+    model = load_model(tiny_ckpt, dtype=torch.float32)
+    params = sum(p.numel() for p in model.parameters())  # tied: counted once
+    n32 = capacity.weight_bytes(tiny_ckpt, model.config, torch.float32)
+    assert 4 * params <= n32 < 4 * params * 1.01  # file = tensors + a small header
+    assert capacity.weight_bytes(tiny_ckpt, model.config, torch.bfloat16) == n32 // 2
+
+
+def test_bytes_needed_counts_the_pool(qwen8b):
+    cfg = EngineConfig("m", ctx=32768, device="cuda", attention="triton")
+    kv = 32768 // 64 + 1
+    for kv_cache in ("bf16", "int8"):
+        per_page = 64 * qwen8b.kv_bytes_per_token(kv_cache)
+        need = capacity.bytes_needed(cfg, qwen8b, "triton", kv_cache, 32768)
+        act = capacity.activation_bytes(qwen8b, 2048, 32768, "triton", 2)
+        assert need == kv * per_page + act
+    # The reference attention materializes float32 scores [Hq, chunk, ctx]: far more memory.
+    assert capacity.activation_bytes(qwen8b, 2048, 32768, "reference", 2) > 3 * 4 * 32 * 2048 \
+        * 32768
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_largest_ctx_is_tight(qwen8b, kv_cache):
+    cfg = EngineConfig("m", device="cuda", kv_cache=kv_cache)
+    budget = 20 << 30
+    best = capacity.largest_ctx(budget, cfg, qwen8b, "triton", kv_cache)
+    assert best % 64 == 0 and best > 0
+    assert capacity.bytes_needed(cfg, qwen8b, "triton", kv_cache, best) <= budget
+    assert capacity.bytes_needed(cfg, qwen8b, "triton", kv_cache, best + 64) > budget
+    assert capacity.largest_ctx(1 << 20, cfg, qwen8b, "triton", kv_cache) == 0
+
+
+def test_check_capacity_message(qwen8b, monkeypatch, tmp_path):
+    cfg = EngineConfig(tmp_path, ctx=131072, device="cuda", kv_cache="bf16")
+    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.bfloat16)
+    need = capacity.bytes_needed(cfg, qwen8b, "triton", "bf16", 131072)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (weights + need, 1 << 40))
+    capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"))  # fits exactly
+    free = weights + need // 2
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 1 << 40))
+    with pytest.raises(ValueError) as e:
+        capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"))
+    msg = str(e.value)
+    bf16 = capacity.largest_ctx(free - weights, cfg, qwen8b, "triton", "bf16")
+    int8 = capacity.largest_ctx(free - weights, cfg, qwen8b, "triton", "int8")
+    assert 0 < bf16 < 131072 and bf16 < int8
+    assert f"bf16: {bf16} tokens" in msg and f"int8: {int8} tokens" in msg
+    assert "--ctx 131072" in msg and "Lower --ctx" in msg
