@@ -1,4 +1,4 @@
-"""Read the text a user hands to ``infer summarize``: a file, or ``-`` for standard input.
+"""Read the text a user hands to ``infer``: a file, or ``-`` for standard input.
 
 Encodings: a byte-order mark picks UTF-8, UTF-16 LE/BE or UTF-32 LE/BE; without one the bytes are
 read as UTF-8. Invalid sequences become U+FFFD and are counted (the caller warns with the count).
@@ -49,7 +49,7 @@ def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
         ValueError: the input is empty, whitespace-only or binary.
     """
     if not data:
-        raise ValueError(f"{name} is empty: give a file with the text to summarize")
+        raise ValueError(f"{name} is empty: give a file (or standard input) holding some text")
     encoding, bom_len = detect_encoding(data)
     body = data[bom_len:]
     text = body.decode(encoding, errors="replace")
@@ -66,7 +66,8 @@ def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
             "e.g. iconv -f latin1 -t utf-8")
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
-        raise ValueError(f"{name} holds only whitespace: give a file with the text to summarize")
+        raise ValueError(f"{name} holds only whitespace: give a file (or standard input) holding "
+                         "some text")
     return text, n_replaced
 
 

@@ -1,0 +1,405 @@
+"""``infer``: the command line. Chat with, summarize with, or prompt a Qwen3 model.
+
+Design: this file parses flags, resolves the model (``models/hub.py``), reads input
+(``infer/textio.py``), builds an ``EngineConfig`` and hands the engine's token stream to
+``infer/render.py``, which shows it with rich. No tensor math here. Streams, so that output
+stays scriptable:
+
+- the reply text goes to stdout; warnings, errors, the live status line and the stats line after
+  each reply go to stderr;
+- with ``--json``, stdout holds only JSON (one object; in ``chat`` one object per reply, one per
+  line) and the reply text is streamed to stderr instead, so ``infer generate M P --json | jq``
+  always parses. The object includes the reply text.
+
+On a terminal the reply is shown live (its last lines plus tokens/s), then printed in full; when
+the output is piped, the text is written as it comes, verbatim (``<think>`` tags included).
+Errors are one line on stderr: exit code 2 for bad input (ValueError, NotImplementedError, a
+missing file, typer's usage errors), 1 for runtime failures, 130 for Ctrl-C outside the chat
+prompt; ``--debug`` adds the traceback.
+"""
+
+import json
+import sys
+import time
+import traceback
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, fields
+from dataclasses import replace as dc_replace
+from enum import Enum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from infer.render import ReplyView, format_stats
+
+DEFAULT_SUMMARY_MODEL = "Qwen/Qwen3-0.6B"
+SUMMARY_PROMPT = (
+    "Summarize the following text. Give its main points, the key people or ideas, and how it "
+    "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
+    "Write the summary of the text above.")
+CHAT_HELP = "/reset clears the conversation, /stats shows the last reply's numbers, /exit quits"
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Run Qwen3 models on one GPU at long context (32k-128k tokens).")
+
+
+class KVCache(str, Enum):
+    bf16 = "bf16"
+    int8 = "int8"
+
+
+class Attention(str, Enum):
+    auto = "auto"
+    reference = "reference"
+    triton = "triton"
+
+
+_E, _S, _O = "Engine", "Sampling", "Output"
+ModelArg = Annotated[str, typer.Argument(
+    help="Local checkpoint folder, or a Hugging Face hub id such as Qwen/Qwen3-8B.",
+    show_default=False)]
+Ctx = Annotated[str, typer.Option(
+    help="Context size in tokens (prompt + replies): 32768, 32k, 128k (k = 1024).",
+    rich_help_panel=_E)]
+KvCacheOpt = Annotated[KVCache, typer.Option(
+    "--kv-cache", help="KV cache format: bf16, or int8 codes + a float32 scale per token and head.",
+    rich_help_panel=_E)]
+PageSize = Annotated[int, typer.Option(help="Positions per KV page: 16, 32, 64 or 128.",
+                                       rich_help_panel=_E)]
+PrefillChunk = Annotated[int | None, typer.Option(
+    help="Prompt tokens per prefill step (default: 2048 on CUDA, 512 on CPU).",
+    show_default=False, rich_help_panel=_E)]
+AttentionOpt = Annotated[Attention, typer.Option(
+    help="Attention backend: reference (PyTorch), triton (kernels), auto (best available).",
+    rich_help_panel=_E)]
+Device = Annotated[str | None, typer.Option(
+    help="cuda, cuda:N or cpu (default: cuda when available, else cpu with a warning).",
+    show_default=False, rich_help_panel=_E)]
+_GEN = " (default: from the model's generation_config.json)"
+MaxNew = Annotated[int, typer.Option(
+    help="Most tokens per reply; 0 = no limit (until a stop token or a full context).",
+    rich_help_panel=_S)]
+Temperature = Annotated[float | None, typer.Option(
+    help="Sampling temperature; 0 = greedy" + _GEN, show_default=False, rich_help_panel=_S)]
+TopP = Annotated[float | None, typer.Option(
+    help="Nucleus sampling mass in (0, 1]" + _GEN, show_default=False, rich_help_panel=_S)]
+TopK = Annotated[int | None, typer.Option(
+    help="Keep the k most likely tokens; 0 = off" + _GEN, show_default=False,
+    rich_help_panel=_S)]
+MinP = Annotated[float | None, typer.Option(
+    help="Drop tokens below min-p x the top probability" + _GEN, show_default=False,
+    rich_help_panel=_S)]
+Presence = Annotated[float | None, typer.Option(
+    help="Subtract from the logits of tokens already in the reply, in [-2, 2]" + _GEN,
+    show_default=False, rich_help_panel=_S)]
+Seed = Annotated[int | None, typer.Option(help="Seed for reproducible sampling.",
+                                          show_default=False, rich_help_panel=_S)]
+Think = Annotated[bool, typer.Option(
+    "--think/--no-think", help="Qwen3 thinking mode (the model reasons before it answers).",
+    rich_help_panel=_O)]
+HideThinking = Annotated[bool, typer.Option(
+    "--hide-thinking", help="Do not show the thinking text (it is shown dimmed otherwise).",
+    rich_help_panel=_O)]
+System = Annotated[str | None, typer.Option(help="System prompt.", show_default=False,
+                                            rich_help_panel=_O)]
+Json = Annotated[bool, typer.Option(
+    "--json", help="Print the reply and its stats as JSON on stdout; stream the text to stderr.",
+    rich_help_panel=_O)]
+Debug = Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.",
+                                     rich_help_panel=_O)]
+
+
+@dataclass
+class Options:
+    """The flags every command shares (names equal the command parameters)."""
+
+    ctx: str
+    kv_cache: KVCache
+    page_size: int
+    prefill_chunk: int | None
+    attention: Attention
+    device: str | None
+    max_new_tokens: int
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    min_p: float | None
+    presence_penalty: float | None
+    seed: int | None
+    think: bool
+    hide_thinking: bool
+    json: bool
+    debug: bool
+
+    @classmethod
+    def pick(cls, params: dict) -> "Options":
+        """Build from a command's ``locals()`` (the parameters named like the fields)."""
+        return cls(**{f.name: params[f.name] for f in fields(cls)})
+
+    def sampling_overrides(self) -> dict:
+        return dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                    min_p=self.min_p, presence_penalty=self.presence_penalty, seed=self.seed,
+                    max_new_tokens=self.max_new_tokens or None)
+
+
+class UI:
+    """The two consoles: ``text`` gets the reply, ``err`` everything else (stderr)."""
+
+    def __init__(self, opts: Options):
+        self.opts = opts
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.text = self.err if opts.json else self.out
+
+    def warn(self, msg: str) -> None:
+        self.err.print(f"[yellow]warning:[/] {escape(msg)}")
+
+    def emit_json(self, obj: dict) -> None:
+        self.out.file.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self.out.file.flush()
+
+    def status(self, msg: str):
+        return self.err.status(msg) if self.err.is_terminal else nullcontext()
+
+
+@contextmanager
+def _errors(debug: bool):
+    """Turn exceptions into one line on stderr and an exit code (2 bad input, 1 runtime)."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        yield
+    except (typer.Exit, typer.Abort):
+        raise
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        raise typer.Exit(130) from None
+    except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
+        bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if not bad_input:
+            msg = f"{type(e).__name__}: {msg}"
+            if not debug:
+                msg += " (run with --debug for the traceback)"
+        err.print(f"[bold red]error:[/] {escape(msg)}")
+        raise typer.Exit(2 if bad_input else 1) from None
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _prepare(ui: UI, model: str):
+    """Validate the flags, resolve the model folder and load its tokenizer (not the weights).
+
+    Returns ``(EngineConfig, Qwen3Tokenizer)``. Raises ValueError on a bad flag or model.
+    """
+    import torch
+
+    from infer.config import EngineConfig, SamplingParams, parse_ctx
+    from models.hub import resolve_model
+    from models.tokenizer import Qwen3Tokenizer
+
+    o = ui.opts
+    cfg = EngineConfig(model="", ctx=parse_ctx(o.ctx), kv_cache=o.kv_cache.value,
+                       page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
+                       attention=o.attention.value)
+    SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
+    if o.device is None and not torch.cuda.is_available():
+        ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
+    folder = resolve_model(model)
+    return dc_replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder)
+
+
+def _check_fits(n_prompt: int, ctx: int) -> None:
+    """Raise ValueError when a prompt leaves no room for a reply in the context."""
+    if n_prompt + 1 > ctx:
+        need = -(-(n_prompt + 1) // 1024)
+        raise ValueError(f"the prompt is {n_prompt} tokens, longer than the context of {ctx} "
+                         f"tokens: raise --ctx (e.g. --ctx {need}k) or shorten the input")
+
+
+def _load_engine(ui: UI, cfg, tokenizer):
+    """Load the weights and allocate the KV pool. Returns ``(engine, seconds)``."""
+    from infer.engine import Engine
+
+    t0 = time.perf_counter()
+    with ui.status(f"loading {cfg.model} ..."):
+        engine = Engine(cfg, tokenizer=tokenizer)
+    return engine, time.perf_counter() - t0
+
+
+def _messages(system: str | None, user: str) -> list[dict]:
+    return ([{"role": "system", "content": system}] if system else []) + \
+        [{"role": "user", "content": user}]
+
+
+def _result(command: str, engine, reply, load_s: float, **extra) -> dict:
+    cfg = engine.config
+    return {"command": command, "model": str(cfg.model), "device": str(engine.device),
+            "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "attention": engine.attention_kind,
+            "page_size": cfg.page_size, "load_s": round(load_s, 3), **extra, **reply.to_dict()}
+
+
+def _one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], **extra) -> None:
+    """Load, reply once, print the stats (or the JSON); exit 130 if Ctrl-C cut the reply."""
+    _check_fits(len(ids), cfg.ctx)
+    engine, load_s = _load_engine(ui, cfg, tokenizer)
+    session = engine.new_session()
+    sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+    reply = ReplyView(ui.text, ui.err, engine, session,
+                      hide_thinking=ui.opts.hide_thinking).run(ids, sampling)
+    if ui.opts.json:
+        ui.emit_json(_result(command, engine, reply, load_s, **extra))
+    else:
+        ui.err.print(format_stats(reply.stats, ceiling=reply.ceiling), style="dim")
+    if reply.interrupted:
+        raise typer.Exit(130)
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+@app.command()
+def generate(
+    model: ModelArg,
+    prompt: Annotated[str, typer.Argument(help="The prompt text, or - to read standard input.",
+                                          show_default=False)],
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Feed the prompt as it is, without the chat template.",
+        rich_help_panel=_O)] = False,
+    system: System = None,
+    ctx: Ctx = "32k", kv_cache: KvCacheOpt = KVCache.bf16, page_size: PageSize = 64,
+    prefill_chunk: PrefillChunk = None, attention: AttentionOpt = Attention.auto,
+    device: Device = None, max_new_tokens: MaxNew = 512, temperature: Temperature = None,
+    top_p: TopP = None, top_k: TopK = None, min_p: MinP = None,
+    presence_penalty: Presence = None, seed: Seed = None, think: Think = False,
+    hide_thinking: HideThinking = False, json: Json = False, debug: Debug = False,
+):
+    """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
+    ui = UI(Options.pick(locals()))
+    with _errors(debug):
+        from infer.textio import read_text_input
+
+        if prompt == "-":
+            prompt, n_bad = read_text_input("-")
+            if n_bad:
+                ui.warn(f"{n_bad} invalid byte sequences in <stdin> were replaced with U+FFFD")
+        elif not prompt.strip():
+            raise ValueError("the prompt is empty: give some text, or - to read standard input")
+        cfg, tok = _prepare(ui, model)
+        ids = tok.encode(prompt) if raw else tok.chat_ids(_messages(system, prompt),
+                                                          enable_thinking=think)
+        _one_shot("generate", ui, cfg, tok, ids)
+
+
+@app.command()
+def summarize(
+    file: Annotated[str, typer.Argument(
+        help="Text file (UTF-8, or UTF-16 with a BOM), or - to read standard input.",
+        show_default=False)],
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="Local checkpoint folder or Hugging Face hub id.",
+        rich_help_panel=_E)] = DEFAULT_SUMMARY_MODEL,
+    ctx: Ctx = "32k", kv_cache: KvCacheOpt = KVCache.bf16, page_size: PageSize = 64,
+    prefill_chunk: PrefillChunk = None, attention: AttentionOpt = Attention.auto,
+    device: Device = None, max_new_tokens: MaxNew = 1024, temperature: Temperature = None,
+    top_p: TopP = None, top_k: TopK = None, min_p: MinP = None,
+    presence_penalty: Presence = None, seed: Seed = None, think: Think = False,
+    hide_thinking: HideThinking = False, json: Json = False, debug: Debug = False,
+):
+    """Summarize a text FILE that fits in the context (thinking off unless --think)."""
+    ui = UI(Options.pick(locals()))
+    with _errors(debug):
+        from infer.textio import read_text_input
+
+        text, n_bad = read_text_input(file)
+        if n_bad:
+            name = "<stdin>" if file == "-" else file
+            ui.warn(f"{n_bad} invalid byte sequences in {name} were replaced with U+FFFD")
+        cfg, tok = _prepare(ui, model)
+        ids = tok.chat_ids(_messages(None, SUMMARY_PROMPT.format(text=text)),
+                           enable_thinking=think)
+        _one_shot("summarize", ui, cfg, tok, ids, input_chars=len(text), replaced_bytes=n_bad)
+
+
+@app.command()
+def chat(
+    model: ModelArg,
+    system: System = None,
+    ctx: Ctx = "32k", kv_cache: KvCacheOpt = KVCache.bf16, page_size: PageSize = 64,
+    prefill_chunk: PrefillChunk = None, attention: AttentionOpt = Attention.auto,
+    device: Device = None, max_new_tokens: MaxNew = 0, temperature: Temperature = None,
+    top_p: TopP = None, top_k: TopK = None, min_p: MinP = None,
+    presence_penalty: Presence = None, seed: Seed = None, think: Think = True,
+    hide_thinking: HideThinking = False, json: Json = False, debug: Debug = False,
+):
+    """Talk with MODEL. /reset clears the conversation, /stats shows numbers, /exit quits.
+
+    Ctrl-C during a reply stops that reply; Ctrl-C or Ctrl-D at the prompt quits.
+    """
+    ui = UI(Options.pick(locals()))
+    with _errors(debug):
+        cfg, tok = _prepare(ui, model)
+        engine, load_s = _load_engine(ui, cfg, tok)
+        _repl(ui, engine, system, load_s)
+
+
+def _repl(ui: UI, engine, system: str | None, load_s: float) -> None:
+    """The chat loop; returns on /exit, Ctrl-D or Ctrl-C at the prompt."""
+    o = ui.opts
+    sampling = engine.default_sampling(**o.sampling_overrides())
+    session = engine.new_session()
+    base = [{"role": "system", "content": system}] if system else []
+    messages = list(base)
+    last = None
+    ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
+    while True:
+        try:
+            line = ui.text.input("[bold green]>[/] ")
+        except (EOFError, KeyboardInterrupt):
+            ui.text.print()
+            return
+        cmd = line.strip()
+        if not cmd:
+            continue
+        if cmd in ("/exit", "/quit"):
+            return
+        if cmd == "/reset":
+            session.reset()
+            messages, last = list(base), None
+            ui.err.print("[dim]conversation cleared[/]")
+            continue
+        if cmd == "/stats":
+            used = f"context: {session.num_cached} of {engine.ctx} tokens cached"
+            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True) + "; " + used
+                         if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
+            continue
+        if cmd.startswith("/") and " " not in cmd:
+            ui.warn(f"unknown command {cmd}: {CHAT_HELP}")
+            continue
+        messages.append({"role": "user", "content": line})
+        ids = engine.tokenizer.chat_ids(messages, enable_thinking=o.think)
+        try:
+            _check_fits(len(ids), engine.ctx)
+        except ValueError as e:
+            messages.pop()
+            ui.err.print(f"[bold red]error:[/] {escape(str(e))}; or /reset")
+            continue
+        last = ReplyView(ui.text, ui.err, engine, session,
+                         hide_thinking=o.hide_thinking).run(ids, sampling)
+        # The reply as the model wrote it (thinking included; the template drops old thinking).
+        messages.append({"role": "assistant", "content": last.raw})
+        if o.json:
+            ui.emit_json(_result("chat", engine, last, load_s))
+        else:
+            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True), style="dim")
+        if last.stats.stop_reason == "context":
+            ui.warn(f"the context is full ({engine.ctx} tokens): /reset, or restart with a "
+                    "larger --ctx")
+
+
+if __name__ == "__main__":
+    app()

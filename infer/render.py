@@ -1,0 +1,237 @@
+"""Show one streamed reply with rich: thinking apart from the answer, live tokens/s, final stats.
+
+Used by ``cli.py``; no tensor math. ``ReplyView.run`` drives ``Session.generate``, turns ids into
+text with the tokenizer's ``StreamDecoder`` and splits Qwen3's ``<think>...</think>`` block from the
+answer (``ThinkSplitter``, on text, so a tag cut across pieces is still found). Two ways to show it:
+
+- the text console is a terminal: a rich ``Live`` region holds the last lines of the reply
+  (thinking dimmed) and a status line (tokens, tokens/s, and the bandwidth ceiling when the engine
+  gives one); when the reply ends the region is replaced by the whole reply, printed once;
+- otherwise (piped, tests): the text is written as it comes, verbatim with its ``<think>`` tags
+  (dropped with ``hide_thinking``); the status line is shown live on stderr if that is a terminal.
+
+Ctrl-C during a reply ends that reply only: the generator is closed (the engine keeps the session
+consistent) and ``Reply.interrupted`` is set.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
+from rich.text import Text
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+class ThinkSplitter:
+    """Split streamed text into ``(is_thinking, text)`` segments at ``<think>``/``</think>``.
+
+    ``push(piece)`` returns the segments that are certain; a tail that could be the start of a tag
+    is held back until the next piece or ``flush()``. Tags are not part of any segment.
+    """
+
+    def __init__(self):
+        self.thinking = False
+        self._buf = ""
+
+    def push(self, piece: str) -> list[tuple[bool, str]]:
+        self._buf += piece
+        out: list[tuple[bool, str]] = []
+        while True:
+            tag = THINK_CLOSE if self.thinking else THINK_OPEN
+            i = self._buf.find(tag)
+            if i < 0:
+                break
+            if i:
+                out.append((self.thinking, self._buf[:i]))
+            self._buf = self._buf[i + len(tag):]
+            self.thinking = not self.thinking
+        keep = next((k for k in range(min(len(tag) - 1, len(self._buf)), 0, -1)
+                     if self._buf.endswith(tag[:k])), 0)
+        if len(self._buf) > keep:
+            out.append((self.thinking, self._buf[:len(self._buf) - keep]))
+            self._buf = self._buf[len(self._buf) - keep:]
+        return out
+
+    def flush(self) -> list[tuple[bool, str]]:
+        out, self._buf = ([(self.thinking, self._buf)] if self._buf else []), ""
+        return out
+
+
+def ceiling_tokens_per_s(engine, num_cached: int) -> float | None:
+    """Decode ceiling in tokens/s with ``num_cached`` tokens in the cache, or None if unknown.
+
+    ceiling = device read bandwidth / bytes read per token (weights + KV of the cached tokens +
+    INT8 scales), DESIGN.md "Measuring speed".
+
+    HOOK: the engine does not measure the bandwidth yet. This calls
+    ``engine.ceiling_tokens_per_s(num_cached) -> float | None`` when the engine defines it; the
+    live status line, the stats line and ``--json`` then show it.
+    """
+    fn = getattr(engine, "ceiling_tokens_per_s", None)
+    return fn(num_cached) if callable(fn) else None
+
+
+def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str:
+    """One line: prompt tokens (reused, in a chat), new tokens, time to first token, decode
+    tokens/s (and the ceiling when known), why it stopped. ``stats``: ``GenerationStats``."""
+    reused = f" ({stats.reused_tokens:,} reused)" if chat else ""
+    tps = f"{stats.decode_tokens_per_s:.1f} tok/s decode"
+    if ceiling:
+        tps += f" (ceiling {ceiling:.0f}, {100 * stats.decode_tokens_per_s / ceiling:.0f}%)"
+    return (f"prompt {stats.prompt_tokens:,} tokens{reused} · {stats.new_tokens:,} new tokens · "
+            f"first token {stats.ttft_s:.2f} s · {tps} · stop: {stats.stop_reason}")
+
+
+@dataclass
+class Reply:
+    """One finished (or interrupted) reply."""
+
+    raw: str  # the decoded text, tags included
+    answer: str  # the text outside <think>...</think>, stripped
+    thinking: str  # the text inside, stripped ("" without thinking)
+    stats: object  # GenerationStats
+    interrupted: bool
+    ceiling: float | None
+
+    def to_dict(self) -> dict:
+        return {"text": self.answer, "thinking": self.thinking or None,
+                **self.stats.to_dict(), "interrupted": self.interrupted,
+                "ceiling_tokens_per_s": self.ceiling}
+
+
+class ReplyView:
+    """Stream one reply of ``session`` to ``text`` (a rich Console), status on ``status``."""
+
+    def __init__(self, text: Console, status: Console, engine, session, *,
+                 hide_thinking: bool = False):
+        self.text, self.status, self.engine, self.session = text, status, engine, session
+        self.hide_thinking = hide_thinking
+        self.pretty = text.is_terminal
+        self._split = ThinkSplitter()
+        self._raw: list[str] = []
+        self._parts: dict[bool, list[str]] = {True: [], False: []}
+        self._shown = Text()
+        self._last_kind: bool | None = None
+        self._t0 = time.perf_counter()
+        self._prev_stats = session.stats
+
+    def run(self, prompt_ids: list[int], sampling) -> Reply:
+        """Generate and show the reply. Raises ValueError (from the engine) for a bad prompt."""
+        gen = self.session.generate(prompt_ids, sampling)
+        decoder = self.engine.tokenizer.stream_decoder()
+        interrupted = False
+        try:
+            with self._live():
+                try:
+                    for tok in gen:
+                        self._add(decoder.push(tok))
+                    self._add(decoder.flush())
+                except KeyboardInterrupt:
+                    interrupted = True
+                finally:
+                    gen.close()
+                for seg in self._split.flush():
+                    self._segment(*seg)
+        except KeyboardInterrupt:  # a second Ctrl-C while the view closes
+            interrupted = True
+        if self.pretty:
+            self.text.print(self._shown)
+        elif self._raw:
+            self.text.file.write("\n")
+            self.text.file.flush()
+        return Reply(raw="".join(self._raw), answer="".join(self._parts[False]).strip(),
+                     thinking="".join(self._parts[True]).strip(), stats=self.session.stats,
+                     interrupted=interrupted,
+                     ceiling=ceiling_tokens_per_s(self.engine, self.session.num_cached))
+
+    # ---------------------------------------------------------------- text
+
+    def _add(self, piece: str) -> None:
+        if not piece:
+            return
+        self._raw.append(piece)
+        if not self.pretty and not self.hide_thinking:
+            self.text.file.write(piece)
+            self.text.file.flush()
+        for seg in self._split.push(piece):
+            self._segment(*seg)
+
+    def _segment(self, thinking: bool, text: str) -> None:
+        self._parts[thinking].append(text)
+        if thinking and self.hide_thinking:
+            return
+        if not self.pretty:
+            if self.hide_thinking:
+                self.text.file.write(text)
+                self.text.file.flush()
+            return
+        if self._last_kind != thinking:  # a new section: drop its leading blank lines
+            text = text.lstrip("\n")
+            if not text:
+                return
+            if self._last_kind is not None:
+                self._shown.rstrip()
+                self._shown.append("\n\n")
+            self._last_kind = thinking
+        self._shown.append(text, style="dim italic" if thinking else None)
+
+    # ---------------------------------------------------------------- live status
+
+    def _live(self):
+        if self.pretty:
+            target, body = self.text, _Tail(self)
+        elif self.status.is_terminal:
+            target, body = self.status, _Status(self)
+        else:
+            return _NoLive()
+        return Live(body, console=target, refresh_per_second=8, transient=True)
+
+    def status_line(self) -> Text:
+        stats = self.session.stats
+        if stats is None or stats is self._prev_stats:
+            return Text("starting ...", style="dim")
+        if stats.new_tokens == 0:
+            return Text(f"prefilling {stats.prefill_tokens:,} tokens "
+                        f"({stats.reused_tokens:,} reused) · "
+                        f"{time.perf_counter() - self._t0:.1f} s", style="dim")
+        line = f"{stats.new_tokens:,} tokens · {stats.decode_tokens_per_s:.1f} tok/s"
+        ceiling = ceiling_tokens_per_s(self.engine, self.session.num_cached)
+        if ceiling:
+            line += f" (ceiling {ceiling:.0f} tok/s)"
+        return Text(line, style="dim")
+
+
+class _NoLive:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Status:
+    def __init__(self, view: ReplyView):
+        self.view = view
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.view.status_line()
+
+
+class _Tail:
+    """The last lines of the reply that fit the terminal, then the status line."""
+
+    def __init__(self, view: ReplyView):
+        self.view = view
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        rows = max(1, console.size.height - 2)
+        shown = self.view._shown
+        tail = shown[max(0, len(shown) - rows * options.max_width):]  # enough text for the rows
+        lines = tail.wrap(console, options.max_width)
+        if len(lines):
+            yield Text("\n").join(lines[-rows:])
+        yield self.view.status_line()

@@ -1,0 +1,305 @@
+"""The `infer` command line through typer's test runner, on a tiny random checkpoint on the CPU.
+
+Replies are sampled with a fixed seed, so two runs on the same prompt give the same text: that is
+how the input-decoding tests check that every encoding reaches the model as the same prompt.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import SUMMARY_PROMPT, app
+
+FAST = ["--ctx", "1k", "--device", "cpu", "--max-new-tokens", "3", "--temperature", "1",
+        "--seed", "0"]
+TEXT = "The cat sat on the mat.\nIt was a sunny day, and the cat was happy.\n"
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_ckpt):
+    from models.tokenizer import Qwen3Tokenizer
+
+    return Qwen3Tokenizer.from_folder(tiny_ckpt)
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+
+
+def ok_json(result) -> dict:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # exactly one JSON document on stdout
+
+
+def summary_ids(tok, text: str) -> list[int]:
+    messages = [{"role": "user", "content": SUMMARY_PROMPT.format(text=text)}]
+    return tok.chat_ids(messages, enable_thinking=False)
+
+
+def assert_one_line_error(result, code: int, *needles: str) -> None:
+    assert result.exit_code == code, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    assert "Traceback" not in result.output
+
+
+# ---------------------------------------------------------------------------- generate
+
+
+def test_generate_streams_text_then_stats(tiny_ckpt, tok):
+    result = invoke("generate", tiny_ckpt, "Hello there", *FAST)
+    assert result.exit_code == 0, result.output
+    n_prompt = len(tok.chat_ids([{"role": "user", "content": "Hello there"}],
+                                enable_thinking=False))
+    stats = result.stderr.strip().splitlines()[-1]
+    assert f"prompt {n_prompt} tokens" in stats and "tok/s decode" in stats
+    assert "first token" in stats and "new tokens" in stats
+    assert result.stdout.strip()  # the sampled text went to stdout, the stats did not
+    assert "prompt" not in result.stdout
+
+
+def test_generate_json_is_parseable_and_matches_the_text_stream(tiny_ckpt, tok):
+    obj = ok_json(invoke("generate", tiny_ckpt, "Hello there", *FAST, "--json"))
+    result = invoke("generate", tiny_ckpt, "Hello there", *FAST)  # same seed, no --json
+    assert obj["prompt_tokens"] == len(tok.chat_ids([{"role": "user", "content": "Hello there"}],
+                                                    enable_thinking=False))
+    assert 1 <= obj["new_tokens"] <= 3 and obj["stop_reason"] in ("length", "stop")
+    assert obj["ctx"] == 1024 and obj["kv_cache"] == "bf16" and obj["device"] == "cpu"
+    assert obj["ttft_s"] > 0 and obj["interrupted"] is False
+    for key in ("reused_tokens", "decode_tokens_per_s", "ceiling_tokens_per_s", "thinking"):
+        assert key in obj
+    assert obj["text"] == result.stdout.strip()
+
+
+def test_generate_prompt_from_stdin_and_raw(tiny_ckpt, tok):
+    from_arg = ok_json(invoke("generate", tiny_ckpt, "Tell me a story", *FAST, "--json"))
+    from_stdin = ok_json(invoke("generate", tiny_ckpt, "-", *FAST, "--json",
+                                input="Tell me a story"))
+    assert from_stdin["text"] == from_arg["text"]
+    assert from_stdin["prompt_tokens"] == from_arg["prompt_tokens"]
+    raw = ok_json(invoke("generate", tiny_ckpt, "Tell me a story", *FAST, "--json", "--raw",
+                         "--kv-cache", "int8", "--page-size", "16", "--prefill-chunk", "4"))
+    assert raw["prompt_tokens"] == len(tok.encode("Tell me a story"))
+    assert raw["kv_cache"] == "int8" and raw["page_size"] == 16
+
+
+def test_generate_interrupted_reply_exits_130(tiny_ckpt, monkeypatch):
+    def interrupt(self, piece):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("infer.render.ReplyView._add", interrupt)
+    result = invoke("generate", tiny_ckpt, "Hello", *FAST)
+    assert result.exit_code == 130
+    assert "stop: interrupted" in result.stderr
+
+
+# ---------------------------------------------------------------------------- summarize
+
+
+@pytest.fixture(scope="module")
+def plain_summary(tiny_ckpt, tmp_path_factory):
+    path = tmp_path_factory.mktemp("plain") / "story.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return ok_json(invoke("summarize", path, "--model", tiny_ckpt, *FAST, "--json"))
+
+
+def test_summarize_file(plain_summary, tok):
+    assert plain_summary["prompt_tokens"] == len(summary_ids(tok, TEXT))
+    assert plain_summary["input_chars"] == len(TEXT) and plain_summary["replaced_bytes"] == 0
+    assert plain_summary["command"] == "summarize"
+
+
+@pytest.mark.parametrize("raw", [
+    pytest.param(codecs.BOM_UTF8 + TEXT.encode(), id="utf8-bom"),
+    pytest.param(TEXT.encode("utf-16"), id="utf16"),
+    pytest.param(codecs.BOM_UTF16_LE + TEXT.replace("\n", "\r\n").encode("utf-16-le"),
+                 id="utf16le-crlf"),
+    pytest.param(codecs.BOM_UTF16_BE + TEXT.encode("utf-16-be"), id="utf16be"),
+    pytest.param(TEXT.replace("\n", "\r").encode(), id="cr-endings"),
+])
+def test_summarize_encodings_reach_the_model_as_the_same_text(raw, tiny_ckpt, tmp_path,
+                                                              plain_summary):
+    path = tmp_path / "story.txt"
+    path.write_bytes(raw)
+    obj = ok_json(invoke("summarize", path, "--model", tiny_ckpt, *FAST, "--json"))
+    assert obj["prompt_tokens"] == plain_summary["prompt_tokens"]
+    assert obj["text"] == plain_summary["text"]  # same prompt + same seed = same reply
+
+
+def test_summarize_stdin(tiny_ckpt, plain_summary):
+    raw = codecs.BOM_UTF8 + TEXT.replace("\n", "\r\n").encode()
+    obj = ok_json(invoke("summarize", "-", "--model", tiny_ckpt, *FAST, "--json", input=raw))
+    assert obj["prompt_tokens"] == plain_summary["prompt_tokens"]
+    assert obj["text"] == plain_summary["text"]
+
+
+def test_summarize_invalid_bytes_warns_with_the_count(tiny_ckpt, tmp_path, tok):
+    path = tmp_path / "damaged.txt"
+    path.write_bytes(TEXT.encode() + b"bad \xff\xfe byte and \xc3( end\n")
+    result = invoke("summarize", path, "--model", tiny_ckpt, *FAST, "--json")
+    obj = ok_json(result)
+    assert "warning: 3 invalid byte sequences" in result.stderr
+    assert obj["replaced_bytes"] == 3
+    text = TEXT + "bad \ufffd\ufffd byte and \ufffd( end\n"
+    assert obj["prompt_tokens"] == len(summary_ids(tok, text))
+
+
+@pytest.mark.parametrize("raw,needle", [
+    (b"", "is empty"),
+    (b"  \r\n\t \n", "only whitespace"),
+    ("\n \n".encode("utf-16"), "only whitespace"),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256)), "binary"),
+])
+def test_summarize_bad_files_exit_2(raw, needle, tiny_ckpt, tmp_path):
+    path = tmp_path / "input.txt"
+    path.write_bytes(raw)
+    result = invoke("summarize", path, "--model", tiny_ckpt, *FAST)
+    assert_one_line_error(result, 2, needle, str(path))
+
+
+def test_summarize_missing_file_and_empty_stdin_exit_2(tiny_ckpt, tmp_path):
+    assert_one_line_error(invoke("summarize", tmp_path / "nope.txt", "--model", tiny_ckpt),
+                          2, "no such file")
+    assert_one_line_error(invoke("summarize", "-", "--model", tiny_ckpt, input=b""),
+                          2, "<stdin> is empty")
+
+
+def test_prompt_longer_than_ctx_gives_both_counts(tiny_ckpt, tmp_path, tok):
+    text = "word " * 200
+    path = tmp_path / "long.txt"
+    path.write_text(text)
+    n = len(summary_ids(tok, text.replace("\r\n", "\n")))
+    assert n > 128
+    result = invoke("summarize", path, "--model", tiny_ckpt, "--ctx", "128", "--device", "cpu")
+    assert_one_line_error(result, 2, f"prompt is {n} tokens", "context of 128 tokens", "--ctx")
+
+
+# ---------------------------------------------------------------------------- flags and errors
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--ctx", "32q"], "invalid context size"),
+    (["--ctx", "0"], "at least 1 token"),
+    (["--page-size", "48"], "page size"),
+    (["--temperature", "-1"], "temperature"),
+    (["--top-p", "0"], "top-p"),
+    (["--prefill-chunk", "0"], "prefill chunk"),
+    (["--device", "tpu"], "device"),
+])
+def test_bad_flag_values_exit_2(flags, needle, tiny_ckpt):
+    result = invoke("generate", tiny_ckpt, "hi", *flags)
+    assert_one_line_error(result, 2, needle)
+
+
+@pytest.mark.parametrize("flags", [["--kv-cache", "fp8"], ["--attention", "flash"],
+                                   ["--max-new-tokens", "many"], ["--no-such-flag"]])
+def test_usage_errors_exit_2(flags, tiny_ckpt):
+    result = invoke("generate", tiny_ckpt, "hi", *flags)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("ctx", ["32k", "32K", "32768"])
+def test_ctx_spellings(ctx, tiny_ckpt):
+    obj = ok_json(invoke("generate", tiny_ckpt, "hi", *FAST, "--json", "--ctx", ctx,
+                         "--max-new-tokens", "1"))
+    assert obj["ctx"] == 32768
+
+
+def test_unknown_model_suggests_a_local_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    result = invoke("generate", "no-such-owner-xyz/no-such-model", "hi", "--device", "cpu")
+    assert_one_line_error(result, 2, "no-such-owner-xyz/no-such-model", "local folder")
+
+
+def test_runtime_failure_exits_1_with_traceback_only_under_debug(tiny_ckpt, monkeypatch):
+    def boom(self, *args, **kwargs):
+        raise RuntimeError("the device fell over")
+
+    monkeypatch.setattr("infer.engine.Engine.__init__", boom)
+    result = invoke("generate", tiny_ckpt, "hi", *FAST)
+    assert_one_line_error(result, 1, "RuntimeError: the device fell over", "--debug")
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--debug")
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and "the device fell over" in result.stderr
+
+
+def test_bad_input_traceback_only_under_debug(tiny_ckpt, tmp_path):
+    result = invoke("summarize", tmp_path / "nope.txt", "--model", tiny_ckpt, "--debug")
+    assert result.exit_code == 2
+    assert "Traceback" in result.stderr and "no such file" in result.stderr
+
+
+# ---------------------------------------------------------------------------- chat
+
+
+def test_chat_scripted_session(tiny_ckpt):
+    result = invoke("chat", tiny_ckpt, *FAST, "--no-think",
+                    input="hello\n/stats\n/reset\n/stats\n/exit\n")
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    assert "(0 reused)" in err and "tok/s decode" in err  # the stats line after the reply
+    assert "conversation cleared" in err
+    cached = [line for line in err.splitlines() if "tokens cached" in line]
+    assert len(cached) == 2
+    assert "context: 0 of 1024 tokens cached" in cached[1]  # /reset freed the conversation
+    assert "context: 0 of" not in cached[0]
+
+
+def test_chat_second_turn_reuses_the_cache_json_lines(tiny_ckpt):
+    result = invoke("chat", tiny_ckpt, *FAST, "--json", "--system", "Be brief.",
+                    input="hello\nand again\n")  # EOF after the second turn ends the chat
+    assert result.exit_code == 0, result.output
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["reused_tokens"] == 0
+    assert 0 < second["reused_tokens"] < second["prompt_tokens"]
+    assert second["reused_tokens"] <= first["prompt_tokens"] + first["new_tokens"]
+
+
+def test_chat_ctrl_c_stops_the_reply_and_keeps_the_session(tiny_ckpt, monkeypatch):
+    from infer.render import ReplyView
+
+    real_add, calls = ReplyView._add, []
+
+    def interrupt_first_reply(self, piece):
+        calls.append(piece)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_add(self, piece)
+
+    monkeypatch.setattr(ReplyView, "_add", interrupt_first_reply)
+    result = invoke("chat", tiny_ckpt, *FAST, "--json", input="hello\nagain\n/exit\n")
+    assert result.exit_code == 0, result.output
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["interrupted"] and first["stop_reason"] == "interrupted"
+    assert not second["interrupted"] and second["new_tokens"] >= 1
+    assert second["reused_tokens"] > 0
+
+
+def test_chat_ctrl_c_or_ctrl_d_at_the_prompt_exits_cleanly(tiny_ckpt, monkeypatch):
+    assert invoke("chat", tiny_ckpt, *FAST, input="").exit_code == 0  # Ctrl-D: EOF
+
+    def ctrl_c(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("rich.console.Console.input", ctrl_c)
+    result = invoke("chat", tiny_ckpt, *FAST)
+    assert result.exit_code == 0, result.output
+    assert "error" not in result.stderr
+
+
+def test_chat_too_long_message_is_an_error_but_the_chat_goes_on(tiny_ckpt):
+    result = invoke("chat", tiny_ckpt, "--ctx", "64", "--device", "cpu", "--max-new-tokens", "2",
+                    input="word " * 100 + "\n/unknown\nhi\n/exit\n")
+    assert result.exit_code == 0, result.output
+    assert "longer than the context of 64 tokens" in result.stderr
+    assert "unknown command /unknown" in result.stderr
+    assert "(0 reused)" in result.stderr  # "hi" was answered after the error
