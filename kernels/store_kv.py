@@ -20,7 +20,7 @@ import triton.language as tl
 
 # 1.5 * 2^23: adding and subtracting it rounds a float32 |x| < 2^22 to the nearest integer, ties to
 # even (the hardware rounding mode), exactly like torch.round.
-_ROUND_MAGIC = 12582912.0
+_ROUND_MAGIC = tl.constexpr(12582912.0)
 
 
 @triton.jit
