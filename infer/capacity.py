@@ -88,3 +88,22 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     raise ValueError(f"--ctx {cfg.ctx} with --kv-cache {cfg.kv_cache} does not fit: "
                      f"{free / gib:.1f} GiB free, weights take {weights / gib:.1f} GiB. "
                      f"Largest context that fits: {fits}. Lower --ctx or use --kv-cache int8")
+
+
+def measure_read_bandwidth(device: torch.device, nbytes: int = 256 << 20, iters: int = 10
+                           ) -> float:
+    """Device read bandwidth in bytes/s: median time of a sum over ``nbytes`` of random float32
+    (4x an H200's L2, never all-zero data), timed with CUDA events after a warm-up
+    (DESIGN.md "Measuring speed"). CUDA only."""
+    x = torch.rand(nbytes // 4, device=device)
+    x.sum()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        x.sum()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del x
+    return nbytes / sorted(times)[len(times) // 2]

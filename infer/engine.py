@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from infer.attention import make_attention, resolve_attention
-from infer.capacity import check_capacity
+from infer.capacity import check_capacity, measure_read_bandwidth
 from infer.config import EngineConfig, SamplingParams
 from infer.kv_pool import KVPool
 from infer.meta import build_meta
@@ -123,11 +123,27 @@ class Engine:
                            config.num_pages, config.page_size, config.kv_cache, self.dtype,
                            self.device)
         self.attn = make_attention(self.attention_kind, self.pool)
+        self._bandwidth: float | None = None
 
     @property
     def ctx(self) -> int:
         """Tokens one session can hold (prompt + replies over all turns)."""
         return self.config.ctx
+
+    def ceiling_tokens_per_s(self, num_cached: int) -> float | None:
+        """Decode ceiling (tokens/s) with ``num_cached`` positions cached: device read bandwidth
+        / bytes read per token (weights without the embedding, plus K/V and INT8 scales of the
+        cached positions), DESIGN.md "Measuring speed". The bandwidth is measured once, on the
+        first call (~0.1 s). None on the CPU."""
+        if self.device.type != "cuda":
+            return None
+        if self._bandwidth is None:
+            self._bandwidth = measure_read_bandwidth(self.device)
+        mc, dtype_bytes = self.model_config, torch.finfo(self.dtype).bits // 8
+        kv = mc.kv_bytes_per_token(self.config.kv_cache)
+        if self.config.kv_cache == "bf16":
+            kv = kv * dtype_bytes // 2
+        return self._bandwidth / (mc.weight_bytes_per_token(dtype_bytes) + num_cached * kv)
 
     def new_session(self) -> Session:
         """A fresh, empty conversation on this engine's pool."""

@@ -214,6 +214,7 @@ def test_stats_to_dict():
     d = s.stats.to_dict()
     assert d["prompt_tokens"] == 5 and d["new_tokens"] == 4 and d["prefill_tokens"] == 5
     assert d["decode_tokens_per_s"] == pytest.approx(3 / d["decode_s"])
+    assert s.engine.ceiling_tokens_per_s(10) is None  # CPU: no bandwidth figure
 
 
 # ---------------------------------------------------------------------------- tiny Qwen3
@@ -347,6 +348,9 @@ def test_gpu_engine_bf16_runs(tiny, kv_cache):
     assert 0 < len(out) <= 32 and all(t < tok.vocab_limit for t in out)
     assert list(eng.new_session().generate(p, eng.default_sampling(seed=1,
                                                                    max_new_tokens=32))) == out
+    c0, c1 = eng.ceiling_tokens_per_s(0), eng.ceiling_tokens_per_s(1000)
+    assert 1e11 < eng._bandwidth < 2e13  # bytes/s: any real GPU
+    assert c0 > c1 > 0
 
 
 @pytest.mark.gpu
