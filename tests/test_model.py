@@ -145,3 +145,27 @@ def test_bfloat16_forward_is_finite_and_close_to_float32(tiny_ckpt_factory):
     assert h16.dtype == torch.bfloat16 and l16.dtype == torch.float32
     assert torch.isfinite(l16).all()
     assert _rel_err(l16, l32) < 5e-2
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_checkpoint_saved_by_transformers(tmp_path, tie):
+    """A folder written by transformers 5 save_pretrained (rope_parameters, its own tensor
+    naming and tying) loads and gives transformers' logits, with YaRN past 32k."""
+    cfg = transformers.Qwen3Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=tie,
+        max_position_embeddings=131072, rope_parameters={"rope_theta": 1e6, **YARN})
+    hf = transformers.Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(0.05 * torch.randn_like(p))  # norms are all ones after init
+    hf.save_pretrained(tmp_path)
+    ours = load_model(tmp_path, dtype=torch.float32)
+    assert ours.config.rope_scaling is not None and ours.config.tie_word_embeddings == tie
+    ids = torch.randint(0, 512, (PROMPT_LEN,))
+    pos = torch.arange(40_000, 40_000 + PROMPT_LEN)
+    with torch.no_grad():
+        logits = ours.compute_logits(ours(ids, pos))
+        ref = hf(ids[None], position_ids=pos[None]).logits[0].float()
+    assert _rel_err(logits, ref) < 1e-4
