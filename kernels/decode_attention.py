@@ -204,7 +204,9 @@ class DecodeWorkspace:
 
     A call with ``B <= max_batch``, ``num_splits <= max_splits`` and ``n * group <= max_rows``
     uses the slice ``[:B, :, :num_splits, :n * group]`` (a view: no allocation, so a CUDA graph
-    can capture it).
+    can capture it). For an engine: ``max_rows = 16 * group`` covers every step of 1..16 tokens
+    and ``max_splits = default_num_splits(1, kv_heads, device)`` the largest default split count
+    (it shrinks as the batch grows).
     """
 
     o_part: torch.Tensor
@@ -329,6 +331,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     on_gpu = q.device.type == "cuda"
     if num_splits is None:
         num_splits = default_num_splits(batch, kv_heads, q.device)
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     if block_n is None:
         block_n = 128 if on_gpu else page_size
     if block_n & (block_n - 1) or (block_n % page_size and page_size % block_n):
