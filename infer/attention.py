@@ -5,7 +5,8 @@ A backend is a callable ``attn(layer_idx, q, k, v, meta) -> o`` that the model c
 attends the step's queries to every cached position of their sequence, causally, with GQA.
 
 - ``ReferenceAttention``: plain PyTorch (``kernels/reference.py``); the CPU path and the oracle.
-- The Triton backend (``kernels/*.py``) plugs in through ``make_attention``/``resolve_attention``.
+- ``TritonAttention``: the Triton kernels (``kernels/store_kv.py``, ``kernels/decode_attention.py``
+  with ``kernels/combine.py``, ``kernels/prefill_attention.py``); the default on CUDA.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ import torch
 from infer.kv_pool import KVPool
 from infer.meta import AttnMeta
 from kernels import reference
+from kernels.decode_attention import DecodeWorkspace, decode_attention, default_num_splits
+from kernels.prefill_attention import prefill_attention
+from kernels.store_kv import store_kv
+
+# Steps of up to this many new tokens per sequence take the split-KV decode kernel (GQA-packed
+# rows: n * group <= 16 * group); longer steps (prefill chunks) take the prefill kernel.
+MAX_DECODE_QUERIES = 16
 
 
 class ReferenceAttention:
@@ -46,32 +54,75 @@ class ReferenceAttention:
         return reference.paged_attention(q, cache, meta, self.sm_scale)
 
 
+class TritonAttention:
+    """Store K/V and attend with the Triton kernels, straight from the paged pool.
+
+    A step whose sequences all add the same ``n <= 16`` tokens (decode, speculative verification)
+    runs split-KV decode attention (flash-decoding; Dao et al. 2023) into a workspace allocated
+    once here; any other step (prefill chunks) runs the paged FlashAttention-2 prefill kernel.
+
+    Args:
+        pool: the engine's ``KVPool`` (on a CUDA device, or on the CPU under TRITON_INTERPRET=1).
+        sm_scale: logit scale; None means ``1 / sqrt(head_dim)``.
+        max_batch: the most sequences one decode step holds (sizes the workspace).
+        num_splits: split-KV splits per (sequence, KV head); None means about two programs per SM
+            (``default_num_splits``). Fixed for the life of the backend (CUDA-graph friendly).
+        group: the GQA group (query heads per KV head); sizes the workspace rows.
+    """
+
+    def __init__(self, pool: KVPool, sm_scale: float | None = None, max_batch: int = 1,
+                 num_splits: int | None = None, group: int = 1):
+        self.pool = pool
+        self.sm_scale = sm_scale
+        self.num_splits = num_splits or default_num_splits(max_batch, pool.kv_heads, pool.device)
+        self.group = group
+        self.workspace = DecodeWorkspace.allocate(
+            max_batch, pool.kv_heads, MAX_DECODE_QUERIES * group, self.num_splits,
+            pool.head_dim, pool.device)
+
+    def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 meta: AttnMeta) -> torch.Tensor:
+        """One layer's attention for one step; arguments as ``ReferenceAttention.__call__``."""
+        cache = self.pool.layer(layer_idx)
+        store_kv(k, v, cache.k, cache.v, meta.slot_mapping, cache.k_scale, cache.v_scale)
+        n, num_seqs = meta.max_query_len, meta.num_seqs
+        if n <= MAX_DECODE_QUERIES and q.shape[0] == n * num_seqs:
+            return decode_attention(
+                q, cache.k, cache.v, meta.seq_lens, meta.page_table, num_queries=n,
+                sm_scale=self.sm_scale, k_scale=cache.k_scale, v_scale=cache.v_scale,
+                num_splits=self.num_splits, workspace=self.workspace)
+        return prefill_attention(
+            q, cache.k, cache.v, meta.seq_lens, meta.query_start_loc, meta.page_table,
+            max_query_len=n, sm_scale=self.sm_scale, k_scale=cache.k_scale,
+            v_scale=cache.v_scale)
+
+
 def resolve_attention(kind: str, device: torch.device) -> str:
     """Turn ``"auto"`` into a concrete backend name for ``device``.
 
-    ``"auto"`` is ``"reference"`` until the Triton backend lands (then ``"triton"`` on CUDA).
+    ``"auto"`` is ``"triton"`` on CUDA and ``"reference"`` elsewhere (the Triton interpreter is
+    far too slow for real use on a CPU).
 
     Raises:
         ValueError: on an unknown name.
     """
     if kind == "auto":
-        return "reference"
+        return "triton" if torch.device(device).type == "cuda" else "reference"
     if kind not in ("reference", "triton"):
         raise ValueError(f"attention must be auto, reference or triton, got {kind!r}")
     return kind
 
 
-def make_attention(kind: str, pool: KVPool, **kwargs):
+def make_attention(kind: str, pool: KVPool, group: int = 1, **kwargs):
     """Build the attention backend ``kind`` (``"reference"`` or ``"triton"``; resolve ``"auto"``
-    with ``resolve_attention`` first) over ``pool``. Extra keyword arguments go to the backend.
+    with ``resolve_attention`` first) over ``pool``. ``group`` is the GQA group (query heads per
+    KV head); extra keyword arguments go to the backend.
 
     Raises:
-        NotImplementedError: for a backend that is not built yet.
         ValueError: on an unknown name.
     """
     if kind == "reference":
         return ReferenceAttention(pool, **kwargs)
     if kind == "triton":
-        raise NotImplementedError("the Triton attention backend is not built yet: "
-                                  "use --attention reference")
+        return TritonAttention(pool, group=group, **kwargs)
     raise ValueError(f"unknown attention backend {kind!r}: use reference or triton")

@@ -122,7 +122,7 @@ class Engine:
         self.pool = KVPool(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
                            config.num_pages, config.page_size, config.kv_cache, self.dtype,
                            self.device)
-        self.attn = make_attention(self.attention_kind, self.pool)
+        self.attn = make_attention(self.attention_kind, self.pool, group=mc.gqa_group)
         self._bandwidth: float | None = None
 
     @property
