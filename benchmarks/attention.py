@@ -30,8 +30,10 @@ Usage (on the GPU machine, from the repository root)::
     python benchmarks/attention.py --what prefill --sweep --out prefill.jsonl
     python benchmarks/attention.py --lengths 32768 --dtypes int8 --what decode
 
-``--sweep`` adds prefill tile configurations (BLOCK_M 32/64/128, BLOCK_N, warps, stages) and
-decode split counts, one line each, to pick the launchers' defaults from.
+``--sweep`` adds prefill tile configurations (BLOCK_M 32/64/128, BLOCK_N, warps, stages, pointer
+or TMA loads, warp specialization) and decode split counts, one line each, to pick the launchers'
+defaults from. The prefill ``config`` field is ``[BLOCK_M, BLOCK_N, num_warps, num_stages, tma,
+warp_specialize]`` or ``"default"`` (the launcher's heuristic).
 """
 
 from __future__ import annotations
@@ -52,8 +54,15 @@ from kernels.reference import quantize_int8  # noqa: E402
 
 HQ, HKV, D, PAGE = 32, 8, 128, 64
 DEVICE = "cuda"
-SWEEP_PREFILL = [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 8, 4), (128, 64, 4, 3),
-                 (64, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 4), (32, 64, 4, 3), (32, 32, 4, 4)]
+# Prefill tile sweep: (BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads, warp-specialized loop).
+SWEEP_PREFILL = [(128, 64, 8, 3, False, False), (128, 128, 8, 3, False, False),
+                 (128, 64, 8, 4, False, False), (128, 64, 4, 3, False, False),
+                 (64, 64, 4, 3, False, False), (64, 128, 4, 3, False, False),
+                 (64, 64, 4, 4, False, False), (32, 64, 4, 3, False, False),
+                 (32, 32, 4, 4, False, False),
+                 (128, 64, 8, 3, True, False), (128, 64, 8, 4, True, False),
+                 (64, 64, 4, 3, True, False), (128, 64, 4, 3, True, False),
+                 (128, 64, 8, 3, True, True), (128, 64, 4, 3, True, True)]
 SWEEP_SPLITS = [8, 16, 33, 64]
 
 
@@ -147,12 +156,12 @@ def bench_prefill(seq_len: int, kv: str, configs: list, rep_ms: int):
     qsl = torch.tensor([0, seq_len], dtype=torch.int32, device=DEVICE)
     out = torch.empty_like(q)
     for cfg in configs:
-        bm, bn, nw, st = cfg or (None,) * 4
+        bm, bn, nw, st, tma, ws = cfg or (None, None, None, None, None, False)
         try:
-            fn = lambda bm=bm, bn=bn, nw=nw, st=st: prefill_attention(  # noqa: E731
+            fn = lambda bm=bm, bn=bn, nw=nw, st=st, tma=tma, ws=ws: prefill_attention(  # noqa: E731
                 q, k, v, seq_lens, qsl, table, max_query_len=seq_len, sm_scale=D ** -0.5,
                 k_scale=ks, v_scale=vs, out=out, block_m=bm, block_n=bn, num_warps=nw,
-                num_stages=st)
+                num_stages=st, use_tma=tma, warp_specialize=ws)
             fn()
             ms = bench(fn, rep_ms)
             yield {**base, "impl": "ours", "config": list(cfg) if cfg else "default",
@@ -192,14 +201,18 @@ def bench_prefill(seq_len: int, kv: str, configs: list, rep_ms: int):
 
 
 def table(records: list) -> str:
-    rows = [f"{'what':9} {'impl':11} {'kv':5} {'positions':>9} {'config':18} {'us':>10} "
+    rows = [f"{'what':9} {'impl':11} {'kv':5} {'positions':>9} {'config':22} {'us':>10} "
             f"{'GB/s':>8} {'%bw':>6} {'TFLOP/s':>8}"]
     for r in records:
         if r["what"] == "bandwidth":
-            rows.append(f"{'bandwidth':9} {'x.sum()':11} {'':5} {'':>9} {'':18} {r['us']:10.1f} "
+            rows.append(f"{'bandwidth':9} {'x.sum()':11} {'':5} {'':>9} {'':22} {r['us']:10.1f} "
                         f"{r['GB/s']:8.0f}")
             continue
-        cfg = str(r.get("config", r.get("num_splits", r.get("gqa", ""))))
+        cfg = r.get("config", r.get("num_splits", r.get("gqa", "")))
+        if isinstance(cfg, list):
+            bm, bn, nw, st, tma, ws = cfg
+            cfg = f"{bm}x{bn} w{nw} s{st}{' tma' if tma else ''}{' ws' if ws else ''}"
+        cfg = str(cfg)
         if "error" in r:
             rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} "
                         f"ERROR {r['error'][:60]}")
@@ -207,7 +220,7 @@ def table(records: list) -> str:
         gbs = f"{r['GB/s']:8.0f}" if "GB/s" in r else " " * 8
         frac = f"{100 * r['frac_bw']:6.1f}" if "frac_bw" in r else " " * 6
         tf = f"{r['TFLOP/s']:8.1f}" if "TFLOP/s" in r else ""
-        rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} {cfg:18.18} "
+        rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} {cfg:22.22} "
                     f"{r['us']:10.1f} {gbs} {frac} {tf}")
     return "\n".join(rows)
 

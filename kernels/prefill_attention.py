@@ -38,37 +38,48 @@ LOG2E = 1.4426950408889634
 def _attend_blocks(acc, l_i, m_i, q,
                    k_ptr, v_ptr,            # pool base + KV-head offset, [pages, ., P, D]
                    ks_ptr, vs_ptr,          # scale base + KV-head offset, [pages, ., P]
+                   desc_k, desc_v,          # TMA descriptors over the pools as [rows, D]
                    pt_row_ptr,              # int32 [max_pages], this sequence's page ids
-                   stride_kp, stride_vp, stride_sp,
+                   stride_kp, stride_vp, stride_sp, k_head_row, v_head_row,
                    lo, hi, q_pos, kv_end, qk_scale,
                    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   IS_INT8: tl.constexpr, MASKED: tl.constexpr, DOT_PREC: tl.constexpr):
+                   IS_INT8: tl.constexpr, MASKED: tl.constexpr, DOT_PREC: tl.constexpr,
+                   USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
     """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     dt = q.dtype
-    for n0 in tl.range(lo, hi, BLOCK_N):
+    for n0 in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         kpos = n0 + offs_n                                              # [BLOCK_N]
+        kmask = kpos < kv_end
         if BLOCK_N <= PAGE_SIZE:
             # NOTE: the launcher makes BLOCK_N divide PAGE_SIZE: the block lies in one page.
             page = tl.load(pt_row_ptr + n0 // PAGE_SIZE).to(tl.int64)
             slot = n0 % PAGE_SIZE + offs_n
         else:
             # The block spans PAGE_SIZE-aligned pages: one page id per key.
-            page = tl.load(pt_row_ptr + kpos // PAGE_SIZE, mask=kpos < kv_end, other=0)
-            page = page.to(tl.int64)
+            page = tl.load(pt_row_ptr + kpos // PAGE_SIZE, mask=kmask, other=0).to(tl.int64)
             slot = kpos % PAGE_SIZE
-        k_off = page * stride_kp + slot * HEAD_DIM                      # int64 [BLOCK_N] or scalar
-        v_off = page * stride_vp + slot * HEAD_DIM
-        k_off2 = k_off[:, None] + offs_d[None, :]                       # [BLOCK_N, D]
-        v_off2 = v_off[:, None] + offs_d[None, :]
-        if MASKED:
-            kmask = kpos < kv_end
-            k = tl.load(k_ptr + k_off2, mask=kmask[:, None], other=0)
-            v = tl.load(v_ptr + v_off2, mask=kmask[:, None], other=0)
+        if USE_TMA:
+            # Row of (page, head, slot) in the [rows, D] view; the launcher checks < 2^31.
+            k_row = page * (stride_kp // HEAD_DIM) + k_head_row + n0 % PAGE_SIZE
+            v_row = page * (stride_vp // HEAD_DIM) + v_head_row + n0 % PAGE_SIZE
+            k = desc_k.load([k_row.to(tl.int32), 0])
+            v = desc_v.load([v_row.to(tl.int32), 0])
+            if MASKED:  # whole-page tiles: zero what lies past the last row's position
+                k = tl.where(kmask[:, None], k, 0)
+                v = tl.where(kmask[:, None], v, 0)
         else:
-            k = tl.load(k_ptr + k_off2)
-            v = tl.load(v_ptr + v_off2)
+            k_off = page * stride_kp + slot * HEAD_DIM                  # int64
+            v_off = page * stride_vp + slot * HEAD_DIM
+            k_off2 = k_off[:, None] + offs_d[None, :]                   # [BLOCK_N, D]
+            v_off2 = v_off[:, None] + offs_d[None, :]
+            if MASKED:
+                k = tl.load(k_ptr + k_off2, mask=kmask[:, None], other=0)
+                v = tl.load(v_ptr + v_off2, mask=kmask[:, None], other=0)
+            else:
+                k = tl.load(k_ptr + k_off2)
+                v = tl.load(v_ptr + v_off2)
         qk = tl.dot(q, tl.trans(k.to(dt)), input_precision=DOT_PREC)   # fp32 [BLOCK_M, BLOCK_N]
         if IS_INT8:
             s_off = page * stride_sp + slot
@@ -82,7 +93,7 @@ def _attend_blocks(acc, l_i, m_i, q,
         else:
             qk = qk * qk_scale
         if MASKED:
-            keep = (kpos[None, :] <= q_pos[:, None]) & (kpos < kv_end)[None, :]
+            keep = (kpos[None, :] <= q_pos[:, None]) & kmask[None, :]
             qk = tl.where(keep, qk, float("-inf"))
         # NOTE: every row sees key 0 in its first block, so m_new is finite from the start.
         m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -102,6 +113,7 @@ def _prefill_kernel(
     q_ptr,                     # [T, Hq, D] queries (bf16/fp16/fp32)
     k_ptr, v_ptr,              # [num_pages, Hkv, PAGE_SIZE, D] pool (q dtype or int8)
     ks_ptr, vs_ptr,            # float32 [num_pages, Hkv, PAGE_SIZE] scales (INT8 only)
+    desc_k, desc_v,            # TMA descriptors over k/v as [rows, D] (USE_TMA only)
     o_ptr,                     # [T, Hq, D] output, q dtype
     seq_lens_ptr,              # int32 [B], positions cached after this step
     qsl_ptr,                   # int32 [B + 1], row offsets of each sequence's queries
@@ -111,7 +123,7 @@ def _prefill_kernel(
     qk_scale,                  # sm_scale * log2(e)
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DOT_PREC: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
     head = tl.program_id(0)
     tile = tl.num_programs(1) - 1 - tl.program_id(1)     # last (longest) tiles first
@@ -142,20 +154,24 @@ def _prefill_kernel(
     ks_base = ks_ptr + kv_head.to(tl.int64) * stride_sh
     vs_base = vs_ptr + kv_head.to(tl.int64) * stride_sh
     pt_row = pt_ptr + b.to(tl.int64) * stride_pt
+    k_head_row = kv_head * (stride_kh // HEAD_DIM)       # TMA row offsets of this KV head
+    v_head_row = kv_head * (stride_vh // HEAD_DIM)
 
     full_end = ctx + m0 + 1                              # keys every row of the tile sees
     full_blocks_end = (full_end // BLOCK_N) * BLOCK_N
     kv_end = ctx + tl.minimum(m0 + BLOCK_M, n_b)          # one past the last row's position
     # Phase 1: blocks wholly below the diagonal: no mask, no bounds check.
-    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, pt_row,
-                                   stride_kp, stride_vp, stride_sp,
-                                   0, full_blocks_end, q_pos, kv_end, qk_scale,
-                                   PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, False, DOT_PREC)
+    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base,
+                                   desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
+                                   k_head_row, v_head_row, 0, full_blocks_end, q_pos, kv_end,
+                                   qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, False,
+                                   DOT_PREC, USE_TMA, WARP_SPEC)
     # Phase 2: the blocks that overlap the diagonal (or the sequence end).
-    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base, pt_row,
-                                   stride_kp, stride_vp, stride_sp,
-                                   full_blocks_end, kv_end, q_pos, kv_end, qk_scale,
-                                   PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, True, DOT_PREC)
+    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base,
+                                   desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
+                                   k_head_row, v_head_row, full_blocks_end, kv_end, q_pos, kv_end,
+                                   qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, True,
+                                   DOT_PREC, USE_TMA, False)
     out = acc / l_i[:, None]
     tl.store(o_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -172,13 +188,35 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device) ->
     return block_m, block_n, num_warps, num_stages
 
 
+# TMA loads of K/V tiles by default on CUDA: flip after measuring (benchmarks/attention.py --sweep).
+_DEFAULT_TMA = False
+
+
+def _pool_descriptor(cache: torch.Tensor, block_n: int):
+    """A host TMA descriptor viewing a [num_pages, Hkv, P, D] pool as [rows, D] rows.
+
+    Row of (page, head, slot) = page * stride(0)/D + head * stride(1)/D + slot (int32 in the
+    kernel, so the pool must span fewer than 2^31 rows)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    num_pages, hkv, page_size, d = cache.shape
+    if cache.stride(0) % d or cache.stride(1) % d:
+        raise ValueError("prefill_attention: TMA needs page/head strides that are multiples of D")
+    rows = ((num_pages - 1) * cache.stride(0) + (hkv - 1) * cache.stride(1)) // d + page_size
+    if rows >= 2**31:
+        raise ValueError(f"prefill_attention: a pool of {rows} rows is too large for TMA loads "
+                         "(int32 coordinates); use use_tma=False")
+    return TensorDescriptor(cache, [rows, d], [d, 1], [block_n, d])
+
+
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
                       page_table: torch.Tensor, *, max_query_len: int, sm_scale: float | None,
                       k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
                       out: torch.Tensor | None = None, block_m: int | None = None,
                       block_n: int | None = None, num_warps: int | None = None,
-                      num_stages: int | None = None) -> torch.Tensor:
+                      num_stages: int | None = None, use_tma: bool | None = None,
+                      warp_specialize: bool = False) -> torch.Tensor:
     """Causal attention of a step's new queries to their sequences' paged K/V (prefill chunks).
 
     The step's own K/V must already be in the pool (``kernels/store_kv.py``). Oracle:
@@ -201,6 +239,9 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         out: optional [T, Hq, D] output in q's dtype (last dim contiguous); allocated if None.
         block_m, block_n, num_warps, num_stages: tile overrides for benchmarks; the defaults come
             from a fixed heuristic. block_n must divide page_size or be a multiple of it.
+        use_tma: load K/V tiles through TMA tensor descriptors (Hopper+; needs block_n <= page_size
+            and the pool's page/head strides multiples of D). None: the default for the device.
+        warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks).
 
     Returns:
         [T, Hq, D] in q's dtype (``out`` if given). Rows are written only for real queries.
@@ -255,17 +296,26 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     num_warps, num_stages = num_warps or dw, num_stages or ds
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
           f"block_n={block_n} must divide page_size={page_size} or be a multiple of it")
+    if use_tma is None:
+        use_tma = _DEFAULT_TMA and q.device.type == "cuda"
+    desc_k = desc_v = k_cache  # unused placeholders unless use_tma
+    if use_tma:
+        desc_k = _pool_descriptor(k_cache, block_n)
+        desc_v = _pool_descriptor(v_cache, block_n)
+        check(block_n <= page_size, "TMA loads need block_n <= page_size")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
     grid = (hq, triton.cdiv(max_query_len, block_m), b)
     _prefill_kernel[grid](
-        q, k_cache, v_cache, k_scale, v_scale, out, seq_lens, query_start_loc, page_table,
+        q, k_cache, v_cache, k_scale, v_scale, desc_k, desc_v, out, seq_lens, query_start_loc,
+        page_table,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         k_scale.stride(0), k_scale.stride(1), page_table.stride(0),
         sm_scale * LOG2E,
         GROUP=hq // hkv, HEAD_DIM=d, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=block_n,
         IS_INT8=is_int8, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+        USE_TMA=use_tma, WARP_SPEC=warp_specialize,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -124,13 +124,16 @@ def test_two_sequences_gqa(group):
     check(q, cache, meta)
 
 
-@pytest.mark.parametrize("block_m,block_n", [(16, 8), (32, 16), (16, 32), (64, 64)])
-def test_tile_shapes_split_or_span_pages(block_m, block_n):
-    # block_n 8 splits a page, 32/64 span pages; block_m 64 covers both chunks in one tile.
+@pytest.mark.parametrize("block_m,block_n,tma", [(16, 8, False), (32, 16, False),
+                                               (16, 32, False), (64, 64, False),
+                                               (16, 8, True), (32, 16, True)])
+def test_tile_shapes_split_or_span_pages(block_m, block_n, tma):
+    # block_n 8 splits a page, 32/64 span pages; block_m 64 covers both chunks in one tile;
+    # tma: K/V tiles through tensor descriptors (whole-page tiles, zeroed past the diagonal).
     q, cache, meta, _ = make_step([(22, 30), (5, 12)])
     out = torch.full_like(q, 7.0)
-    assert check(q, cache, meta, block_m=block_m, block_n=block_n, out=out,
-                 sm_scale=0.3) is out
+    assert check(q, cache, meta, block_m=block_m, block_n=block_n, out=out, sm_scale=0.3,
+                 use_tma=tma) is out
 
 
 def test_oversized_grid_and_empty_sequence():
@@ -146,17 +149,19 @@ def test_oversized_grid_and_empty_sequence():
     assert (out[12:] == 7.0).all()
 
 
-@pytest.mark.parametrize("group", [1, 4])
-def test_int8_against_dequantized_and_full_precision(group):
+@pytest.mark.parametrize("group,tma", [(1, False), (4, False), (4, True)])
+def test_int8_against_dequantized_and_full_precision(group, tma):
     q, cache, meta, kvs = make_step([(29, 24), (0, 18)], hkv=2, group=group, kv="int8")
-    out = check(q, cache, meta)  # vs the reference on the dequantized pool
+    out = check(q, cache, meta, use_tma=tma)  # vs the reference on the dequantized pool
     full = full_precision_reference(q, meta, kvs)
     err = nmse(out, full)
     assert err < INT8_NMSE_BOUND, f"INT8 NMSE {err:.2e} vs full precision"
 
 
-@pytest.mark.parametrize("kv,dtype", [("int8", torch.float16), ("float", torch.float32)])
-def test_page_offsets_past_2_31(kv, dtype):
+@pytest.mark.parametrize("kv,dtype,tma", [("int8", torch.float16, False),
+                                          ("float", torch.float32, False),
+                                          ("int8", torch.float16, True)])
+def test_page_offsets_past_2_31(kv, dtype, tma):
     # One page of one head is 16 x 16 elements: page ids past 2^23 put element offsets past 2^31.
     # torch.empty maps the pool lazily, so only the pages written here take memory.
     per_page = 16 * 16
@@ -165,7 +170,7 @@ def test_page_offsets_past_2_31(kv, dtype):
     q, cache, meta, _ = make_step([(20, 13), (0, 30)], kv=kv, dtype=dtype, num_pages=num_pages,
                                   pages=pages, fill_nan=False)
     assert max(pages) * per_page > 2**31
-    check(q, cache, meta)
+    check(q, cache, meta, use_tma=tma)
 
 
 def test_rejects_unsupported_inputs():
@@ -204,24 +209,26 @@ def chunked_reference(q, meta, kvs):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tma", [False, True], ids=["ptr", "tma"])
 @pytest.mark.parametrize("kv", ["bf16", "int8"])
 @pytest.mark.parametrize("cached,new", [(0, 1024), (0, 32768), (131072, 512)])
-def test_gpu_long_context(kv, cached, new):
+def test_gpu_long_context(kv, cached, new, tma):
     torch.manual_seed(1)
     q, cache, meta, kvs = make_step([(cached, new)], page_size=64, hkv=8, group=4, head_dim=128,
                                     dtype=torch.bfloat16, kv="int8" if kv == "int8" else "float",
                                     device="cuda")
-    out = run_kernel(q, cache, meta)
+    out = run_kernel(q, cache, meta, use_tma=tma)
     torch.cuda.synchronize()
     pooled = [ref.gather_kv(cache, meta.page_table[0], cached + new)]
     expect = chunked_reference(q, meta, pooled)
     err = (out.float() - expect).abs().max().item()
-    print(f"\nprefill {kv} cached={cached} new={new}: max |err| vs float32 reference of the pool "
-          f"= {err:.3e}, NMSE = {nmse(out, expect):.2e}")
+    name = f"prefill {kv} {'tma' if tma else 'ptr'} cached={cached} new={new}"
+    print(f"\n{name}: max |err| vs float32 reference of the pool = {err:.3e}, "
+          f"NMSE = {nmse(out, expect):.2e}")
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), expect, **TOL[torch.bfloat16])
     if kv == "int8":
         full = chunked_reference(q, meta, kvs)
         e = nmse(out, full)
-        print(f"prefill int8 cached={cached} new={new}: NMSE vs full precision = {e:.2e}")
+        print(f"{name}: NMSE vs full precision = {e:.2e}")
         assert e < INT8_NMSE_BOUND
