@@ -26,6 +26,20 @@ def tok(tiny_ckpt):
     return Qwen3Tokenizer.from_folder(tiny_ckpt)
 
 
+@pytest.fixture(autouse=True)
+def _tokenizer_loaded_once(tok, tiny_ckpt, monkeypatch):
+    """Reading tokenizer.json takes about a second: hand the CLI the module's tokenizer (it is
+    immutable once built) instead of reading it again on every invocation."""
+    from models.tokenizer import Qwen3Tokenizer
+
+    real = Qwen3Tokenizer.from_folder.__func__
+
+    def from_folder(cls, folder):
+        return tok if str(folder) == str(tiny_ckpt) else real(cls, folder)
+
+    monkeypatch.setattr(Qwen3Tokenizer, "from_folder", classmethod(from_folder))
+
+
 def invoke(*args, input=None):
     return CliRunner().invoke(app, [str(a) for a in args], input=input)
 
