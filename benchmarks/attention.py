@@ -22,7 +22,10 @@ Printed, one JSON line each (also written to ``--out``), then a short human tabl
   tensors (``enable_gqa=True``, or K/V expanded to 32 heads if the backend refuses GQA; the line
   says which). FLOPs count every attended (query, key) pair exactly once: query ``i`` attends
   ``i + 1`` keys, so pairs = S(S+1)/2 and FLOPs = 4 * pairs * head_dim * 32 (2 for Q.K^T and 2 for
-  P.V per pair and head); the masked half of the square is not counted.
+  P.V per pair and head); the masked half of the square is not counted. Lengths above
+  ``--prefill-max`` (default 32768) time one chunk of ``--chunk`` (4096) new tokens after
+  ``S - chunk`` cached positions instead (ours only: SDPA's ``is_causal`` cannot offset queries),
+  FLOPs = 4 * (chunk * (S - chunk) + chunk(chunk+1)/2) * head_dim * 32.
 
 Usage (on the GPU machine, from the repository root)::
 
@@ -142,24 +145,28 @@ def bench_decode(seq_len: int, kv: str, bw: float, splits: list, rep_ms: int):
                "frac_bw": nb / ms / 1e6 / bw}
 
 
-def causal_flops(n: int) -> float:
-    return 4.0 * (n * (n + 1) / 2) * D * HQ
+def causal_flops(n_new: int, seq_len: int) -> float:
+    """4 * head_dim * Hq FLOPs per attended (query, key) pair; query t of the chunk attends
+    ``seq_len - n_new + t + 1`` keys."""
+    ctx = seq_len - n_new
+    return 4.0 * (n_new * ctx + n_new * (n_new + 1) / 2) * D * HQ
 
 
-def bench_prefill(seq_len: int, kv: str, configs: list, rep_ms: int):
-    """Yields prefill records (ours per tile config; SDPA flash and cuDNN for bf16)."""
+def bench_prefill(seq_len: int, n_new: int, kv: str, configs: list, rep_ms: int):
+    """Yields prefill records: ours per tile config for the last ``n_new`` positions of a
+    ``seq_len`` sequence; SDPA flash and cuDNN for bf16 whole-prompt prefill (n_new = seq_len)."""
     from kernels.prefill_attention import prefill_attention
-    base = {"what": "prefill", "kv": kv, "positions": seq_len, "new_tokens": seq_len}
-    flops = causal_flops(seq_len)
+    base = {"what": "prefill", "kv": kv, "positions": seq_len, "new_tokens": n_new}
+    flops = causal_flops(n_new, seq_len)
     k, v, ks, vs, table, seq_lens = make_pool(seq_len, kv)
-    q = torch.randn(seq_len, HQ, D, dtype=torch.bfloat16, device=DEVICE)
-    qsl = torch.tensor([0, seq_len], dtype=torch.int32, device=DEVICE)
+    q = torch.randn(n_new, HQ, D, dtype=torch.bfloat16, device=DEVICE)
+    qsl = torch.tensor([0, n_new], dtype=torch.int32, device=DEVICE)
     out = torch.empty_like(q)
     for cfg in configs:
         bm, bn, nw, st, tma, ws = cfg or (None, None, None, None, None, False)
         try:
             fn = lambda bm=bm, bn=bn, nw=nw, st=st, tma=tma, ws=ws: prefill_attention(  # noqa: E731
-                q, k, v, seq_lens, qsl, table, max_query_len=seq_len, sm_scale=D ** -0.5,
+                q, k, v, seq_lens, qsl, table, max_query_len=n_new, sm_scale=D ** -0.5,
                 k_scale=ks, v_scale=vs, out=out, block_m=bm, block_n=bn, num_warps=nw,
                 num_stages=st, use_tma=tma, warp_specialize=ws)
             fn()
@@ -169,7 +176,7 @@ def bench_prefill(seq_len: int, kv: str, configs: list, rep_ms: int):
         except Exception as e:  # e.g. out of shared memory for a large tile
             yield {**base, "impl": "ours", "config": list(cfg) if cfg else "default",
                    "error": f"{type(e).__name__}: {e}"[:300]}
-    if kv != "bf16":
+    if kv != "bf16" or n_new != seq_len:  # SDPA's is_causal has no cached-prefix offset
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel
     q4 = q.view(1, seq_len, HQ, D).transpose(1, 2)  # [1, Hq, S, D]
@@ -201,12 +208,12 @@ def bench_prefill(seq_len: int, kv: str, configs: list, rep_ms: int):
 
 
 def table(records: list) -> str:
-    rows = [f"{'what':9} {'impl':11} {'kv':5} {'positions':>9} {'config':22} {'us':>10} "
+    rows = [f"{'what':9} {'impl':11} {'kv':5} {'positions':>9} {'new':>6} {'config':22} {'us':>10} "
             f"{'GB/s':>8} {'%bw':>6} {'TFLOP/s':>8}"]
     for r in records:
         if r["what"] == "bandwidth":
-            rows.append(f"{'bandwidth':9} {'x.sum()':11} {'':5} {'':>9} {'':22} {r['us']:10.1f} "
-                        f"{r['GB/s']:8.0f}")
+            rows.append(f"{'bandwidth':9} {'x.sum()':11} {'':5} {'':>9} {'':>6} {'':22} "
+                        f"{r['us']:10.1f} {r['GB/s']:8.0f}")
             continue
         cfg = r.get("config", r.get("num_splits", r.get("gqa", "")))
         if isinstance(cfg, list):
@@ -220,19 +227,21 @@ def table(records: list) -> str:
         gbs = f"{r['GB/s']:8.0f}" if "GB/s" in r else " " * 8
         frac = f"{100 * r['frac_bw']:6.1f}" if "frac_bw" in r else " " * 6
         tf = f"{r['TFLOP/s']:8.1f}" if "TFLOP/s" in r else ""
-        rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} {cfg:22.22} "
-                    f"{r['us']:10.1f} {gbs} {frac} {tf}")
+        rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} "
+                    f"{r['new_tokens']:>6} {cfg:22.22} {r['us']:10.1f} {gbs} {frac} {tf}")
     return "\n".join(rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="4096,32768,131072",
-                    help="cached positions, comma-separated (prefill runs only at <= "
-                         "--prefill-max)")
+                    help="positions, comma-separated")
     ap.add_argument("--dtypes", default="bf16,int8", help="KV pool dtypes: bf16,int8")
     ap.add_argument("--what", default="decode,prefill", help="decode,prefill")
-    ap.add_argument("--prefill-max", type=int, default=32768)
+    ap.add_argument("--prefill-max", type=int, default=32768,
+                    help="whole-prompt prefill up to this length; longer ones time one chunk")
+    ap.add_argument("--chunk", type=int, default=4096,
+                    help="new tokens of the chunk timed at lengths > --prefill-max (0: skip)")
     ap.add_argument("--sweep", action="store_true", help="also sweep tile configs / splits")
     ap.add_argument("--rep-ms", type=int, default=200, help="do_bench rep time per figure (ms)")
     ap.add_argument("--out", default=None, help="also write the JSON lines to this file")
@@ -265,10 +274,12 @@ def main() -> None:
                 splits = [None] + (SWEEP_SPLITS if args.sweep else [])
                 for rec in bench_decode(s, kv, bw, splits, args.rep_ms):
                     emit(rec, records, out)
-            if "prefill" in what and s <= args.prefill_max:
+            if "prefill" in what:
                 configs = [None] + (SWEEP_PREFILL if args.sweep else [])
-                for rec in bench_prefill(s, kv, configs, max(args.rep_ms, 300)):
-                    emit(rec, records, out)
+                n_new = s if s <= args.prefill_max else min(s, args.chunk)
+                if n_new > 0:
+                    for rec in bench_prefill(s, n_new, kv, configs, max(args.rep_ms, 300)):
+                        emit(rec, records, out)
             torch.cuda.empty_cache()
     print()
     print(table(records))
