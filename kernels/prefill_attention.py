@@ -21,6 +21,13 @@ multiplies its column of probabilities before P.V. No dequantized copy is writte
 Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
 KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
 longest (most keys) tiles of the causal triangle start first. Tiles past a sequence's ``n_b`` exit.
+One query head per program (not GQA packing, which decode uses): prefill is compute-bound and the
+group's K/V tiles come from L2, so packing would save L2 traffic, not FLOPs.
+
+K/V tiles come in by pointer loads (Triton pipelines them with cp.async over ``num_stages``), or,
+with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]`` (Hopper+; a
+tile is one page slice, masked tiles are zeroed in registers instead). Tile sizes come from a fixed
+heuristic in the launcher (no autotuning); ``benchmarks/attention.py --sweep`` measures the others.
 """
 
 from __future__ import annotations
