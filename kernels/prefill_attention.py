@@ -303,6 +303,10 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     num_warps, num_stages = num_warps or dw, num_stages or ds
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
           f"block_n={block_n} must divide page_size={page_size} or be a multiple of it")
+    check(block_m & (block_m - 1) == 0 and block_n & (block_n - 1) == 0,
+          "block_m and block_n must be powers of two")
+    check(q.device.type != "cuda" or min(block_m, block_n) >= 16,
+          "tensor-core tiles need block_m, block_n >= 16")
     if use_tma is None:
         use_tma = _DEFAULT_TMA and q.device.type == "cuda"
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
