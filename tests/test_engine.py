@@ -319,6 +319,18 @@ def test_same_seed_same_tokens(tiny):
     assert all(t < eng.tokenizer.vocab_limit for t in a + c)
 
 
+def test_presence_penalty_in_the_decode_loop(tiny):
+    """The penalty covers the tokens generated so far in the reply: the random model's greedy
+    reply repeats itself, the penalized one much less."""
+    eng, _ = tiny_engine(tiny)
+    p = eng.tokenizer.encode("Hello there")
+    s = eng.new_session()
+    plain = list(s.generate(p, GREEDY.replace(max_new_tokens=12)))
+    pen = list(s.generate(p, GREEDY.replace(max_new_tokens=12, presence_penalty=2.0)))
+    assert pen[0] == plain[0]  # nothing generated yet at the first step
+    assert len(set(pen)) > len(set(plain))
+
+
 # ---------------------------------------------------------------------------- GPU
 
 
