@@ -19,6 +19,7 @@ prompt; ``--debug`` adds the traceback.
 """
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -209,6 +210,10 @@ def _prepare(ui: UI, model: str):
     SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
     if o.device is None and not torch.cuda.is_available():
         ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
+    if (cfg.attention == "triton" and cfg.torch_device.type == "cpu"
+            and os.environ.get("TRITON_INTERPRET") != "1"):
+        raise ValueError("--attention triton needs a CUDA GPU (or TRITON_INTERPRET=1, very slow): "
+                         "use --attention reference or auto on the CPU")
     folder = resolve_model(model)
     return dc_replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder)
 
@@ -355,6 +360,11 @@ def _repl(ui: UI, engine, system: str | None, load_s: float) -> None:
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
     last = None
+    if sys.stdin.isatty():
+        try:  # line editing and history for input()
+            import readline  # noqa: F401
+        except ImportError:  # not on every platform
+            pass
     ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
     while True:
         try:

@@ -317,3 +317,19 @@ def test_chat_too_long_message_is_an_error_but_the_chat_goes_on(tiny_ckpt):
     assert "longer than the context of 64 tokens" in result.stderr
     assert "unknown command /unknown" in result.stderr
     assert "(0 reused)" in result.stderr  # "hi" was answered after the error
+
+
+def test_attention_backends_agree_through_the_cli(tiny_ckpt):
+    # Under pytest on the CPU the Triton kernels run in the interpreter (conftest.py). Seeded
+    # sampling, not greedy: the tiny model's greedy reply is blank lines, a weak comparison.
+    args = ["generate", tiny_ckpt, "Hello there", *FAST, "--json", "--page-size", "16"]
+    ref = ok_json(invoke(*args, "--attention", "reference"))
+    tri = ok_json(invoke(*args, "--attention", "triton"))
+    assert (ref["attention"], tri["attention"]) == ("reference", "triton")
+    assert tri["text"] and tri["text"] == ref["text"] and tri["new_tokens"] == ref["new_tokens"]
+
+
+def test_triton_attention_on_the_cpu_without_the_interpreter_exits_2(tiny_ckpt, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--attention", "triton")
+    assert_one_line_error(result, 2, "needs a CUDA GPU", "--attention reference")
