@@ -333,3 +333,17 @@ def test_triton_attention_on_the_cpu_without_the_interpreter_exits_2(tiny_ckpt, 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     result = invoke("generate", tiny_ckpt, "hi", *FAST, "--attention", "triton")
     assert_one_line_error(result, 2, "needs a CUDA GPU", "--attention reference")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_summarize_on_the_gpu(kv_cache, tiny_ckpt_factory, tokenizer_dir, tmp_path):
+    ckpt = tiny_ckpt_factory(tokenizer=str(tokenizer_dir), dtype="bfloat16")
+    path = tmp_path / "story.txt"
+    path.write_text(TEXT * 50)
+    obj = ok_json(invoke("summarize", path, "--model", ckpt, "--ctx", "4k", "--device", "cuda",
+                         "--kv-cache", kv_cache, "--max-new-tokens", "16", "--seed", "0",
+                         "--json"))
+    assert obj["device"].startswith("cuda") and obj["attention"] == "triton"
+    assert obj["kv_cache"] == kv_cache and obj["prompt_tokens"] > 500
+    assert obj["new_tokens"] >= 1 and obj["ttft_s"] > 0
