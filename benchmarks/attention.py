@@ -34,9 +34,10 @@ Usage (on the GPU machine, from the repository root)::
     python benchmarks/attention.py --lengths 32768 --dtypes int8 --what decode
 
 ``--sweep`` adds prefill tile configurations (BLOCK_M 32/64/128, BLOCK_N, warps, stages, pointer
-or TMA loads, warp specialization) and decode split counts, one line each, to pick the launchers'
+or TMA loads) and decode split counts, one line each, to pick the launchers'
 defaults from. The prefill ``config`` field is ``[BLOCK_M, BLOCK_N, num_warps, num_stages, tma,
-warp_specialize]`` or ``"default"`` (the launcher's heuristic).
+warp_specialize]`` or ``"default"`` (the launcher's heuristic). ``--warp-specialize`` adds two
+warp-specialized TMA configs (last, since Triton 3.6 documents warp specialization for Blackwell).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ SWEEP_PREFILL = [(128, 64, 8, 3, False, False), (128, 128, 8, 3, False, False),
                  (64, 64, 4, 4, False, False), (32, 64, 4, 3, False, False),
                  (32, 32, 4, 4, False, False),
                  (128, 64, 8, 3, True, False), (128, 64, 8, 4, True, False),
-                 (64, 64, 4, 3, True, False), (128, 64, 4, 3, True, False),
-                 (128, 64, 8, 3, True, True), (128, 64, 4, 3, True, True)]
+                 (64, 64, 4, 3, True, False), (128, 64, 4, 3, True, False)]
+# Warp-specialized key loop: opt-in (--warp-specialize), a compiler crash would end the run.
+SWEEP_WS = [(128, 64, 8, 3, True, True), (128, 64, 4, 3, True, True)]
 SWEEP_SPLITS = [8, 16, 33, 64]
 
 
@@ -243,6 +245,8 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=4096,
                     help="new tokens of the chunk timed at lengths > --prefill-max (0: skip)")
     ap.add_argument("--sweep", action="store_true", help="also sweep tile configs / splits")
+    ap.add_argument("--warp-specialize", action="store_true",
+                    help="also time warp-specialized prefill configs (TMA loads)")
     ap.add_argument("--rep-ms", type=int, default=200, help="do_bench rep time per figure (ms)")
     ap.add_argument("--out", default=None, help="also write the JSON lines to this file")
     args = ap.parse_args()
@@ -275,7 +279,8 @@ def main() -> None:
                 for rec in bench_decode(s, kv, bw, splits, args.rep_ms):
                     emit(rec, records, out)
             if "prefill" in what:
-                configs = [None] + (SWEEP_PREFILL if args.sweep else [])
+                configs = [None] + (SWEEP_PREFILL if args.sweep else []) \
+                    + (SWEEP_WS if args.warp_specialize else [])
                 n_new = s if s <= args.prefill_max else min(s, args.chunk)
                 if n_new > 0:
                     for rec in bench_prefill(s, n_new, kv, configs, max(args.rep_ms, 300)):
