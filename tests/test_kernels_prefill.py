@@ -109,6 +109,9 @@ def check(q, cache, meta, **kw):
 @pytest.mark.parametrize("seq_len", [1, 15, 16, 17, 53])
 def test_whole_prompt_lengths_around_page_boundaries(seq_len, dtype):
     q, cache, meta, _ = make_step([(0, seq_len)], group=2, dtype=dtype)
+    last = meta.page_table[0, (seq_len - 1) // 16]
+    # The unused slots of the last page hold NaN: the output must not see them.
+    assert torch.isnan(cache.v[last, :, seq_len % 16 or 16:]).all()
     check(q, cache, meta)
 
 
