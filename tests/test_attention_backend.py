@@ -40,7 +40,7 @@ def _run_steps(kv_cache, dtype, device, steps, hq=8, kv_heads=2, head_dim=32, pa
         tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4,
                                                                                 atol=1e-4)
         torch.testing.assert_close(got.float(), want.float(), **tol)
-        cached = [c + n for c, n in zip(cached, news)]
+        cached = [c + n for c, n in zip(cached, news, strict=True)]
 
 
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])

@@ -103,20 +103,23 @@ def test_bf16_logits_match_transformers(random_ckpt, prompt_ids):
     ref = hf_logits(torch.bfloat16)
     assert torch.isfinite(ours).all() and torch.isfinite(ref).all()
     max_abs = (ours - ref).abs().max().item()
-    max_rel = max_abs / ref.abs().max().item()
     l2 = ((ours - ref).norm() / ref.norm()).item()
-    print(f"ours vs transformers, both bf16: max abs {max_abs:.4f}, max abs / max|logit| "
-          f"{max_rel:.4f}, relative L2 {l2:.4f}, argmax {ours.argmax().item()} vs "
-          f"{ref.argmax().item()}, max|logit| {ref.abs().max().item():.3f}")
-    assert max_rel < 5e-2
+    print(f"ours vs transformers, both bf16: max abs {max_abs:.4f}, relative L2 {l2:.4f}, "
+          f"argmax {ours.argmax().item()} vs {ref.argmax().item()}, "
+          f"max|logit| {ref.abs().max().item():.3f}")
+    # Random weights give near-flat logits (max |logit| ~5), so two bf16 implementations differ
+    # by bf16 rounding through 36 layers; the tolerance is on the relative L2 error.
+    assert l2 < 0.1
 
     if os.environ.get("INFER_GPU_TEST_FP32", "1") != "0":
+        # The judge: which bf16 run is closer to transformers in float32. Ours must be no worse
+        # than transformers' own bf16 run (within 25 %).
         truth = hf_logits(torch.float32)
         ours_err = ((ours - truth).norm() / truth.norm()).item()
         hf_err = ((ref - truth).norm() / truth.norm()).item()
         print(f"relative L2 error vs transformers float32: ours bf16 {ours_err:.4f}, "
               f"transformers bf16 {hf_err:.4f}")
-        assert ours_err <= 2 * hf_err + 1e-3
+        assert ours_err <= 1.25 * hf_err + 1e-3
 
 
 def test_tiny_float32_on_cuda_matches_transformers(tmp_path, tokenizer_dir):
