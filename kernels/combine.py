@@ -9,9 +9,10 @@ tile row r) where row ``r = t * group + g`` is query token ``t`` of the step and
 - ``lse[b, h, s, r]``: float32 natural log-sum-exp of the split's scaled scores, ``-inf`` when the
   split saw no key (an empty split: its ``o_part`` is ignored, whatever it holds).
 
-The merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows;
-a row whose splits are all empty (a padding sequence with ``seq_len = 0``) gives exact zeros,
-never NaN. Oracle: ``kernels.reference.merge_partials``.
+One program per (sequence, KV head, tile row) walks the splits ``BLOCK_S`` (<= 64) at a time, so
+hundreds of splits fit in registers. The merge subtracts the maximum lse first ("compute the
+scale first"), so no exp overflows; a row whose splits are all empty (a padding sequence with
+``seq_len = 0``) gives exact zeros, never NaN. Oracle: ``kernels.reference.merge_partials``.
 
 Design after vLLM's ``triton_merge_attn_states.py`` and the flash-decoding reduction (Dao et al.
 2023, "Flash-Decoding for long-context inference").
@@ -47,18 +48,30 @@ def _combine_kernel(
     b = (bh // NUM_KV_HEADS).to(tl.int64)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, HEAD_DIM)
-    in_range = offs_s < NUM_SPLITS
+    lse_base = lse_ptr + b * stride_lb + h * stride_lh + r
+    o_base = o_part_ptr + b * stride_ob + h * stride_oh + r * stride_or
 
-    lse = tl.load(lse_ptr + b * stride_lb + h * stride_lh + offs_s * stride_ls + r,
-                  mask=in_range, other=float("-inf"))
-    m = tl.max(lse, axis=0)
-    m = tl.where(m == float("-inf"), 0.0, m)  # all splits empty: keep exp() finite
-    w = tl.exp(lse - m)  # (BLOCK_S,), 0 for empty splits
-    denom = tl.sum(w, axis=0)
-    live = in_range & (lse > float("-inf"))
-    o = tl.load(o_part_ptr + b * stride_ob + h * stride_oh + offs_s[:, None] * stride_os
-                + r * stride_or + offs_d[None, :], mask=live[:, None], other=0.0)
-    acc = tl.sum(w[:, None] * o, axis=0)  # (HEAD_DIM,)
+    # pass 1 over the lse (a few hundred bytes): the maximum
+    m = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, NUM_SPLITS, BLOCK_S):
+        idx = s0 + offs_s
+        m = tl.maximum(m, tl.load(lse_base + idx * stride_ls, mask=idx < NUM_SPLITS,
+                                  other=float("-inf")))
+    m_all = tl.max(m, axis=0)
+    m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # all splits empty: keep exp() finite
+    # pass 2, BLOCK_S splits at a time (bounded registers for hundreds of splits)
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    wsum = tl.zeros([BLOCK_S], dtype=tl.float32)
+    for s0 in range(0, NUM_SPLITS, BLOCK_S):
+        idx = s0 + offs_s
+        lse = tl.load(lse_base + idx * stride_ls, mask=idx < NUM_SPLITS, other=float("-inf"))
+        w = tl.exp(lse - m_all)  # (BLOCK_S,), 0 for empty splits
+        wsum += w
+        live = lse > float("-inf")
+        o = tl.load(o_base + idx[:, None] * stride_os + offs_d[None, :], mask=live[:, None],
+                    other=0.0)
+        acc += tl.sum(w[:, None] * o, axis=0)  # (HEAD_DIM,)
+    denom = tl.sum(wsum, axis=0)
     res = tl.where(denom > 0, acc / tl.where(denom > 0, denom, 1.0), 0.0)
 
     t = r // GROUP
@@ -111,7 +124,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor) -> torch
         stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_ls=lse.stride(2),
         stride_tt=out.stride(0), stride_th=out.stride(1),
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, NUM_SPLITS=num_splits,
-        HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits),
+        HEAD_DIM=head_dim, BLOCK_S=min(64, triton.next_power_of_2(num_splits)),
         num_warps=4,
     )
     return out

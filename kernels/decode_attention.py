@@ -17,7 +17,14 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   last block(s) mask keys by ``pos <= seq_len - n + t`` (causal) and loads by ``pos < seq_len``,
   so stale data or NaN in unused slots of the last page is never read.
 - INT8 pools: int8 codes are loaded and converted in registers; each key's scale multiplies its
-  score column and each value's scale its probability before P.V (no dequantized copy).
+  score column and each value's scale its probability before P.V (no dequantized copy). The
+  conversion (``INT8_MAGIC``) is 0: ``cvt`` to the query dtype (a low-throughput instruction: the
+  kernel was issue-bound, not memory-bound); 1: the "magic number" trick of FasterTransformer /
+  Marlin with integer ops only: ``(uint8(c) ^ 0x6480)`` is the fp16 bit pattern of ``1152 + c``,
+  minus 1152.0 gives ``c`` exactly; 2: the same trick in inline PTX on four packed codes at once
+  (one ``xor``, two ``prmt``, two ``sub.f16x2`` per four codes; GPU only, runs as 1 under the
+  interpreter). With 1 and 2 the dots run in float16 (q converted once; P times the value scales
+  in float16), unless q is float32.
 - Output per split (contract in ``kernels/combine.py``): float32 ``o_part`` normalized within the
   split and natural-log ``lse``; an empty split (or a row whose keys are all masked) writes
   ``lse = -inf`` and zeros.
@@ -43,11 +50,40 @@ _LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
+def _int8_to_f16(c, MODE: tl.constexpr):
+    """Exact int8 -> float16 of a tile of codes: MODE 1 integer ops, MODE 2 packed inline PTX."""
+    if MODE == 2:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, m;
+            xor.b32 t, $2, 0x80808080;
+            prmt.b32 $0, t, 0x64646464, 0x4140;
+            prmt.b32 $1, t, 0x64646464, 0x4342;
+            mov.b32 m, 0x64806480;
+            sub.f16x2 $0, $0, m;
+            sub.f16x2 $1, $1, m;
+            }""",
+            constraints="=r,=r,r", args=[c], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        u = c.to(tl.uint8, bitcast=True).to(tl.uint16)
+        return (u ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
+
+
+@triton.jit
+def _int8_codes(c, dt: tl.constexpr, MODE: tl.constexpr):
+    """int8 codes as ``dt`` (the dot dtype): a plain convert (MODE 0) or via exact float16."""
+    if MODE == 0:
+        return c.to(dt)
+    else:
+        return _int8_to_f16(c, MODE).to(dt)  # a no-op for dt = float16
+
+
+@triton.jit
 def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
-                  pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
-                  stride_kp, stride_vp, stride_sp, qk_scale,
-                  HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                  MASKED: tl.constexpr, IS_INT8: tl.constexpr, DOT_PREC: tl.constexpr):
+                  pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, qk_scale,
+                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_INT8: tl.constexpr,
+                  INT8_MAGIC: tl.constexpr, DOT_PREC: tl.constexpr):
     """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -62,10 +98,10 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
             page = tl.load(pt_row_ptr + pos // PAGE_SIZE)
         page = page.to(tl.int64)
     within = pos % PAGE_SIZE
-    k_off = page * stride_kp + within * HEAD_DIM  # (BLOCK_N,) int64
-    v_off = page * stride_vp + within * HEAD_DIM
-    k_ptrs = k_head_ptr + k_off[:, None] + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
-    v_ptrs = v_head_ptr + v_off[:, None] + offs_d[None, :]
+    # contiguous pool: page stride KV_HEADS * PAGE_SIZE * HEAD_DIM elements (scales: no HEAD_DIM)
+    kv_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM) + within * HEAD_DIM  # (BLOCK_N,) int64
+    k_ptrs = k_head_ptr + kv_off[:, None] + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
+    v_ptrs = v_head_ptr + kv_off[:, None] + offs_d[None, :]
     if MASKED:
         kv_valid = pos < seq_len
         k = tl.load(k_ptrs, mask=kv_valid[:, None], other=0)
@@ -74,12 +110,12 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
 
     # scores in log2 units: (ROWS, BLOCK_N)
     if IS_INT8:
-        s_off = page * stride_sp + within
+        s_off = page * (NUM_KV_HEADS * PAGE_SIZE) + within
         if MASKED:
             ks = tl.load(ks_head_ptr + s_off, mask=kv_valid, other=0.0)
         else:
             ks = tl.load(ks_head_ptr + s_off)
-        s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PREC)
+        s = tl.dot(q, tl.trans(_int8_codes(k, q.dtype, INT8_MAGIC)), input_precision=DOT_PREC)
         s = s * (ks * qk_scale)[None, :]
     else:
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
@@ -105,7 +141,7 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
         else:
             vs = tl.load(vs_head_ptr + s_off)
         pv = (p * vs[None, :]).to(q.dtype)
-        acc = tl.dot(pv, v.to(q.dtype), acc, input_precision=DOT_PREC)
+        acc = tl.dot(pv, _int8_codes(v, q.dtype, INT8_MAGIC), acc, input_precision=DOT_PREC)
     else:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
     return acc, m_new, l_i
@@ -124,9 +160,6 @@ def _decode_split_kernel(
     lse_ptr,  # float32 [B, Hkv, NUM_SPLITS, NUM_QUERIES * GROUP]
     qk_scale,  # sm_scale * log2(e)
     stride_qt, stride_qh,
-    stride_kp, stride_kh,
-    stride_vp, stride_vh,
-    stride_sp, stride_sh,
     stride_pt,
     stride_ob, stride_oh, stride_os, stride_or,
     stride_lb, stride_lh, stride_ls,
@@ -139,6 +172,7 @@ def _decode_split_kernel(
     ROWS: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     IS_INT8: tl.constexpr,
+    INT8_MAGIC: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
@@ -153,6 +187,8 @@ def _decode_split_kernel(
     row_valid = rows < NUM_QUERIES * GROUP
     q_off = (b * NUM_QUERIES + t) * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_valid[:, None], other=0.0)
+    if IS_INT8 and INT8_MAGIC != 0 and q.dtype != tl.float32:
+        q = q.to(tl.float16)  # the codes become exact float16: dot in float16
     qpos = seq_len - NUM_QUERIES + t  # (ROWS,) position of each row's query
 
     n_blocks = tl.cdiv(seq_len, BLOCK_N)
@@ -162,13 +198,10 @@ def _decode_split_kernel(
     n_full = tl.maximum(seq_len - NUM_QUERIES + 1, 0) // BLOCK_N
 
     pt_row_ptr = page_table_ptr + b * stride_pt
-    k_head_ptr = k_ptr + h * stride_kh
-    v_head_ptr = v_ptr + h * stride_vh
-    ks_head_ptr = k_scale_ptr + h * stride_sh
-    vs_head_ptr = v_scale_ptr + h * stride_sh
-    stride_kp = tl.cast(stride_kp, tl.int64)
-    stride_vp = tl.cast(stride_vp, tl.int64)
-    stride_sp = tl.cast(stride_sp, tl.int64)
+    k_head_ptr = k_ptr + h * (PAGE_SIZE * HEAD_DIM)
+    v_head_ptr = v_ptr + h * (PAGE_SIZE * HEAD_DIM)
+    ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
+    vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
 
     acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
@@ -176,13 +209,13 @@ def _decode_split_kernel(
     for blk in range(start, tl.minimum(end, n_full)):
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
-            ks_head_ptr, vs_head_ptr, stride_kp, stride_vp, stride_sp, qk_scale,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, False, IS_INT8, DOT_PREC)
+            ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+            False, IS_INT8, INT8_MAGIC, DOT_PREC)
     for blk in range(tl.maximum(start, n_full), end):
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
-            ks_head_ptr, vs_head_ptr, stride_kp, stride_vp, stride_sp, qk_scale,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, True, IS_INT8, DOT_PREC)
+            ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+            True, IS_INT8, INT8_MAGIC, DOT_PREC)
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -205,8 +238,8 @@ class DecodeWorkspace:
     A call with ``B <= max_batch``, ``num_splits <= max_splits`` and ``n * group <= max_rows``
     uses the slice ``[:B, :, :num_splits, :n * group]`` (a view: no allocation, so a CUDA graph
     can capture it). For an engine: ``max_rows = 16 * group`` covers every step of 1..16 tokens
-    and ``max_splits = default_num_splits(1, kv_heads, device)`` the largest default split count
-    (it shrinks as the batch grows).
+    and ``max_splits = default_num_splits(1, kv_heads, device, kv_dtype)`` the largest default
+    split count (it shrinks as the batch grows).
     """
 
     o_part: torch.Tensor
@@ -232,21 +265,39 @@ class DecodeWorkspace:
                 self.lse[:batch, :, :num_splits, :rows])
 
 
+# Default tiles per KV-cache kind on a GPU, set from benchmarks/sweep_decode.py on an H200 (Qwen3-8B
+# shape, batch 1). programs_per_sm sets the default split count; it must not depend on the context
+# length (the grid is fixed when a CUDA graph is captured). int8_magic: see the module docstring.
+TILE_DEFAULTS = {
+    "16bit": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=0),
+    "int8": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=1),
+}
+_MAX_SPLITS = 512
+
+
+def tile_defaults(kv_dtype: torch.dtype | None) -> dict:
+    """The ``TILE_DEFAULTS`` entry for a cache of ``kv_dtype`` (None: the 16-bit entry)."""
+    return TILE_DEFAULTS["int8" if kv_dtype == torch.int8 else "16bit"]
+
+
 @functools.lru_cache(maxsize=8)
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def default_num_splits(batch: int, kv_heads: int, device: torch.device | str) -> int:
-    """Splits per (sequence, KV head) so that about two programs run per SM (1..64).
+def default_num_splits(batch: int, kv_heads: int, device: torch.device | str,
+                       kv_dtype: torch.dtype | None = None) -> int:
+    """Splits per (sequence, KV head): ``programs_per_sm`` of ``TILE_DEFAULTS`` (1..512).
 
-    On a CPU (the interpreter) it returns 2: enough to exercise the combine.
+    ``kv_dtype`` is the cache dtype (int8 or the model dtype); None takes the 16-bit entry. On a
+    CPU (the interpreter) it returns 2: enough to exercise the combine.
     """
     device = torch.device(device)
     if device.type != "cuda":
         return 2
     sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    return max(1, min(64, math.ceil(2 * sms / max(1, batch * kv_heads))))
+    per_sm = tile_defaults(kv_dtype)["programs_per_sm"]
+    return max(1, min(_MAX_SPLITS, math.ceil(per_sm * sms / max(1, batch * kv_heads))))
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -255,7 +306,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      v_scale: torch.Tensor | None = None, num_splits: int | None = None,
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
                      block_n: int | None = None, num_warps: int | None = None,
-                     num_stages: int | None = None) -> torch.Tensor:
+                     num_stages: int | None = None, int8_magic: int | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -272,12 +323,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         sm_scale: logit scale, default ``1 / sqrt(head_dim)``.
         k_scale, v_scale: contiguous float32 [num_pages, kv_heads, page_size], exactly when the
             caches are int8.
-        num_splits: key splits per (sequence, KV head); default ``default_num_splits`` (about two
-            programs per SM). Fix it per CUDA-graph bucket.
+        num_splits: key splits per (sequence, KV head); default ``default_num_splits`` for the
+            cache dtype. Fix it per CUDA-graph bucket.
         workspace: a ``DecodeWorkspace`` large enough for this call; allocated if None.
         out: [B * n, num_q_heads, head_dim] in q's dtype; allocated if None.
         block_n, num_warps, num_stages: tile overrides for tuning (keys per iteration, a power of
-            two that divides or is a multiple of page_size); defaults are fixed per device type.
+            two that divides or is a multiple of page_size); defaults from ``TILE_DEFAULTS`` on a
+            GPU, ``block_n = page_size`` on a CPU.
+        int8_magic: INT8 code conversion, 0 (cvt), 1 (magic number, integer ops) or 2 (magic
+            number, packed inline PTX; 1 under the interpreter); default from ``TILE_DEFAULTS``.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -286,6 +340,27 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     Raises:
         ValueError: on inconsistent shapes/dtypes, a missing/unexpected scale, a too-small
             workspace, or an unsupported head_dim (must be a power of two >= 16).
+    """
+    if out is None:
+        out = torch.empty_like(q)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} with a contiguous last dim")
+    o_part, lse = _decode_stage1(
+        q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
+        k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
+        block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic)
+    if seq_lens.shape[0] == 0:
+        return out
+    return combine(o_part, lse, out)
+
+
+def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
+                   k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
+                   num_warps=None, num_stages=None, int8_magic=None):
+    """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
+
+    Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
+    separately.
     """
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
@@ -329,45 +404,40 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     group = q_heads // kv_heads
     rows = num_queries * group
     on_gpu = q.device.type == "cuda"
+    tiles = tile_defaults(k_cache.dtype)
     if num_splits is None:
-        num_splits = default_num_splits(batch, kv_heads, q.device)
+        num_splits = default_num_splits(batch, kv_heads, q.device, k_cache.dtype)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     if block_n is None:
-        block_n = 128 if on_gpu else page_size
+        block_n = tiles["block_n"] if on_gpu else page_size
     if block_n & (block_n - 1) or (block_n % page_size and page_size % block_n):
         raise ValueError(f"block_n={block_n} must be a power of two dividing or a multiple of "
                          f"page_size={page_size}")
+    if int8_magic is None:
+        int8_magic = tiles["int8_magic"]
+    if int8_magic not in (0, 1, 2):
+        raise ValueError(f"int8_magic must be 0 (cvt), 1 or 2 (magic number), got {int8_magic}")
+    if int8_magic == 2 and not on_gpu:
+        int8_magic = 1  # the interpreter runs no inline PTX; 1 computes the same codes
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:
         workspace = DecodeWorkspace.allocate(batch, kv_heads, rows, num_splits, head_dim,
                                              q.device)
     o_part, lse = workspace.views(batch, kv_heads, num_splits, rows, head_dim)
-    if out is None:
-        out = torch.empty_like(q)
-    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
-        raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} with a contiguous last dim")
     if batch == 0:
-        return out
+        return o_part, lse
 
     _decode_split_kernel[(batch * kv_heads, num_splits)](
-        q_ptr=q, k_ptr=k_cache, v_ptr=v_cache, k_scale_ptr=k_scale, v_scale_ptr=v_scale,
-        seq_lens_ptr=seq_lens, page_table_ptr=page_table, o_part_ptr=o_part, lse_ptr=lse,
-        qk_scale=sm_scale * _LOG2E,
-        stride_qt=q.stride(0), stride_qh=q.stride(1),
-        stride_kp=k_cache.stride(0), stride_kh=k_cache.stride(1),
-        stride_vp=v_cache.stride(0), stride_vh=v_cache.stride(1),
-        stride_sp=k_scale.stride(0) if is_int8 else 0,
-        stride_sh=k_scale.stride(1) if is_int8 else 0,
-        stride_pt=page_table.stride(0),
-        stride_ob=o_part.stride(0), stride_oh=o_part.stride(1), stride_os=o_part.stride(2),
-        stride_or=o_part.stride(3),
-        stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_ls=lse.stride(2),
+        q, k_cache, v_cache, k_scale, v_scale, seq_lens, page_table, o_part, lse,
+        sm_scale * _LOG2E, q.stride(0), q.stride(1), page_table.stride(0),
+        o_part.stride(0), o_part.stride(1), o_part.stride(2), o_part.stride(3),
+        lse.stride(0), lse.stride(1), lse.stride(2),
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
-        NUM_SPLITS=num_splits, IS_INT8=is_int8,
+        NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=num_warps or 4, num_stages=num_stages or 2,
+        num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
     )
-    return combine(o_part, lse, out)
+    return o_part, lse

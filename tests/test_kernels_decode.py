@@ -15,12 +15,14 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from infer.kv_pool import LayerCache
 from infer.meta import AttnMeta
 from kernels import reference
 from kernels.combine import combine
-from kernels.decode_attention import DecodeWorkspace, decode_attention
+from kernels.decode_attention import DecodeWorkspace, _int8_to_f16, decode_attention
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
@@ -143,7 +145,7 @@ CASES = [
 def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
     case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
                 dtype=dtype, int8=int8)
-    out = case.run(num_splits=splits, block_n=block_n)
+    out = case.run(num_splits=splits, block_n=block_n, int8_magic=1 if int8 else None)
     assert out.dtype == dtype and out.shape == case.q.shape
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
@@ -151,6 +153,47 @@ def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
     assert torch.equal(pad, torch.zeros_like(pad))
     if int8:
         assert _nmse(out, case.expected_full()) < INT8_NMSE
+
+
+@pytest.mark.parametrize("magic", [0, 1, 2])
+def test_decode_int8_conversions_agree(magic):
+    """Each INT8 conversion (cvt, magic number; 2 runs as 1 on a CPU) matches the reference."""
+    n = 2
+    case = Case(_lengths(n, 16), n, kv_heads=2, group=4, head_dim=32, page_size=16,
+                dtype=torch.float16, int8=True)
+    out = case.run(num_splits=3, block_n=16, int8_magic=magic)
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
+    assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
+    with pytest.raises(ValueError, match="int8_magic"):
+        case.run(int8_magic=3)
+
+
+@triton.jit
+def _codes_kernel(x_ptr, y_ptr, N: tl.constexpr, MODE: tl.constexpr):
+    offs = tl.arange(0, N)
+    c = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, _int8_to_f16(c, MODE))
+
+
+def _check_magic(mode, device):
+    codes = torch.arange(-128, 128, dtype=torch.int16).to(torch.int8)
+    perm = torch.randperm(256)  # codes in random order: no reliance on element position
+    x = codes[perm].reshape(16, 16).t().contiguous().reshape(-1).to(device)
+    y = torch.full((256,), math.nan, dtype=torch.float16, device=device)
+    _codes_kernel[(1,)](x, y, N=256, MODE=mode, num_warps=1)  # 8 codes per thread (pack 4)
+    assert torch.equal(y.cpu(), x.cpu().to(torch.float16))  # exact, every one of the 256 codes
+
+
+def test_int8_magic_conversion_exact():
+    """The magic-number conversion (integer ops) gives every int8 code exactly as float16."""
+    _check_magic(1, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [1, 2])
+def test_int8_magic_conversion_exact_gpu(mode):
+    """Compiled: the integer-op and the packed inline-PTX conversion, every code exactly."""
+    _check_magic(mode, "cuda")
 
 
 def test_decode_int64_offsets():
@@ -193,9 +236,11 @@ def test_decode_rejects_bad_arguments():
         decode_attention(case.q, c.k, c.v, case.seq_lens.long(), case.page_table)
 
 
-def test_combine_matches_merge_partials():
-    """Random partials with empty splits (lse=-inf, o_part NaN) and an all-empty row."""
-    bsz, kv_heads, splits, n, group, head_dim = 2, 2, 5, 3, 2, 16
+@pytest.mark.parametrize("splits", [5, 150])
+def test_combine_matches_merge_partials(splits):
+    """Random partials with empty splits (lse=-inf, o_part NaN) and an all-empty row; 150 splits
+    take three chunks of 64."""
+    bsz, kv_heads, n, group, head_dim = 2, 2, 3, 2, 16
     rows = n * group
     o_part = torch.randn(bsz, kv_heads, splits, rows, head_dim)
     lse = torch.randn(bsz, kv_heads, splits, rows) * 20
