@@ -75,6 +75,10 @@ PrefillChunk = Annotated[int | None, typer.Option(
 AttentionOpt = Annotated[Attention, typer.Option(
     help="Attention backend: reference (PyTorch), triton (kernels), auto (best available).",
     rich_help_panel=_E)]
+CudaGraphs = Annotated[bool | None, typer.Option(
+    "--cuda-graphs/--no-cuda-graphs",
+    help="Replay each decode step as a CUDA graph (default: on with CUDA and triton attention).",
+    show_default=False, rich_help_panel=_E)]
 Device = Annotated[str | None, typer.Option(
     help="cuda, cuda:N or cpu (default: cuda when available, else cpu with a warning).",
     show_default=False, rich_help_panel=_E)]
@@ -121,6 +125,7 @@ class Options:
     page_size: int
     prefill_chunk: int | None
     attention: Attention
+    cuda_graphs: bool | None
     device: str | None
     max_new_tokens: int
     temperature: float | None
@@ -206,7 +211,7 @@ def _prepare(ui: UI, model: str):
     o = ui.opts
     cfg = EngineConfig(model="", ctx=parse_ctx(o.ctx), kv_cache=o.kv_cache.value,
                        page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
-                       attention=o.attention.value)
+                       attention=o.attention.value, cuda_graphs=o.cuda_graphs)
     SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
     if o.device is None and not torch.cuda.is_available():
         ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
@@ -245,7 +250,8 @@ def _result(command: str, engine, reply, load_s: float, **extra) -> dict:
     cfg = engine.config
     return {"command": command, "model": str(cfg.model), "device": str(engine.device),
             "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "attention": engine.attention_kind,
-            "page_size": cfg.page_size, "load_s": round(load_s, 3), **extra, **reply.to_dict()}
+            "cuda_graphs": engine.cuda_graphs, "page_size": cfg.page_size,
+            "load_s": round(load_s, 3), **extra, **reply.to_dict()}
 
 
 def _one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], **extra) -> None:
@@ -278,10 +284,11 @@ def generate(
     system: System = None,
     ctx: Ctx = "32k", kv_cache: KvCacheOpt = KVCache.bf16, page_size: PageSize = 64,
     prefill_chunk: PrefillChunk = None, attention: AttentionOpt = Attention.auto,
-    device: Device = None, max_new_tokens: MaxNew = 512, temperature: Temperature = None,
-    top_p: TopP = None, top_k: TopK = None, min_p: MinP = None,
-    presence_penalty: Presence = None, seed: Seed = None, think: Think = False,
-    hide_thinking: HideThinking = False, json: Json = False, debug: Debug = False,
+    cuda_graphs: CudaGraphs = None, device: Device = None, max_new_tokens: MaxNew = 512,
+    temperature: Temperature = None, top_p: TopP = None, top_k: TopK = None,
+    min_p: MinP = None, presence_penalty: Presence = None, seed: Seed = None,
+    think: Think = False, hide_thinking: HideThinking = False, json: Json = False,
+    debug: Debug = False,
 ):
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
@@ -310,10 +317,11 @@ def summarize(
         rich_help_panel=_E)] = DEFAULT_SUMMARY_MODEL,
     ctx: Ctx = "32k", kv_cache: KvCacheOpt = KVCache.bf16, page_size: PageSize = 64,
     prefill_chunk: PrefillChunk = None, attention: AttentionOpt = Attention.auto,
-    device: Device = None, max_new_tokens: MaxNew = 1024, temperature: Temperature = None,
-    top_p: TopP = None, top_k: TopK = None, min_p: MinP = None,
-    presence_penalty: Presence = None, seed: Seed = None, think: Think = False,
-    hide_thinking: HideThinking = False, json: Json = False, debug: Debug = False,
+    cuda_graphs: CudaGraphs = None, device: Device = None, max_new_tokens: MaxNew = 1024,
+    temperature: Temperature = None, top_p: TopP = None, top_k: TopK = None,
+    min_p: MinP = None, presence_penalty: Presence = None, seed: Seed = None,
+    think: Think = False, hide_thinking: HideThinking = False, json: Json = False,
+    debug: Debug = False,
 ):
     """Summarize a text FILE that fits in the context (thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
@@ -336,10 +344,11 @@ def chat(
     system: System = None,
     ctx: Ctx = "32k", kv_cache: KvCacheOpt = KVCache.bf16, page_size: PageSize = 64,
     prefill_chunk: PrefillChunk = None, attention: AttentionOpt = Attention.auto,
-    device: Device = None, max_new_tokens: MaxNew = 0, temperature: Temperature = None,
-    top_p: TopP = None, top_k: TopK = None, min_p: MinP = None,
-    presence_penalty: Presence = None, seed: Seed = None, think: Think = True,
-    hide_thinking: HideThinking = False, json: Json = False, debug: Debug = False,
+    cuda_graphs: CudaGraphs = None, device: Device = None, max_new_tokens: MaxNew = 0,
+    temperature: Temperature = None, top_p: TopP = None, top_k: TopK = None,
+    min_p: MinP = None, presence_penalty: Presence = None, seed: Seed = None,
+    think: Think = True, hide_thinking: HideThinking = False, json: Json = False,
+    debug: Debug = False,
 ):
     """Talk with MODEL. /reset clears the conversation, /stats shows numbers, /exit quits.
 

@@ -72,6 +72,8 @@ class EngineConfig:
             before it. None picks 2048 on CUDA and 512 on the CPU.
         attention: ``"reference"`` (plain PyTorch over the paged pool), ``"triton"`` (the
             kernels), or ``"auto"`` (the best available on the device).
+        cuda_graphs: replay the decode step as a CUDA graph (``infer/graphs.py``); None turns it
+            on for CUDA with the Triton backend (see ``use_cuda_graphs``). Prefill stays eager.
 
     Raises:
         ValueError: on any invalid value (the message names the option and the allowed values).
@@ -85,6 +87,7 @@ class EngineConfig:
     dtype: str | None = None
     prefill_chunk: int | None = None
     attention: str = "auto"
+    cuda_graphs: bool | None = None
 
     def __post_init__(self):
         if not isinstance(self.ctx, int) or isinstance(self.ctx, bool) or self.ctx < 1:
@@ -112,6 +115,16 @@ class EngineConfig:
                     from None
             if dev.type not in ("cuda", "cpu"):
                 raise ValueError(f"device must be cuda or cpu, got {self.device!r}")
+        if self.cuda_graphs not in (None, True, False):
+            raise ValueError(f"cuda graphs must be true, false or None (auto), "
+                             f"got {self.cuda_graphs!r}")
+        if self.cuda_graphs:
+            if self.torch_device.type != "cuda":
+                raise ValueError(f"CUDA graphs need a CUDA device, but the device is "
+                                 f"{self.torch_device}: drop --cuda-graphs or use --device cuda")
+            if self.attention == "reference":
+                raise ValueError("CUDA graphs need the triton attention backend: use "
+                                 "--attention triton (or auto), or --no-cuda-graphs")
 
     # ------------------------------------------------------------------ resolved values
 
@@ -126,6 +139,13 @@ class EngineConfig:
         if self.dtype is not None:
             return DTYPES[self.dtype]
         return torch.bfloat16 if self.torch_device.type == "cuda" else torch.float32
+
+    @property
+    def use_cuda_graphs(self) -> bool:
+        """``cuda_graphs``, else True on CUDA unless the reference attention is asked for."""
+        if self.cuda_graphs is not None:
+            return self.cuda_graphs
+        return self.torch_device.type == "cuda" and self.attention != "reference"
 
     @property
     def chunk(self) -> int:

@@ -11,6 +11,9 @@ A ``Session`` is one conversation: it owns a list of pages and the token ids who
    to everything cached before it; only the last row of hidden states goes to the lm_head;
 3. decode: sample on device, copy the one id to the host (the only sync per token), stop on a stop
    id (not yielded), on ``max_new_tokens`` or when the context is full, else yield it and feed it.
+   With ``engine.cuda_graphs`` the feed-and-sample step after the first token is a CUDA graph
+   replay (``infer/graphs.py``, one ``GraphRunner`` per engine, one reply at a time); the first
+   token is sampled eagerly with the runner's generator, so seeded replies do not depend on it.
 
 NOTE: invariant: ``session.cached_ids`` are exactly the tokens whose K/V are stored in the
 session's pages, at positions ``0 .. len(cached_ids) - 1``. The ids are appended only after a
@@ -91,6 +94,8 @@ class Engine:
     Attributes:
         config, model_config (Qwen3Config), model, tokenizer, pool (KVPool), attn (the attention
         backend), device, dtype.
+        cuda_graphs: bool, whether decode replays CUDA graphs (``config.use_cuda_graphs``); it may
+            be switched between replies (benchmarks compare both on one engine and cache).
 
     Raises:
         ValueError: if ``config.ctx`` does not fit in free GPU memory (the message names the
@@ -124,6 +129,8 @@ class Engine:
                            self.device)
         self.attn = make_attention(self.attention_kind, self.pool, group=mc.gqa_group)
         self._bandwidth: float | None = None
+        self.cuda_graphs = config.use_cuda_graphs
+        self._graph_runner = None
 
     @property
     def ctx(self) -> int:
@@ -144,6 +151,28 @@ class Engine:
         if self.config.kv_cache == "bf16":
             kv = kv * dtype_bytes // 2
         return self._bandwidth / (mc.weight_bytes_per_token(dtype_bytes) + num_cached * kv)
+
+    def graph_runner(self):
+        """The engine's ``infer.graphs.GraphRunner`` (built on first use). On a CPU it runs the
+        same static-buffer step without capture (tests).
+
+        Raises:
+            ValueError: on CUDA with an attention backend other than triton.
+        """
+        if self._graph_runner is None:
+            from infer.graphs import GraphRunner
+
+            capture = self.device.type == "cuda"
+            if capture and self.attention_kind != "triton":
+                raise ValueError(f"CUDA graphs need the triton attention backend, not "
+                                 f"{self.attention_kind}: use --attention triton or "
+                                 f"--no-cuda-graphs")
+            self._graph_runner = GraphRunner(
+                self.model, self.attn, vocab_size=self.model_config.vocab_size,
+                page_size=self.config.page_size, max_pages=self.config.num_pages,
+                device=self.device, vocab_limit=getattr(self.tokenizer, "vocab_limit", None),
+                capture=capture)
+        return self._graph_runner
 
     def new_session(self) -> Session:
         """A fresh, empty conversation on this engine's pool."""
@@ -241,6 +270,17 @@ class Session:
         self._ids.extend(ids)
         return last
 
+    def _step_graph(self, runner, ticket: int, tok: int, tok_t: torch.Tensor) -> torch.Tensor:
+        """Feed ``tok`` (host) / ``tok_t`` (device) through the runner; return the next sampled
+        token (device int64 [1]). Extends ``cached_ids`` once the step is enqueued."""
+        start = len(self._ids)
+        need = self.engine.pool.pages_for(start + 1) - len(self._pages)
+        if need > 0:
+            self._pages.extend(self.engine.pool.allocate(need))
+        nxt = runner.step(ticket, tok_t, self._pages, start)
+        self._ids.append(tok)
+        return nxt
+
     def _generate(self, prompt: list[int], sp: SamplingParams) -> Iterator[int]:
         eng = self.engine
         t0 = time.perf_counter()
@@ -253,19 +293,24 @@ class Session:
         stop_ids = set(getattr(eng.tokenizer, "stop_ids", ()) or ())
         vocab_limit = getattr(eng.tokenizer, "vocab_limit", None)
         chunk = eng.config.chunk
+        runner = eng.graph_runner() if eng.cuda_graphs else None
         try:
             for s in range(reuse, len(prompt), chunk):
                 hidden = self._forward(prompt[s:s + chunk])
-            gen = None if sp.greedy else make_generator(sp.seed, eng.device)
-            seen = None
-            if sp.presence_penalty:
-                seen = torch.zeros(self.engine.model_config.vocab_size, dtype=torch.bool,
-                                   device=eng.device)
+            if runner is None:
+                gen = None if sp.greedy else make_generator(sp.seed, eng.device)
+                seen = None
+                if sp.presence_penalty:
+                    seen = torch.zeros(self.engine.model_config.vocab_size, dtype=torch.bool,
+                                       device=eng.device)
+            else:  # captures the step on first use of this sampling mode
+                ticket, gen, seen = runner.begin(sp, self._pages)
             t_first = 0.0
             while True:
-                with torch.inference_mode():
-                    logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
-                    tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
+                if hidden is not None:  # eager: the first token, and every token without graphs
+                    with torch.inference_mode():
+                        logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
+                        tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
                 tok = int(tok_t.item())  # the one device->host sync per token
                 now = time.perf_counter()
                 if stats.new_tokens == 0 and t_first == 0.0:
@@ -284,6 +329,9 @@ class Session:
                 if len(self._ids) >= eng.ctx:
                     stats.stop_reason = "context"
                     return
+                if runner is not None:
+                    hidden, tok_t = None, self._step_graph(runner, ticket, tok, tok_t)
+                    continue
                 if seen is not None:
                     seen[tok_t] = True
                 hidden = self._forward([tok], tok_t.view(1))

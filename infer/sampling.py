@@ -18,10 +18,15 @@ from infer.config import SamplingParams
 _TINY = torch.finfo(torch.float32).tiny
 
 
+def resolve_seed(seed: int | None) -> int:
+    """``seed``, or a fresh random seed (from the OS) if None."""
+    return seed if seed is not None else random.SystemRandom().randrange(2**63)
+
+
 def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator:
     """A ``torch.Generator`` on ``device`` seeded with ``seed`` (a fresh random seed if None)."""
     g = torch.Generator(device=device)
-    g.manual_seed(seed if seed is not None else random.SystemRandom().randrange(2**63))
+    g.manual_seed(resolve_seed(seed))
     return g
 
 

@@ -1,0 +1,304 @@
+"""CUDA-graph decode (``infer/graphs.py``) and its wiring into the engine, config and CLI.
+
+CPU: config/CLI validation, and the ``GraphRunner`` without capture (the same static-buffer step,
+run eagerly) against the plain engine loop, on the ``SumModel`` mock (any misplaced page, slot or
+position shows up as a wrong token) and on a tiny random Qwen3 (sampling and presence state).
+GPU (``-m gpu``): captured graphs against eager decode, both with the Triton backend, on a tiny
+and a 4-layer 0.6B-shaped random Qwen3 in bfloat16, BF16 and INT8 caches, page size 16.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from test_engine import GREEDY, SumModel, expected, mock_engine, prompt_of
+from typer.testing import CliRunner
+
+from infer import Engine, EngineConfig, SamplingParams
+from infer.graphs import MAX_GRAPHS, GraphRunner, graph_key
+from infer.meta import build_meta
+from infer.sampling import sample
+
+VOCAB_LIMIT = 151669
+NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=VOCAB_LIMIT)  # random models: no early stop
+SAMPLED = SamplingParams(temperature=0.8, top_k=50, top_p=0.9, min_p=0.01, presence_penalty=0.5)
+
+
+def graph_mock_engine(**kw):
+    """The mock engine with the runner switched on (no capture on the CPU)."""
+    eng = mock_engine(**kw)
+    eng.cuda_graphs = True
+    return eng
+
+
+def random_ids(n: int, seed: int = 0, high: int = VOCAB_LIMIT) -> list[int]:
+    return torch.randint(0, high, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+# ---------------------------------------------------------------------------- config and CLI
+
+
+def test_config_cuda_graphs_resolution_and_errors():
+    def use(**kw):
+        return EngineConfig("m", **kw).use_cuda_graphs
+
+    assert not use(device="cpu")
+    assert use(device="cuda") and use(device="cuda", attention="triton")
+    assert not use(device="cuda", attention="reference")
+    assert not use(device="cuda", cuda_graphs=False)
+    assert use(device="cuda:1", attention="triton", cuda_graphs=True)
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device.*drop --cuda-graphs"):
+        EngineConfig("m", device="cpu", cuda_graphs=True)
+    with pytest.raises(ValueError, match="triton attention backend"):
+        EngineConfig("m", device="cuda", attention="reference", cuda_graphs=True)
+    with pytest.raises(ValueError, match="cuda graphs must be"):
+        EngineConfig("m", device="cuda", cuda_graphs="yes")
+
+
+def test_runner_capture_needs_cuda():
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        GraphRunner(SumModel(), None, vocab_size=8, page_size=16, max_pages=2, device="cpu")
+
+
+def test_cli_cuda_graphs_flag(tiny_ckpt):
+    from cli import app
+
+    bad = CliRunner().invoke(app, ["generate", str(tiny_ckpt), "hi", "--device", "cpu",
+                                   "--cuda-graphs"])
+    assert bad.exit_code == 2 and "CUDA graphs need a CUDA device" in bad.output
+    ok = CliRunner().invoke(app, ["generate", str(tiny_ckpt), "hi", "--device", "cpu", "--ctx",
+                                  "1k", "--max-new-tokens", "2", "--json", "--no-cuda-graphs"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["cuda_graphs"] is False
+
+
+def test_graph_key_drops_seed_budget_and_unused_greedy_fields():
+    a = SAMPLED.replace(seed=1, max_new_tokens=5)
+    assert graph_key(a) == graph_key(SAMPLED.replace(seed=2)) != graph_key(GREEDY)
+    assert graph_key(GREEDY.replace(top_k=5, top_p=0.5)) == graph_key(GREEDY)
+    assert graph_key(GREEDY.replace(presence_penalty=1.0)) != graph_key(GREEDY)
+
+
+# ---------------------------------------------------------------------------- runner, no capture
+
+
+@pytest.mark.parametrize("length", [1, 15, 16, 17])
+def test_runner_steps_through_pages(length):
+    eng = graph_mock_engine(page_size=16, chunk=7)
+    s = eng.new_session()
+    p = prompt_of(length)
+    out = list(s.generate(p, GREEDY.replace(max_new_tokens=40)))  # crosses 2-3 pages
+    assert out == expected(p, 40)
+    assert s.cached_ids == p + out[:-1]
+    assert eng.graph_runner().num_graphs == 0  # nothing captured on the CPU
+    assert eng.model.calls[-39:] == [1] * 39  # each decode step is one 1-token forward
+
+
+def test_runner_multi_turn_close_and_switching_modes():
+    eng = graph_mock_engine(chunk=7)
+    s = eng.new_session()
+    p1 = prompt_of(20)
+    r1 = list(s.generate(p1, GREEDY.replace(max_new_tokens=5)))
+    p2 = p1 + r1 + prompt_of(9, seed=1)
+    gen = s.generate(p2, GREEDY.replace(max_new_tokens=30))
+    got = [next(gen) for _ in range(4)]
+    gen.close()
+    assert s.stats.stop_reason == "interrupted" and s.cached_ids == p2 + got[:3]
+    eng.cuda_graphs = False  # the same session and cache, eager
+    p3 = p2 + got + prompt_of(5, seed=2)
+    assert list(s.generate(p3, GREEDY.replace(max_new_tokens=6))) == expected(p3, 6)
+    eng.cuda_graphs = True
+    p4 = p3 + prompt_of(3, seed=3)
+    assert list(s.generate(p4, GREEDY.replace(max_new_tokens=20))) == expected(p4, 20)
+
+
+def test_runner_interrupt_inside_a_step_keeps_session_consistent():
+    model = SumModel(fail_on_call=5)  # prefill 20 in chunks of 7 = 3 calls; decode call 2
+    eng = graph_mock_engine(chunk=7, model=model)
+    s = eng.new_session()
+    p = prompt_of(20)
+    with pytest.raises(KeyboardInterrupt):
+        list(s.generate(p, GREEDY.replace(max_new_tokens=10)))
+    assert s.stats.stop_reason == "interrupted"
+    assert s.cached_ids == (p + expected(p, 10))[:21]
+    model.fail_on_call = None
+    assert list(s.generate(p, GREEDY.replace(max_new_tokens=10))) == expected(p, 10)
+
+
+def test_runner_context_full_and_two_sessions():
+    eng = graph_mock_engine(ctx=48, page_size=16)
+    a, b = eng.new_session(), eng.new_session()
+    pa, pb = prompt_of(30), prompt_of(9, seed=4)
+    out = list(a.generate(pa))
+    assert a.stats.stop_reason == "context" and out == expected(pa, 48 - 30 + 1)
+    a.reset()
+    ga, gb = a.generate(pa, GREEDY.replace(max_new_tokens=5)), b.generate(pb, GREEDY)
+    next(ga)
+    next(gb)  # a second reply begins on the same runner
+    with pytest.raises(RuntimeError, match="one reply at a time"):
+        next(ga)
+    assert a.stats.stop_reason == "interrupted"
+    assert [next(gb) for _ in range(3)] == expected(pb, 4)[1:]
+
+
+@pytest.fixture(scope="module")
+def tiny_cpu(tiny_ckpt_factory):
+    from models.loader import load_model
+
+    return load_model(tiny_ckpt_factory(), device="cpu", dtype=torch.float32)
+
+
+@pytest.mark.parametrize("sp", [GREEDY, GREEDY.replace(presence_penalty=2.0),
+                                SAMPLED.replace(seed=3)], ids=["greedy", "presence", "sampled"])
+def test_runner_matches_eager_on_tiny_qwen3(tiny_cpu, sp):
+    def run(graphs: bool) -> list[list[int]]:  # two replies: state is reset between them
+        cfg = EngineConfig("unused", ctx=256, page_size=16, device="cpu", attention="reference")
+        eng = Engine(cfg, model=tiny_cpu, tokenizer=NO_STOP)
+        eng.cuda_graphs = graphs
+        return [list(eng.new_session().generate(random_ids(13, seed),
+                                                sp.replace(max_new_tokens=24)))
+                for seed in (0, 0)]
+
+    eager = run(False)
+    assert run(True) == eager and len(eager[0]) == 24
+    assert eager[0] == eager[1]
+    if sp.presence_penalty and sp.greedy:
+        assert len(set(eager[0])) > 12  # the penalty is live (a random greedy loop repeats)
+
+
+# ---------------------------------------------------------------------------- GPU
+
+
+@pytest.fixture(scope="module", params=["tiny", "0.6b-4l"])
+def gpu_model(request, tiny_ckpt_factory):
+    from models.loader import load_model
+
+    kw = dict(dtype="bfloat16")
+    if request.param != "tiny":
+        kw.update(size="0.6b", num_hidden_layers=4)
+    model = load_model(tiny_ckpt_factory(**kw), device="cuda", dtype=torch.bfloat16)
+    yield model
+    del model
+    torch.cuda.empty_cache()
+
+
+def gpu_engine(model, kv_cache: str, graphs: bool, ctx: int = 512) -> Engine:
+    cfg = EngineConfig("unused", ctx=ctx, kv_cache=kv_cache, page_size=16, device="cuda",
+                       attention="triton", cuda_graphs=graphs)
+    eng = Engine(cfg, model=model, tokenizer=NO_STOP)
+    assert eng.cuda_graphs is graphs
+    return eng
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+@pytest.mark.parametrize("presence", [0.0, 1.5])
+def test_gpu_greedy_graph_equals_eager(gpu_model, kv_cache, presence):
+    p = random_ids(40)  # + 64 new tokens: pages 3..7 are added during decode
+    sp = GREEDY.replace(max_new_tokens=64, presence_penalty=presence)
+    eager = list(gpu_engine(gpu_model, kv_cache, False).new_session().generate(p, sp))
+    eng = gpu_engine(gpu_model, kv_cache, True)
+    graph = list(eng.new_session().generate(p, sp))
+    assert len(eager) == 64
+    assert graph == eager
+    assert eng.graph_runner().num_graphs == 1
+
+
+def stored_at(pool, page: int, off: int) -> list[torch.Tensor]:
+    """Copies of every layer's K/V (and INT8 scales) at one slot."""
+    return [t[page, :, off].clone() for c in pool.layers
+            for t in (c.k, c.v, c.k_scale, c.v_scale) if t is not None]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_replay_is_bit_exact(gpu_model, kv_cache):
+    """Each replay's hidden state, logits, sampled id and stored K/V equal an eager forward of
+    the same token at the same position, bit for bit (positions 40..51 cross a page)."""
+    eng = gpu_engine(gpu_model, kv_cache, True)
+    model, pool = eng.model, eng.pool
+    n = 40
+    pages = pool.allocate(pool.pages_for(n))
+    meta = build_meta([(pages, 0, n)], 16, "cuda")
+    with torch.inference_mode():
+        model.forward(torch.tensor(random_ids(n), device="cuda"), meta.positions, eng.attn, meta)
+    runner = eng.graph_runner()
+    ticket, _, _ = runner.begin(GREEDY, pages)
+    tok = torch.tensor([1234], device="cuda")
+    for pos in range(n, n + 12):
+        if pool.pages_for(pos + 1) > len(pages):
+            pages += pool.allocate(1)
+        nxt = runner.step(ticket, tok, pages, pos).clone()
+        hidden, logits = runner.hidden.clone(), runner.logits.clone()
+        page, off = pages[pos // 16], pos % 16
+        stored = stored_at(pool, page, off)
+        m = build_meta([(pages, pos, 1)], 16, "cuda")
+        with torch.inference_mode():
+            h = model.forward(tok, m.positions, eng.attn, m)
+            lg = model.compute_logits(h[-1:])
+            want = sample(lg, GREEDY, vocab_limit=VOCAB_LIMIT)
+        again = stored_at(pool, page, off)
+        assert torch.equal(hidden, h) and torch.equal(logits, lg), f"position {pos}"
+        assert torch.equal(nxt, want)
+        assert all(torch.equal(a, b) for a, b in zip(stored, again, strict=True))
+        tok = nxt
+
+
+@pytest.mark.gpu
+def test_gpu_seeded_sampling_reproducible(gpu_model):
+    eng = gpu_engine(gpu_model, "bf16", True)
+    p = random_ids(30, seed=1)
+
+    def run(seed):
+        return list(eng.new_session().generate(p, SAMPLED.replace(seed=seed, max_new_tokens=48)))
+
+    a, b, c = run(7), run(7), run(8)
+    assert a == b and a != c
+    assert all(t < VOCAB_LIMIT for t in a + c)
+    assert eng.graph_runner().num_graphs == 1
+
+
+@pytest.mark.gpu
+def test_gpu_seeded_sampling_graph_equals_eager(gpu_model):
+    """torch replays a registered generator's Philox offsets exactly as eager ops consume them,
+    so with bit-exact logits the sampled reply is the same with and without graphs."""
+    p = random_ids(30, seed=2)
+    sp = SAMPLED.replace(seed=11, max_new_tokens=48)
+    eager = list(gpu_engine(gpu_model, "bf16", False).new_session().generate(p, sp))
+    assert list(gpu_engine(gpu_model, "bf16", True).new_session().generate(p, sp)) == eager
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_multi_turn_session_graph_equals_eager(gpu_model, kv_cache):
+    def conversation(eng: Engine) -> list:
+        s = eng.new_session()
+        p1 = random_ids(30, seed=3)
+        r1 = list(s.generate(p1, GREEDY.replace(max_new_tokens=24)))
+        p2 = p1 + r1 + random_ids(20, seed=4)
+        gen = s.generate(p2, GREEDY.replace(max_new_tokens=40))
+        r2 = [next(gen) for _ in range(10)]
+        gen.close()  # Ctrl-C mid-reply
+        p3 = p2 + r2 + random_ids(7, seed=5)
+        r3 = list(s.generate(p3, SAMPLED.replace(seed=5, max_new_tokens=30)))
+        return [r1, r2, r3, s.stats.reused_tokens, s.cached_ids]
+
+    eng = gpu_engine(gpu_model, kv_cache, True)
+    assert conversation(eng) == conversation(gpu_engine(gpu_model, kv_cache, False))
+    assert eng.graph_runner().num_graphs == 2
+
+
+@pytest.mark.gpu
+def test_gpu_graphs_per_sampling_mode_are_bounded(gpu_model):
+    eng = gpu_engine(gpu_model, "bf16", True)
+    p = random_ids(20, seed=6)
+    modes = [GREEDY] + [SAMPLED.replace(top_k=k) for k in range(1, MAX_GRAPHS + 1)]
+    for sp in modes + modes[:1]:
+        list(eng.new_session().generate(p, sp.replace(seed=0, max_new_tokens=4)))
+    assert eng.graph_runner().num_graphs == MAX_GRAPHS
+    greedy = list(eng.new_session().generate(p, GREEDY.replace(max_new_tokens=20)))
+    eager = gpu_engine(gpu_model, "bf16", False)
+    assert greedy == list(eager.new_session().generate(p, GREEDY.replace(max_new_tokens=20)))
