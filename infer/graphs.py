@@ -19,7 +19,9 @@ when the sequence gained a page, ``graph.replay()``. The engine then reads ``nex
 one host sync per token). Nothing in the captured region allocates outside the graph's pool,
 syncs, or branches on device values: ``sample`` branches only on host values of the sampling
 parameters, which is why there is one graph per sampling mode (``graph_key``), all sharing one
-memory pool. The attention metadata is built once from the static buffers with
+memory pool (NOTE: so only the graph just replayed has valid ``hidden``/``logits``; a graph's
+intermediates may share memory with another graph's outputs, and all inputs are static buffers
+outside the pool). The attention metadata is built once from the static buffers with
 ``max_query_len=1``; the decode kernels never read ``max_seq_len`` and their grid is fixed
 (``kernels/decode_attention.py``), so one graph serves every context length.
 
@@ -153,8 +155,9 @@ class GraphRunner:
         self.meta = self.bufs.meta(page_size)
         self.generator = torch.Generator(device=self.device)
         self._host = self.bufs.host_step.numpy()  # fast scalar writes into the pinned buffer
-        self._copied = torch.cuda.Event() if capture else None
+        self._copied = torch.cuda.Event() if self.device.type == "cuda" else None
         self._mempool = torch.cuda.graph_pool_handle() if capture else None
+        self._stream: torch.cuda.Stream | None = None  # warm-up side stream
         self._graphs: OrderedDict[SamplingParams, _Captured] = OrderedDict()
         self._params: SamplingParams | None = None
         self._gen: torch.Generator | None = None
@@ -280,7 +283,9 @@ class GraphRunner:
             b.step[0].fill_(0)
             b.step[1].fill_(-1)
             b.input_ids.zero_()
-            stream = torch.cuda.Stream()
+            if self._stream is None:
+                self._stream = torch.cuda.Stream()
+            stream = self._stream
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):

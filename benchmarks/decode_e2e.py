@@ -1,0 +1,117 @@
+"""End-to-end decode speed of the engine on a GPU: CUDA graphs vs eager, BF16 and INT8 caches.
+
+Writes (or takes with ``--model``) a random-weight checkpoint (default ``8b``, with YaRN factor 4
+over 32k positions, as Qwen3 is configured for 128k contexts), loads it once, and per cache dtype
+builds an ``Engine`` (Triton attention) whose context holds the longest prompt plus the new tokens.
+The prompts are prefixes of one random id sequence, so each longer one prefills only its new part
+(prefix reuse). At each length it times greedy decode through ``Session.generate`` (host sync per
+token included) with graphs and eagerly, on the same engine and cache. One JSON line per
+measurement: tokens/s (after the first token), the ceiling from ``engine.ceiling_tokens_per_s``
+at the mean number of cached positions during the decode, and the fraction of it reached.
+
+    PYTHONPATH=. python benchmarks/decode_e2e.py                       # 8b: 4k, 32k, 128k
+    PYTHONPATH=. python benchmarks/decode_e2e.py --model DIR --lengths 4096 32768 --kv bf16
+
+About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
+the checkpoint is kept in ``--workdir`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from infer import Engine, EngineConfig, SamplingParams
+from models.loader import load_model
+from models.random_checkpoint import SIZES, write_random_checkpoint
+
+VOCAB_LIMIT = 151669  # Qwen3: ids above are padding, never sampled
+YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                         "original_max_position_embeddings": 32768},
+        "max_position_embeddings": 131072}
+
+
+def checkpoint(args) -> Path:
+    """``--model``, or the random checkpoint in ``--workdir`` (written if missing)."""
+    if args.model:
+        return Path(args.model)
+    folder = Path(args.workdir) / f"qwen3-{args.size}-random-yarn"
+    done = folder / ".complete"
+    if not done.is_file():
+        t0 = time.perf_counter()
+        write_random_checkpoint(folder, args.size, overrides=YARN)
+        done.touch()
+        print(json.dumps({"event": "checkpoint_written", "path": str(folder),
+                          "s": round(time.perf_counter() - t0, 1)}), flush=True)
+    return folder
+
+
+def measure(eng: Engine, session, prompt: list[int], graphs: bool, tokens: int) -> dict:
+    eng.cuda_graphs = graphs
+    sp = SamplingParams(temperature=0.0, max_new_tokens=tokens)
+    out = list(session.generate(prompt, sp))
+    st = session.stats
+    assert len(out) == tokens, f"{len(out)} tokens, stop reason {st.stop_reason}"
+    n = len(prompt)
+    mean_cached = n + tokens // 2
+    ceiling = eng.ceiling_tokens_per_s(mean_cached)
+    tps = st.decode_tokens_per_s
+    return {"kv_cache": eng.config.kv_cache, "prompt_tokens": n,
+            "mode": "graph" if graphs else "eager", "new_tokens": tokens,
+            "tokens_per_s": round(tps, 2), "ms_per_token": round(1e3 / tps, 3),
+            "ceiling_tokens_per_s": round(ceiling, 2), "mean_cached": mean_cached,
+            "fraction": round(tps / ceiling, 4), "prefill_tokens": st.prefill_tokens,
+            "ttft_s": round(st.ttft_s, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", help="checkpoint folder (default: a random one in --workdir)")
+    ap.add_argument("--size", choices=SIZES, default="8b")
+    ap.add_argument("--workdir", default="/tmp")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[4096, 32768, 131072])
+    ap.add_argument("--kv", nargs="+", default=["bf16", "int8"], choices=["bf16", "int8"])
+    ap.add_argument("--tokens", type=int, default=128, help="decode tokens timed with graphs")
+    ap.add_argument("--eager-tokens", type=int, default=48, help="decode tokens timed eagerly")
+    ap.add_argument("--page-size", type=int, default=64)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+
+    folder = checkpoint(args)
+    t0 = time.perf_counter()
+    model = load_model(folder, device="cuda", dtype=torch.bfloat16)
+    print(json.dumps({"event": "loaded", "path": str(folder),
+                      "s": round(time.perf_counter() - t0, 1)}), flush=True)
+    lengths = sorted(args.lengths)
+    ctx = lengths[-1] + max(args.tokens, args.eager_tokens) + 16
+    ids = torch.randint(0, VOCAB_LIMIT, (lengths[-1],),
+                        generator=torch.Generator().manual_seed(0)).tolist()
+    tokenizer = SimpleNamespace(stop_ids=set(), vocab_limit=VOCAB_LIMIT)  # no early stop
+    for kv in args.kv:
+        cfg = EngineConfig(str(folder), ctx=ctx, kv_cache=kv, page_size=args.page_size,
+                           device="cuda", attention="triton", cuda_graphs=True)
+        eng = Engine(cfg, model=model, tokenizer=tokenizer)
+        session = eng.new_session()
+        for graphs in (True, False):  # compile the kernels, capture the graph
+            eng.cuda_graphs = graphs
+            list(session.generate(ids[:64], SamplingParams(temperature=0.0, max_new_tokens=4)))
+        for n in lengths:
+            graph = measure(eng, session, ids[:n], True, args.tokens)
+            print(json.dumps(graph), flush=True)
+            eager = measure(eng, session, ids[:n], False, args.eager_tokens)
+            eager["graph_speedup"] = round(graph["tokens_per_s"] / eager["tokens_per_s"], 2)
+            print(json.dumps(eager), flush=True)
+        del session, eng
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
