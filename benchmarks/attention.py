@@ -130,12 +130,12 @@ def bench_decode(seq_len: int, kv: str, bw: float, splits: list, rep_ms: int):
         for ns in splits:
             ws = None
             if hasattr(dec, "DecodeWorkspace"):
-                n_split = ns or dec.default_num_splits(1, HKV, q.device)
+                n_split = ns or dec.default_num_splits(1, HKV, q.device, k.dtype)
                 ws = dec.DecodeWorkspace.allocate(1, HKV, HQ // HKV, n_split, D, q.device)
             out = torch.empty_like(q)
             fn = lambda ns=ns, ws=ws, out=out: dec.decode_attention(  # noqa: E731
                 q, k, v, seq_lens, table, num_queries=1, sm_scale=D ** -0.5, k_scale=ks,
-                v_scale=vs, num_splits=ns, workspace=ws, out=out)
+                v_scale=vs, num_splits=ns or None, workspace=ws, out=out)
             fn()
             for timing, timer in (("graph", bench_graph), ("eager", bench)):
                 ms = timer(fn, rep_ms)

@@ -74,7 +74,9 @@ class TritonAttention:
                  num_splits: int | None = None, group: int = 1):
         self.pool = pool
         self.sm_scale = sm_scale
-        self.num_splits = num_splits or default_num_splits(max_batch, pool.kv_heads, pool.device)
+        kv_dtype = pool.layer(0).k.dtype
+        self.num_splits = num_splits or default_num_splits(max_batch, pool.kv_heads, pool.device,
+                                                           kv_dtype)
         self.group = group
         self.workspace = DecodeWorkspace.allocate(
             max_batch, pool.kv_heads, MAX_DECODE_QUERIES * group, self.num_splits,
