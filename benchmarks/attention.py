@@ -2,8 +2,10 @@
 
 Shape: Qwen3-8B attention (32 query heads, 8 KV heads, head_dim 128), batch 1, page size 64, pages
 in scrambled order, fresh random data (never zeros). Pools in BF16 or INT8 (codes + float32 scale
-per position and KV head). Timings are ``triton.testing.do_bench`` medians (it flushes L2 between
-runs, so the cache is read from HBM every time).
+per position and KV head). Timings are medians of CUDA-event timed runs, each after a cold-L2 read
+flush (``benchmarks/timing.py``), so the cache is read from HBM every time. Decode is timed twice:
+as CUDA-graph replays (``graph``: the kernels' GPU time, as the engine runs them) and as launched
+from Python (``eager``: host launch overhead included).
 
 Printed, one JSON line each (also written to ``--out``), then a short human table:
 
@@ -81,7 +83,7 @@ def emit(rec: dict, records: list, out) -> None:
 
 
 def bench(fn, rep_ms: int) -> float:
-    """Median milliseconds of ``fn`` (do_bench: warm-up, L2 flushed before each run)."""
+    """Median milliseconds of ``fn`` as launched (cold L2 before each run)."""
     from benchmarks.timing import bench_eager
     return bench_eager(fn, rep_ms)
 
@@ -258,7 +260,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also sweep tile configs / splits")
     ap.add_argument("--warp-specialize", action="store_true",
                     help="also time warp-specialized prefill configs (TMA loads)")
-    ap.add_argument("--rep-ms", type=int, default=200, help="do_bench rep time per figure (ms)")
+    ap.add_argument("--rep-ms", type=int, default=200, help="repetitions per figure = rep_ms / 2")
     ap.add_argument("--out", default=None, help="also write the JSON lines to this file")
     args = ap.parse_args()
     if not torch.cuda.is_available():

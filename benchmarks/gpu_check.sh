@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# One GPU session's checks and measurements, in the order that matters; logs go to $OUT (or ./out).
-#   bash benchmarks/gpu_check.sh tests      # pytest -m gpu (kernels, backend, engine, model)
-#   bash benchmarks/gpu_check.sh sweep      # decode tile sweep
-#   bash benchmarks/gpu_check.sh bench      # attention benchmark vs SDPA
-# INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts) for the model tests.
+# One GPU session's checks and measurements; logs go to $OUT (or ./out). Steps, in any order:
+#   tests      pytest -m gpu (kernels, backend, graphs, engine, CLI, model vs transformers)
+#   sweep      decode tile sweep (benchmarks/sweep_decode.py --quick)
+#   bench      attention kernels vs torch SDPA (benchmarks/attention.py)
+#   e2e        engine decode tokens/s, CUDA graphs vs eager (benchmarks/decode_e2e.py)
+#   summarize  `infer summarize` of a 28k-token book excerpt with a random Qwen3-8B, --ctx 32k
+# INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+SHARED=${INFER_SHARED:?set INFER_SHARED to a copy of shared/}
+CKPT=${CKPT:-/tmp/qwen3-8b-random}
 echo "commit ${INFER_COMMIT:-unknown}" | tee -a "$OUT/env.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/env.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
     | tee -a "$OUT/env.txt"
 for what in "$@"; do
   case "$what" in
-    tests) python3 -m pytest -q -m gpu -s -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
-    sweep) python3 benchmarks/sweep_decode.py ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep_decode.jsonl" ;;
-    bench) python3 benchmarks/attention.py --out "$OUT/attention.jsonl" 2>&1 \
-             | tee "$OUT/attention.log" ;;
+    tests) python3 -m pytest -q -m gpu -s -p no:cacheprovider ${TEST_ARGS:-tests} 2>&1 \
+             | tee "$OUT/gpu_tests.log" | grep -E "passed|failed|FAILED|rror" ;;
+    sweep) python3 benchmarks/sweep_decode.py ${SWEEP_ARGS:---quick} > "$OUT/sweep_decode.jsonl" 2>&1
+           tail -n 1 "$OUT/sweep_decode.jsonl" ;;
+    bench) python3 benchmarks/attention.py ${BENCH_ARGS:-} --out "$OUT/attention.jsonl" \
+             > "$OUT/attention.log" 2>&1; grep -A 40 "^what" "$OUT/attention.log" ;;
+    e2e) python3 benchmarks/decode_e2e.py --workdir /tmp ${E2E_ARGS:-} 2>&1 | tee "$OUT/decode_e2e.jsonl" ;;
+    summarize)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      head -n 2600 "$SHARED/data/texts/pride_and_prejudice.txt" > /tmp/book.txt
+      for kv in bf16 int8; do
+        python3 cli.py summarize /tmp/book.txt --model "$CKPT" --ctx 32k --kv-cache $kv --json \
+            ${SUMMARIZE_ARGS:-} > "$OUT/summarize_$kv.json" 2> "$OUT/summarize_$kv.err"
+        echo "summarize kv=$kv rc=$?"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['text']=d['text'][:60]; print(json.dumps(d))" \
+            "$OUT/summarize_$kv.json"
+      done ;;
     *) echo "unknown step $what" >&2; exit 2 ;;
   esac
 done

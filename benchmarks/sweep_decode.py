@@ -1,11 +1,12 @@
 """Sweep tile configurations of the split-KV decode kernel on a GPU (one JSON line per config).
 
 Qwen3-8B attention shape (32 query / 8 KV heads, head_dim 128), page 64, batch 1, one new token,
-BF16 and INT8 pools on scrambled pages. Each config is timed with ``triton.testing.do_bench`` (L2
-flushed between runs) over the whole ``decode_attention`` call (stage 1 + combine), checked
-against a float32 reference, and reported as GB/s of cache read: K + V (+ the float32 scales for
-INT8) for ``seq_len`` positions x 8 KV heads x 128 dims. With ``--split-timing`` (on in
-``--quick``) stage 1 alone (``stage1_us``) and the combine alone (``combine_us``) are timed too.
+BF16 and INT8 pools on scrambled pages. Each config is timed as CUDA-graph replays after a
+cold-L2 read flush (``benchmarks/timing.py``) over the whole ``decode_attention`` call (stage 1 +
+combine), checked against a float32 reference, and reported as GB/s of cache read: K + V (+
+the float32 scales for INT8) for ``seq_len`` positions x 8 KV heads x 128 dims. With
+``--split-timing`` (on in ``--quick``) stage 1 alone (``stage1_us``) and the combine alone
+(``combine_us``) are timed too.
 
     PYTHONPATH=. python benchmarks/sweep_decode.py --quick    # ~45 chosen configs, < 3 minutes
     PYTHONPATH=. python benchmarks/sweep_decode.py --seq-lens 32768 --block-n 64 --splits 66 132 \

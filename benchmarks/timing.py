@@ -1,20 +1,52 @@
 """Timing helpers shared by the benchmark scripts (GPU only).
 
-``bench_eager`` times a Python callable as launched (host launch overhead included when it exceeds
-the GPU time); ``bench_graph`` captures the callable once in a CUDA graph and times its replays,
-which is how the engine's decode step runs, so it measures the GPU time of the kernels alone.
-Both are ``triton.testing.do_bench`` medians (warm-up first, L2 flushed before each run).
+Every figure is the median over repetitions of one call timed with CUDA events, each repetition
+preceded by a cold-L2 step that READS a 512 MiB buffer. (``triton.testing.do_bench`` flushes L2
+by WRITING zeros: the 60 MB of dirty lines it leaves are written back to HBM while the timed
+kernel runs, which on an H200 adds ~8-15 us to every timing. In a decode step the previous
+kernels mostly read weights, so a read flush is the faithful cold start.)
+
+``bench_eager`` times a Python callable as launched (host launch overhead included when it
+exceeds the GPU time); ``bench_graph`` captures the callable once in a CUDA graph and times its
+replays, which is how the engine's decode step runs: it measures the GPU time of the kernels.
 """
 
 from __future__ import annotations
 
+import statistics
+
 import torch
-from triton.testing import do_bench
+
+_FLUSH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _flush_l2() -> None:
+    dev = torch.device("cuda", torch.cuda.current_device())
+    if dev not in _FLUSH:
+        _FLUSH[dev] = (torch.ones(256 << 20, dtype=torch.float16, device=dev),
+                       torch.empty((), dtype=torch.float16, device=dev))
+    buf, out = _FLUSH[dev]
+    torch.sum(buf, dtype=torch.float16, out=out)
+
+
+def bench_cold(fn, reps: int = 100, warmup: int = 10) -> float:
+    """Median milliseconds of one ``fn()`` after a cold-L2 read flush, over ``reps`` runs."""
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends, strict=True):
+        _flush_l2()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
 def bench_eager(fn, rep_ms: int = 200) -> float:
-    """Median milliseconds per call of ``fn``."""
-    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+    """Median milliseconds per call of ``fn`` as launched from Python."""
+    return bench_cold(fn, reps=max(20, rep_ms // 2))
 
 
 def bench_graph(fn, rep_ms: int = 200) -> float:
@@ -25,11 +57,11 @@ def bench_graph(fn, rep_ms: int = 200) -> float:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(3):  # warm-up: compile, autotune caches, allocator
+        for _ in range(3):  # warm-up: compile, allocator
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
-    return do_bench(graph.replay, warmup=25, rep=rep_ms, return_mode="median")
+    return bench_cold(graph.replay, reps=max(20, rep_ms // 2))
