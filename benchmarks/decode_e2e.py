@@ -70,6 +70,32 @@ def measure(eng: Engine, session, prompt: list[int], graphs: bool, tokens: int) 
             "ttft_s": round(st.ttft_s, 3)}
 
 
+def profile(eng: Engine, session, prompt: list[int], tokens: int = 16) -> None:
+    """Print where a graph decode step's GPU time goes: the top kernels by total time, and the
+    GPU busy time per token against the wall time per token (JSON lines)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+    eng.cuda_graphs = True
+    sp = SamplingParams(temperature=0.0, max_new_tokens=tokens)
+    list(session.generate(prompt, sp))  # same prompt: the cache is reused, only decode runs
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        list(session.generate(prompt, sp))
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    busy_us = sum(e.self_device_time_total for e in kernels)
+    print(json.dumps({"profile": "totals", "tokens": tokens, "kv_cache": eng.config.kv_cache,
+                      "wall_ms_per_token": round(wall * 1e3 / tokens, 3),
+                      "gpu_busy_ms_per_token": round(busy_us / 1e3 / tokens, 3),
+                      "kernels_per_token": round(sum(e.count for e in kernels) / tokens, 1)}),
+          flush=True)
+    for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:15]:
+        print(json.dumps({"profile": "kernel", "name": e.key[:90], "calls_per_token":
+                          round(e.count / tokens, 1), "us_per_token":
+                          round(e.self_device_time_total / tokens, 1)}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="checkpoint folder (default: a random one in --workdir)")
@@ -80,6 +106,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128, help="decode tokens timed with graphs")
     ap.add_argument("--eager-tokens", type=int, default=48, help="decode tokens timed eagerly")
     ap.add_argument("--page-size", type=int, default=64)
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile graph decode at the shortest length (top kernels)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
@@ -108,6 +136,8 @@ def main() -> None:
             eager = measure(eng, session, ids[:n], False, args.eager_tokens)
             eager["graph_speedup"] = round(graph["tokens_per_s"] / eager["tokens_per_s"], 2)
             print(json.dumps(eager), flush=True)
+            if args.profile and n == lengths[0]:
+                profile(eng, session, ids[:n])
         del session, eng
         gc.collect()
         torch.cuda.empty_cache()
