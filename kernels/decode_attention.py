@@ -266,11 +266,13 @@ class DecodeWorkspace:
 
 
 # Default tiles per KV-cache kind on a GPU, set from benchmarks/sweep_decode.py on an H200 (Qwen3-8B
-# shape, batch 1). programs_per_sm sets the default split count; it must not depend on the context
-# length (the grid is fixed when a CUDA graph is captured). int8_magic: see the module docstring.
+# shape, batch 1; commit 4618394, see BENCHMARKS.md: bf16 block 128 x 33 splits was fastest at 32k
+# and 128k; int8 block 64 x 66 splits with the packed magic-number dequant). programs_per_sm sets
+# the default split count; it must not depend on the context length (the grid is fixed when a
+# CUDA graph is captured). int8_magic: see the module docstring.
 TILE_DEFAULTS = {
-    "16bit": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=0),
-    "int8": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=1),
+    "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0),
+    "int8": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=2),
 }
 _MAX_SPLITS = 512
 
