@@ -90,11 +90,14 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
                      f"Largest context that fits: {fits}. Lower --ctx or use --kv-cache int8")
 
 
-def measure_read_bandwidth(device: torch.device, nbytes: int = 256 << 20, iters: int = 10
+def measure_read_bandwidth(device: torch.device, nbytes: int = 2 << 30, iters: int = 10
                            ) -> float:
     """Device read bandwidth in bytes/s: median time of a sum over ``nbytes`` of random float32
-    (4x an H200's L2, never all-zero data), timed with CUDA events after a warm-up
-    (DESIGN.md "Measuring speed"). CUDA only."""
+    (a few GB, as DESIGN.md "Measuring speed" asks: a 256 MB read gave 3.4 TB/s on an H200
+    where a 4 GiB one gives 4.19; capped at a quarter of the free memory; never all-zero data),
+    timed with CUDA events after a warm-up. CUDA only."""
+    free, _ = torch.cuda.mem_get_info(device)
+    nbytes = max(64 << 20, min(nbytes, free // 4)) // 4 * 4
     x = torch.rand(nbytes // 4, device=device)
     x.sum()
     times = []
