@@ -152,3 +152,43 @@ def merge_partials(o_part: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
     w = torch.where(denom > 0, w / denom.clamp(min=1e-30), torch.zeros_like(w))
     o = torch.where(w.unsqueeze(-1) > 0, o_part, torch.zeros_like(o_part))
     return (w.unsqueeze(-1) * o).sum(dim=-2)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             residual: torch.Tensor | None = None):
+    """RMSNorm over the last dim as transformers' Qwen3 (reference for ``kernels/rmsnorm.py``).
+
+    Args:
+        x: [..., H] float; weight: [H] same dtype; residual: None or like x.
+
+    Returns:
+        ``weight * (x * rsqrt(mean(x^2) + eps))`` computed in float32, cast to x's dtype before
+        the weight multiply; with ``residual``: ``(that of x + residual, x + residual)``.
+    """
+    if residual is not None:
+        x = x + residual
+    xf = x.float()
+    out = weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return out if residual is None else (out, x)
+
+
+def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
+                 k_weight: torch.Tensor, eps: float, positions: torch.Tensor,
+                 inv_freq: torch.Tensor, attention_factor: float = 1.0):
+    """Per-head RMSNorm then rotate-half RoPE (reference for ``kernels/qk_norm_rope.py``).
+
+    q: [T, Hq, D], k: [T, Hkv, D]; positions int64 [T]; inv_freq float32 [D/2]. cos/sin are built
+    as in ``models/rope.py`` (float32, times ``attention_factor``, cast to q's dtype).
+    Returns (q_out, k_out) shaped like q and k.
+    """
+    freqs = positions.float()[:, None] * inv_freq.to(positions.device)  # (T, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = (emb.cos() * attention_factor).to(q.dtype)[:, None]  # (T, 1, D)
+    sin = (emb.sin() * attention_factor).to(q.dtype)[:, None]
+
+    def one(x, w):
+        x = rms_norm(x, w, eps)
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    return one(q, q_weight), one(k, k_weight)

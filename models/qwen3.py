@@ -13,6 +13,13 @@ KV cache; ``attn=None`` runs plain dense causal attention over the T tokens as o
 Numerics follow transformers' Qwen3: RMSNorm normalizes in float32, casts back to the model dtype,
 then multiplies by the weight; q/k get a per-head RMSNorm before RoPE; residual adds and matmuls
 run in the model dtype; logits are computed in the model dtype and returned as float32.
+
+On CUDA tensors (``FUSED_KERNELS`` and the model's ``use_fused_kernels``, both True by default) the
+norms, q/k-norm + RoPE and residual adds run as Triton kernels instead of ~20 small torch ops per
+layer: ``kernels/rmsnorm.py`` (fused residual add + RMSNorm, vLLM's residual flow: each layer
+takes the previous sublayer's output and the stream before it) and ``kernels/qk_norm_rope.py``.
+They follow the same numerics step by step (each rounding to the model dtype included); only the
+float32 reduction order differs. The CPU path is the torch code below, unchanged.
 """
 
 from __future__ import annotations
@@ -24,9 +31,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.qk_norm_rope import qk_norm_rope
 from kernels.reference import dense_causal_attention
+from kernels.rmsnorm import rmsnorm
 from models.config import Qwen3Config
 from models.rope import RotaryEmbedding, apply_rope
+
+# Use the fused Triton kernels for CUDA tensors (False: always the torch path).
+FUSED_KERNELS = True
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
 
@@ -63,18 +75,34 @@ class Qwen3Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 attn: AttnFn | None, meta) -> torch.Tensor:
         """x: [T, hidden]; cos/sin: [T, head_dim]. Returns [T, hidden]."""
+        q, k, v = self._split_qkv(x)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return self._attend(q, k, v, attn, meta)
+
+    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
+                      attn: AttnFn | None, meta) -> torch.Tensor:
+        """CUDA path: q/k-norm and RoPE in one kernel. x: [T, hidden]; positions int64 [T]."""
+        q, k, v = self._split_qkv(x)
+        q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
+                            positions, rotary.inv_freq(x.device), rotary.attention_factor)
+        return self._attend(q, k, v, attn, meta)
+
+    def _split_qkv(self, x: torch.Tensor):
+        """x: [T, hidden] -> q (T, Hq, D), k and v (T, Hkv, D), views into one qkv matmul."""
         t = x.shape[0]
         qkv = self.qkv_proj(x)  # (T, q + 2 kv)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = self.q_norm(q.view(t, self.num_heads, self.head_dim))  # (T, Hq, D)
-        k = self.k_norm(k.view(t, self.num_kv_heads, self.head_dim))  # (T, Hkv, D)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return (q.view(t, self.num_heads, self.head_dim),
+                k.view(t, self.num_kv_heads, self.head_dim),
+                v.view(t, self.num_kv_heads, self.head_dim))
+
+    def _attend(self, q, k, v, attn: AttnFn | None, meta) -> torch.Tensor:
         if attn is None:
-            o = dense_causal_attention(q, k, v, self.sm_scale).to(x.dtype)
+            o = dense_causal_attention(q, k, v, self.sm_scale).to(q.dtype)
         else:
             o = attn(self.layer_idx, q, k, v, meta)
-        return self.o_proj(o.reshape(t, self.q_size))
+        return self.o_proj(o.reshape(q.shape[0], self.q_size))
 
 
 class Qwen3MLP(nn.Module):
@@ -101,6 +129,19 @@ class Qwen3DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_fused(self, h, residual, positions, rotary, attn, meta):
+        """CUDA path with fused add + norm: ``h`` is the previous sublayer's output [T, hidden],
+        ``residual`` the stream before adding it (None at the first layer, where ``h`` is the
+        embedding). Returns (this MLP's output, the stream before adding it)."""
+        norm, eps = self.input_layernorm, self.input_layernorm.eps
+        if residual is None:
+            residual, h = h, rmsnorm(h, norm.weight, eps)
+        else:
+            h, residual = rmsnorm(h, norm.weight, eps, residual)
+        h = self.self_attn.forward_fused(h, positions, rotary, attn, meta)
+        h, residual = rmsnorm(h, self.post_attention_layernorm.weight, eps, residual)
+        return self.mlp(h), residual
+
 
 class Qwen3Model(nn.Module):
     def __init__(self, config: Qwen3Config):
@@ -119,6 +160,8 @@ class Qwen3ForCausalLM(nn.Module):
     (checkpoint name part -> (module name part, shard index)). With ``tie_word_embeddings`` the
     ``lm_head.weight`` parameter is the embedding matrix itself.
     """
+
+    use_fused_kernels = True  # set False on an instance to force the torch path on CUDA
 
     packed_modules_mapping = {
         "q_proj": ("qkv_proj", 0),
@@ -171,10 +214,21 @@ class Qwen3ForCausalLM(nn.Module):
             [T, hidden] in the model dtype, after the final norm.
         """
         x = self.model.embed_tokens(input_ids)  # (T, hidden)
+        if x.is_cuda and FUSED_KERNELS and self.use_fused_kernels:
+            return self._forward_fused(x, positions, attn, meta)
         cos, sin = self.model.rotary.cos_sin(positions, x.dtype)  # (T, D) each
         for layer in self.model.layers:
             x = layer(x, cos, sin, attn, meta)
         return self.model.norm(x)
+
+    def _forward_fused(self, x, positions, attn, meta) -> torch.Tensor:
+        """``forward`` with the Triton norm/RoPE kernels (same numerics up to reduction order)."""
+        m, residual = self.model, None
+        for layer in m.layers:
+            x, residual = layer.forward_fused(x, residual, positions, m.rotary, attn, meta)
+        if residual is None:
+            return rmsnorm(x, m.norm.weight, m.norm.eps)
+        return rmsnorm(x, m.norm.weight, m.norm.eps, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, hidden] (rows of ``forward``'s output) -> float32 logits [N, vocab]."""

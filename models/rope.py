@@ -80,11 +80,16 @@ class RotaryEmbedding(torch.nn.Module):
         self.inv_freq_cpu, self.attention_factor = rope_parameters(head_dim, theta, scaling)
         self._inv_freq: dict[torch.device, torch.Tensor] = {}
 
+    def inv_freq(self, device: torch.device) -> torch.Tensor:
+        """float32 [head_dim // 2] on ``device`` (copied on the first call per device)."""
+        inv_freq = self._inv_freq.get(device)
+        if inv_freq is None:
+            inv_freq = self._inv_freq[device] = self.inv_freq_cpu.to(device)
+        return inv_freq
+
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype):
         """cos, sin: [T, head_dim] in ``dtype`` for int64 positions [T] (the HF formulation)."""
-        inv_freq = self._inv_freq.get(positions.device)
-        if inv_freq is None:
-            inv_freq = self._inv_freq[positions.device] = self.inv_freq_cpu.to(positions.device)
+        inv_freq = self.inv_freq(positions.device)
         freqs = positions.float()[:, None] * inv_freq  # (T, D/2) float32
         emb = torch.cat((freqs, freqs), dim=-1)  # (T, D)
         return ((emb.cos() * self.attention_factor).to(dtype),
