@@ -41,6 +41,7 @@ DEFAULT_CONFIG_DIR = SHARED / "data" / "qwen3-configs"
 REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
               "14b": "Qwen3-14B"}
 SIZES = ("tiny", *REAL_SIZES)
+PARTIAL_SUFFIX = ".partial"  # a shard being written; renamed when complete
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
 TINY_CONFIG = {
@@ -140,7 +141,11 @@ def _split_shards(sizes: list[int], shards: int) -> list[int]:
 
 
 class _StreamingWriter:
-    """Writes one safetensors file tensor by tensor from a background thread."""
+    """Writes one safetensors file tensor by tensor from a background thread.
+
+    The bytes go to ``<name>.partial``, renamed to ``path`` by ``close()``, so a crash midway
+    leaves no truncated ``*.safetensors`` that the loader would take for a checkpoint.
+    """
 
     def __init__(self, path: Path, entries: list[tuple[str, tuple[int, ...]]], dtype: torch.dtype):
         esize = torch.empty((), dtype=dtype).element_size()
@@ -152,7 +157,8 @@ class _StreamingWriter:
             offset += nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)
-        self.f = open(path, "wb")  # noqa: SIM115 (closed in close())
+        self.path, self.tmp = path, path.with_name(path.name + PARTIAL_SUFFIX)
+        self.f = open(self.tmp, "wb")  # noqa: SIM115 (closed in close())
         self.f.write(struct.pack("<Q", len(raw)) + raw)
         self.total = offset
 
@@ -161,6 +167,7 @@ class _StreamingWriter:
 
     def close(self) -> None:
         self.f.close()
+        os.replace(self.tmp, self.path)
 
 
 def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
@@ -216,7 +223,8 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
     n_shards = shard_of[-1] + 1
     names = (["model.safetensors"] if n_shards == 1 else
              [f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors" for k in range(n_shards)])
-    for stale in list(out.glob("model*.safetensors")) + [out / "model.safetensors.index.json"]:
+    for stale in (list(out.glob("model*.safetensors")) + list(out.glob("*" + PARTIAL_SUFFIX))
+                  + [out / "model.safetensors.index.json"]):
         stale.unlink(missing_ok=True)
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -239,6 +247,7 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
 
     worker = threading.Thread(target=drain, daemon=True)
     worker.start()
+    done = False
     try:
         for k in range(n_shards):
             entries = [(n, s) for (n, s, _), sh in zip(specs, shard_of, strict=True) if sh == k]
@@ -249,9 +258,12 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
             q.put((writer, None))
             if errors:
                 break
+        done = True
     finally:
         q.put(None)
         worker.join()
+        if errors or not done:  # leave no half-written checkpoint behind
+            _remove_partials(out)
     if errors:
         raise errors[0]
     if n_shards > 1:
@@ -259,6 +271,11 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
         index = {"metadata": {"total_size": sum(sizes)}, "weight_map": weight_map}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return out
+
+
+def _remove_partials(out: Path) -> None:
+    for partial in out.glob("*" + PARTIAL_SUFFIX):
+        partial.unlink(missing_ok=True)
 
 
 def _draw(shape, init: str, dtype: torch.dtype, dev: torch.device, gen) -> torch.Tensor:

@@ -275,3 +275,33 @@ def test_real_size_config_is_the_published_one():
         base_config("70b")
     with pytest.raises(ValueError, match="no config for size 8b"):
         base_config("8b", CONFIGS_DIR / "nowhere")
+
+
+@pytest.mark.parametrize("fail_in", ["writer", "draw"])
+def test_random_checkpoint_crash_leaves_no_weights_file(tmp_path, monkeypatch, fail_in):
+    """A crash midway (e.g. torch without numpy) leaves no *.safetensors, not a truncated one."""
+    import models.random_checkpoint as rc
+
+    calls = []
+
+    def boom(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("Numpy is not available")
+        return real(*args, **kw)
+
+    real = rc._StreamingWriter.write if fail_in == "writer" else rc._draw
+    if fail_in == "writer":
+        monkeypatch.setattr(rc._StreamingWriter, "write", lambda self, t: boom(self, t))
+    else:
+        monkeypatch.setattr(rc, "_draw", boom)
+    with pytest.raises(RuntimeError, match="Numpy"):
+        write_random_checkpoint(tmp_path / "c", "tiny", shards=2, vocab_size=256,
+                                num_hidden_layers=1, device="cpu")
+    assert len(calls) == 3
+    left = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert not [n for n in left if "safetensors" in n], left
+    monkeypatch.undo()
+    out = write_random_checkpoint(tmp_path / "c", "tiny", vocab_size=256, num_hidden_layers=1,
+                                  device="cpu")
+    assert sorted(p.name for p in out.glob("*safetensors*")) == ["model.safetensors"]
