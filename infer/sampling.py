@@ -3,8 +3,10 @@
 Order (as in HF transformers' logits processors): mask padded vocabulary ids, presence penalty,
 then greedy argmax at temperature 0; otherwise temperature, top-k, softmax, top-p, min-p, and a draw
 by the exponential-race trick: with ``q ~ Exp(1)`` i.i.d., ``argmax(p / q)`` is a sample from
-``p`` (gpt-fast's ``multinomial_sample_one_no_sync``). Every operation has a shape fixed by the
-vocabulary and branches only on host values of ``SamplingParams``, so it can live in a CUDA graph.
+``p`` (gpt-fast's ``multinomial_sample_one_no_sync``). With top-k on, the filters and the draw run
+on the k candidates of ``torch.topk`` (``topk_probs``) instead of the whole vocabulary. Every
+operation has a shape fixed by the vocabulary or by top_k and branches only on host values of
+``SamplingParams``, so it can live in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -59,6 +61,26 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         return x.argmax(dim=-1)
     x = x / params.temperature
     if 0 < params.top_k < vocab:
+        probs, idx = topk_probs(x, params)
+        q = torch.empty_like(probs).exponential_(1.0, generator=generator).clamp_(min=_TINY)
+        return idx.gather(-1, (probs / q).argmax(dim=-1, keepdim=True)).squeeze(-1)
+    probs = full_probs(x, params)
+    q = torch.empty_like(probs).exponential_(1.0, generator=generator).clamp_(min=_TINY)
+    return (probs / q).argmax(dim=-1)
+
+
+def full_probs(x: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The filtered distribution over the whole vocabulary (sorts all V entries for top-p).
+
+    Args:
+        x: float32 [N, V] logits after the temperature.
+        params: top_k (masking below the k-th value, ties kept), top_p, min_p.
+
+    Returns:
+        float32 [N, V] probabilities (unnormalized after top-p/min-p; the draw does not care).
+    """
+    vocab = x.shape[-1]
+    if 0 < params.top_k < vocab:
         kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]  # [N, 1]
         x = x.masked_fill(x < kth, float("-inf"))
     probs = torch.softmax(x, dim=-1)
@@ -72,5 +94,31 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     if params.min_p > 0.0:
         top = probs.amax(dim=-1, keepdim=True)
         probs = probs.masked_fill(probs < params.min_p * top, 0.0)
-    q = torch.empty_like(probs).exponential_(1.0, generator=generator).clamp_(min=_TINY)
-    return (probs / q).argmax(dim=-1)
+    return probs
+
+
+def topk_probs(x: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same filtered distribution as ``full_probs``, computed on the top-k candidates only.
+
+    ``torch.topk`` (fixed k: no data-dependent shape, no host sync, CUDA-graph safe) returns the
+    k best logits already sorted, so top-p needs no sort of the vocabulary: with Qwen3's default
+    top_k 20 this works on 20 values instead of sorting 151,936 per token (vLLM's
+    ``apply_top_k_top_p`` does the same). The kept set and probabilities equal ``full_probs``'s,
+    except when several logits tie at the k-th value: this keeps exactly k of them.
+
+    Args:
+        x: float32 [N, V] logits after the temperature; requires 0 < params.top_k < V.
+        params: top_k, top_p, min_p.
+
+    Returns:
+        ``(probs float32 [N, k], ids int64 [N, k])``: probabilities (0 = dropped), in descending
+        order, and their vocabulary ids.
+    """
+    vals, idx = torch.topk(x, params.top_k, dim=-1)  # sorted, descending
+    probs = torch.softmax(vals, dim=-1)
+    if params.top_p < 1.0:
+        before = torch.cumsum(probs, dim=-1) - probs  # already sorted: no sort needed
+        probs = probs.masked_fill(before >= params.top_p, 0.0)
+    if params.min_p > 0.0:
+        probs = probs.masked_fill(probs < params.min_p * probs[..., :1], 0.0)
+    return probs, idx

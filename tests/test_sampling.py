@@ -148,3 +148,26 @@ def test_sampling_never_syncs_on_cuda():
             sample(logits, p, gen, presence=seen, vocab_limit=151669)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("top_k,top_p,min_p", [(20, 0.95, 0.0), (20, 1.0, 0.0), (50, 0.5, 0.05),
+                                               (7, 0.9, 0.2), (1, 0.95, 0.0)])
+def test_top_k_fast_path_keeps_the_same_candidates_and_probabilities(top_k, top_p, min_p):
+    """topk_probs (k candidates) against full_probs (sorts the vocabulary) on random logits."""
+    from infer.sampling import full_probs, topk_probs
+
+    torch.manual_seed(top_k)
+    x = torch.randn(64, 3000) * torch.rand(64, 1) * 6  # peaked and flat rows
+    x[:, 2900:] = float("-inf")  # masked padding ids
+    params = SamplingParams(temperature=0.7, top_k=top_k, top_p=top_p, min_p=min_p)
+    want = full_probs(x, params)
+    probs, ids = topk_probs(x, params)
+    assert probs.shape == ids.shape == (64, top_k)
+    got = torch.zeros_like(want).scatter_(-1, ids, probs)
+    assert torch.equal(got > 0, want > 0)  # the same kept set
+    torch.testing.assert_close(got / got.sum(-1, keepdim=True), want / want.sum(-1, keepdim=True),
+                               rtol=1e-5, atol=1e-7)
+    # sample() draws from it: only kept ids, the same ids for the same seed.
+    a = sample(x, params, make_generator(5, "cpu"))
+    assert (want.gather(-1, a[:, None]) > 0).all()
+    assert torch.equal(a, sample(x, params, make_generator(5, "cpu")))
