@@ -3,8 +3,9 @@
 A hub id is fetched with ``huggingface_hub.snapshot_download``, restricted to the files ``infer``
 reads (config, generation config, tokenizer, safetensors weights and their index), so the HF cache
 (``HF_HOME`` / ``HF_HUB_CACHE``), the hub's progress bars and ``HF_HUB_OFFLINE=1`` all behave as
-they do for any other Hugging Face tool. Every failure is a ``ValueError`` whose message says what
-to pass instead; ``cli.py`` renders it as one line.
+they do for any other Hugging Face tool. Bad input is a ``ValueError`` and an unreachable hub a
+``HubUnreachableError``; both messages say what to pass instead; ``cli.py`` renders them as one
+line (exit 2 and 1).
 """
 
 from __future__ import annotations
@@ -23,6 +24,25 @@ ALLOW_PATTERNS = [
 
 _LOCAL_HINT = ("pass a local folder holding config.json, tokenizer.json, tokenizer_config.json "
                "and *.safetensors instead (python -m models.random_checkpoint writes one)")
+
+
+class HubUnreachableError(RuntimeError):
+    """The hub could not be reached (no connection, timeout, server error) and the model is not
+    in the HF cache: a failure while running, not bad input (the CLI exits 1, not 2)."""
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """OSError plus the HTTP client's errors (huggingface_hub >= 1.0 talks through httpx, whose
+    transport errors are not OSErrors)."""
+    import importlib
+
+    errors: list[type[BaseException]] = [OSError]
+    for module in ("httpx", "httpx2"):
+        try:
+            errors.append(importlib.import_module(module).HTTPError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
 
 
 def hub_offline() -> bool:
@@ -59,11 +79,16 @@ def resolve_model(name_or_path: str | Path) -> Path:
     ``HF_HUB_OFFLINE`` is set.
 
     Raises:
-        ValueError: the folder lacks files, the path does not exist, or the hub id cannot be
-            fetched (no network, offline and not cached, no such repo, gated); the message
-            suggests a local folder.
+        ValueError: bad input: the name is empty, the folder lacks files, the path does not
+            exist, the hub id is malformed, names no (accessible) repository, or is not cached
+            while ``HF_HUB_OFFLINE`` is set; the message suggests a local folder.
+        HubUnreachableError: the hub could not be reached (network) and the model is not
+            cached; the message suggests a local folder.
     """
     name = str(name_or_path)
+    if not name.strip():
+        raise ValueError("MODEL is empty: give a local checkpoint folder or a hub id such as "
+                         "Qwen/Qwen3-8B")
     path = Path(name).expanduser()
     if path.exists():
         return check_model_folder(path)
@@ -71,15 +96,13 @@ def resolve_model(name_or_path: str | Path) -> Path:
         raise ValueError(f"model folder {name} does not exist")
 
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError
-
-    transport_errors: tuple[type[BaseException], ...] = (OSError,)
-    try:  # huggingface_hub >= 1.0 talks through httpx; its transport errors are not OSErrors
-        import httpx
-
-        transport_errors += (httpx.HTTPError,)
-    except ImportError:  # pragma: no cover - older huggingface_hub uses requests (OSError)
-        pass
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     offline = hub_offline()
     try:
@@ -87,9 +110,18 @@ def resolve_model(name_or_path: str | Path) -> Path:
     except HFValidationError:
         raise ValueError(f"{name!r} is neither a local folder nor a valid hub id "
                          f"(owner/name); {_LOCAL_HINT}") from None
-    except transport_errors as e:
-        why = ("HF_HUB_OFFLINE is set and it is not in the HF cache" if offline
-               else _first_line(e) or type(e).__name__)
+    except _transport_errors() as e:
+        no_such = isinstance(e, (RepositoryNotFoundError, RevisionNotFoundError)) or (
+            isinstance(e, EntryNotFoundError) and not isinstance(e, LocalEntryNotFoundError))
+        if offline:  # bad input: the user asked for the cache only
+            why = "HF_HUB_OFFLINE is set and it is not in the HF cache"
+        elif no_such:  # bad input: the hub answered that there is no such (accessible) repo
+            why = "no such repository or revision, or it is private or gated (log in for those)"
+        else:  # the hub could not be reached: a runtime failure
+            raise HubUnreachableError(
+                f"cannot fetch {name} from the Hugging Face hub "
+                f"({_first_line(e) or type(e).__name__}); check the network, or {_LOCAL_HINT}"
+            ) from None
         raise ValueError(f"cannot fetch {name} from the Hugging Face hub ({why}); "
                          f"{_LOCAL_HINT}") from None
     return check_model_folder(Path(folder))

@@ -86,3 +86,59 @@ def test_allow_patterns_cover_what_the_loader_reads():
                  "generation_config.json", "model.safetensors.index.json"):
         assert name in ALLOW_PATTERNS
     assert "*.safetensors" in ALLOW_PATTERNS
+
+
+def _hub_error(cls, msg="boom"):
+    """An instance of a huggingface_hub HTTP error without an HTTP response behind it."""
+    e = cls.__new__(cls)
+    Exception.__init__(e, msg)
+    return e
+
+
+@pytest.mark.parametrize("kind", ["connection", "local-entry", "httpx"])
+def test_unreachable_hub_is_a_runtime_error(kind, monkeypatch, tmp_path):
+    """No network (and not cached): HubUnreachableError (exit 1), still suggesting a folder."""
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from models.hub import HubUnreachableError
+
+    def fail(*args, **kw):
+        if kind == "connection":
+            raise ConnectionError("Failed to establish a new connection")
+        if kind == "local-entry":
+            raise LocalEntryNotFoundError("cannot find the requested files in the local cache")
+        import importlib.util
+
+        name = next(m for m in ("httpx", "httpx2") if importlib.util.find_spec(m))
+        httpx = importlib.import_module(name)  # the HTTP client huggingface_hub uses
+        raise httpx.ConnectError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+    with pytest.raises(HubUnreachableError, match="local folder") as info:
+        resolve_model("Qwen/Qwen3-0.6B")
+    assert not isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("cls", ["RepositoryNotFoundError", "GatedRepoError",
+                                 "RevisionNotFoundError"])
+def test_missing_repo_is_bad_input(cls, monkeypatch, tmp_path):
+    import huggingface_hub
+    import huggingface_hub.errors as errors
+
+    def fail(*args, **kw):
+        raise _hub_error(getattr(errors, cls), "404 Client Error")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+    with pytest.raises(ValueError, match="no such repository.*local folder"):
+        resolve_model("no-such-owner/no-such-model")
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_empty_model_name(name):
+    with pytest.raises(ValueError, match="MODEL is empty"):
+        resolve_model(name)
