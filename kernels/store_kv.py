@@ -61,7 +61,8 @@ def _store_kv_kernel(
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     in_tile = (offs_h[:, None] < NUM_KV_HEADS) & (offs_d[None, :] < HEAD_DIM)
-    store_mask = in_tile & (slot >= 0)
+    # Masks as explicit int1 blocks: triton 3.9's interpreter rejects a block & scalar mask.
+    store_mask = in_tile & ((tl.zeros((BLOCK_H, BLOCK_D), dtype=tl.int64) + slot) >= 0)
 
     k = tl.load(k_ptr + tok * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :],
                 mask=in_tile, other=0.0)
@@ -73,7 +74,7 @@ def _store_kv_kernel(
     if IS_INT8:
         s_off = (page * tl.cast(stride_sp, tl.int64) + offs_h * tl.cast(stride_sh, tl.int64)
                  + off)
-        s_mask = (offs_h < NUM_KV_HEADS) & (slot >= 0)
+        s_mask = (offs_h < NUM_KV_HEADS) & ((tl.zeros((BLOCK_H,), dtype=tl.int64) + slot) >= 0)
         k_codes, k_sc = _quantize_rows(k)
         tl.store(k_cache_ptr + c_off, k_codes, mask=store_mask)
         tl.store(k_scale_ptr + s_off, k_sc, mask=s_mask)
