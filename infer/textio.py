@@ -24,6 +24,10 @@ _BOMS = (
 
 # Above this fraction of replaced characters the input is taken as binary, not as damaged text.
 MAX_REPLACED_FRACTION = 0.25
+# Input is read in chunks and refused past this size: 128k tokens are about 0.5 MiB of English
+# text, so 64 MiB is far beyond any context, and /dev/zero or `yes |` cannot exhaust the memory.
+MAX_INPUT_BYTES = 64 << 20
+CHUNK_BYTES = 1 << 20
 
 
 def detect_encoding(data: bytes) -> tuple[str, int]:
@@ -87,14 +91,47 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
     """
     if str(path_or_dash) == "-":
         stream = stdin if stdin is not None else sys.stdin.buffer
-        return decode_text(stream.read(), "<stdin>")
+        return decode_text(read_capped(stream, "<stdin>"), "<stdin>")
     path = Path(path_or_dash).expanduser()
     if not path.exists():
         raise ValueError(f"no such file: {path} (give a text file, or - to read standard input)")
     if path.is_dir():
         raise ValueError(f"{path} is a folder: give a text file")
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = read_capped(f, str(path))
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     return decode_text(data, str(path))
+
+
+def read_capped(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
+    """Read a binary stream to its end in chunks, refusing binary or endless input early.
+
+    Args:
+        stream: the open binary stream (a file, a device, a pipe).
+        name: how to call it in error messages.
+        limit: most bytes accepted (default ``MAX_INPUT_BYTES``).
+
+    Returns:
+        All the bytes.
+
+    Raises:
+        ValueError: the first chunk holds NUL bytes without a UTF-16/UTF-32 byte-order mark
+            (binary, e.g. /dev/zero), or the input exceeds ``limit`` (e.g. ``yes |``).
+    """
+    limit = MAX_INPUT_BYTES if limit is None else limit
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := stream.read(min(CHUNK_BYTES, limit + 1 - total)):
+        if not chunks and b"\x00" in chunk and detect_encoding(chunk)[0] == "utf-8":
+            raise ValueError(
+                f"{name} looks like a binary file (it contains NUL bytes): give a text file "
+                "(UTF-8, or UTF-16 with a byte-order mark)")
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise ValueError(
+                f"{name} is larger than {limit / (1 << 20):g} MiB, far more text than any "
+                "context holds (128k tokens are about 0.5 MiB): give a smaller file")
+    return b"".join(chunks)

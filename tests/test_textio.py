@@ -7,6 +7,7 @@ import io
 
 import pytest
 
+from infer import textio
 from infer.textio import decode_text, detect_encoding, read_text_input
 
 TEXT = "Caf\u00e9 na\u00efve \u201cquoted\u201d \u2014 \u65e5\u672c\u8a9e\nsecond line\n"
@@ -93,3 +94,47 @@ def test_dash_reads_stdin():
     assert read_text_input("-", stdin=stream) == (TEXT, 0)
     with pytest.raises(ValueError, match="<stdin> is empty"):
         read_text_input("-", stdin=io.BytesIO(b""))
+
+
+class _Endless:
+    """A stream that never ends (like /dev/zero or `yes |`); counts the bytes handed out."""
+
+    def __init__(self, pattern: bytes):
+        self.pattern, self.given = pattern, 0
+
+    def read(self, n: int = -1) -> bytes:
+        assert n > 0, "an endless stream must be read in bounded chunks"
+        self.given += n
+        return (self.pattern * (n // len(self.pattern) + 1))[:n]
+
+
+def test_endless_zeros_are_binary_after_one_chunk():
+    stream = _Endless(b"\x00")
+    with pytest.raises(ValueError, match="binary"):
+        read_text_input("-", stdin=stream)
+    assert stream.given <= textio.CHUNK_BYTES
+
+
+def test_dev_zero_is_binary():
+    with pytest.raises(ValueError, match="binary"):
+        read_text_input("/dev/zero")
+
+
+def test_endless_text_stops_at_the_cap(monkeypatch):
+    monkeypatch.setattr(textio, "MAX_INPUT_BYTES", 3 << 20)
+    stream = _Endless(b"y\n")
+    with pytest.raises(ValueError, match=r"larger than 3 MiB.*context"):
+        read_text_input("-", stdin=stream)
+    assert stream.given <= (3 << 20) + 1
+
+
+def test_utf16_with_bom_passes_the_nul_check_and_cap_is_inclusive(tmp_path, monkeypatch):
+    data = codecs.BOM_UTF16_LE + ("hello world\n" * 1000).encode("utf-16-le")
+    monkeypatch.setattr(textio, "MAX_INPUT_BYTES", len(data))
+    monkeypatch.setattr(textio, "CHUNK_BYTES", 4096)  # several chunks
+    path = tmp_path / "u16.txt"
+    path.write_bytes(data)
+    assert read_text_input(path) == ("hello world\n" * 1000, 0)
+    path.write_bytes(data + b"x\x00")
+    with pytest.raises(ValueError, match="larger than"):
+        read_text_input(path)
