@@ -9,6 +9,7 @@ its float32 score matrix over the whole context (the Triton kernels never materi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -88,6 +89,47 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     raise ValueError(f"--ctx {cfg.ctx} with --kv-cache {cfg.kv_cache} does not fit: "
                      f"{free / gib:.1f} GiB free, weights take {weights / gib:.1f} GiB. "
                      f"Largest context that fits: {fits}. Lower --ctx or use --kv-cache int8")
+
+
+def available_host_bytes() -> int | None:
+    """Host memory available for new allocations (bytes): ``MemAvailable`` from /proc/meminfo,
+    else free pages from ``sysconf``; None when neither is readable."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = True) -> None:
+    """Raise ``ValueError`` if the KV pool for ``cfg.ctx`` (plus the weights, when ``weights``)
+    does not fit in available host memory, before anything is allocated (CPU runs).
+
+    The message names the largest context whose pool fits. Does nothing when the available
+    memory cannot be read.
+    """
+    avail = available_host_bytes()
+    if avail is None:
+        return
+    dtype_bytes = torch.finfo(cfg.torch_dtype).bits // 8
+    per_page = KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
+                                     cfg.page_size, cfg.kv_cache, dtype_bytes)
+    wbytes = weight_bytes(cfg.model, mc, cfg.torch_dtype) if weights else 0
+    if cfg.num_pages * per_page + wbytes <= avail:
+        return
+    largest = max(0, (avail - wbytes) // per_page - 1) * cfg.page_size
+    gib = 1 << 30
+    raise ValueError(f"--ctx {cfg.ctx} with --kv-cache {cfg.kv_cache} does not fit in host "
+                     f"memory: its KV cache takes {cfg.num_pages * per_page / gib:.1f} GiB"
+                     + (f" plus {wbytes / gib:.1f} GiB of weights" if weights else "")
+                     + f", {avail / gib:.1f} GiB available. The largest context that fits is "
+                     f"{largest} tokens: lower --ctx")
 
 
 def measure_read_bandwidth(device: torch.device, nbytes: int = 2 << 30, iters: int = 10

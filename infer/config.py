@@ -22,6 +22,8 @@ from infer.kv_pool import PAGE_SIZES
 ATTENTION_KINDS = ("auto", "reference", "triton")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
+
 _CTX_RE = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
 
 
@@ -50,6 +52,19 @@ def parse_ctx(text: str | int) -> int:
 def default_device() -> str:
     """``"cuda"`` when a CUDA GPU is visible, else ``"cpu"``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device_available(device: torch.device) -> None:
+    """Raise ``ValueError`` naming ``device`` when it is a CUDA device that is not visible."""
+    if device.type != "cuda":
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"device {device} requested but no CUDA GPU is available: "
+                         "use --device cpu")
+    if device.index is not None and device.index >= count:
+        raise ValueError(f"device {device} requested but only {count} CUDA GPU(s) are visible "
+                         f"(cuda:0 to cuda:{count - 1}): pick one of those")
 
 
 @dataclass(frozen=True)
@@ -202,8 +217,10 @@ class SamplingParams:
         pp = self.presence_penalty
         if not (isinstance(pp, (int, float)) and -2 <= pp <= 2):
             raise ValueError(f"presence penalty must be in [-2, 2] (0 = off), got {pp!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.seed is not None and (not isinstance(self.seed, int)
+                                      or not 0 <= self.seed <= MAX_SEED):
+            raise ValueError(f"seed must be an integer from 0 to {MAX_SEED} (2**63 - 1), "
+                             f"got {self.seed!r}")
         if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
                                                 or self.max_new_tokens < 1):
             raise ValueError(f"max new tokens must be an integer >= 1, "

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from infer.attention import make_attention, resolve_attention
-from infer.capacity import check_capacity, measure_read_bandwidth
-from infer.config import EngineConfig, SamplingParams
+from infer.capacity import check_capacity, check_host_capacity, measure_read_bandwidth
+from infer.config import EngineConfig, SamplingParams, check_device_available
 from infer.kv_pool import KVPool
 from infer.meta import build_meta
 from infer.sampling import make_generator, sample
@@ -107,14 +107,15 @@ class Engine:
         self.config = config
         self.device = config.torch_device
         self.dtype = config.torch_dtype
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device cuda requested but no CUDA GPU is available: use --device cpu")
+        check_device_available(self.device)
         cfg = getattr(model, "config", None)
         self.model_config: Qwen3Config = cfg if isinstance(cfg, Qwen3Config) \
             else Qwen3Config.from_json(config.model)
         self.attention_kind = resolve_attention(config.attention, self.device)
         if self.device.type == "cuda" and model is None:
             check_capacity(config, self.model_config, self.attention_kind, self.device)
+        if self.device.type == "cpu":
+            check_host_capacity(config, self.model_config, weights=model is None)
         if model is None:
             from models.loader import load_model
             model = load_model(config.model, device=self.device, dtype=self.dtype)

@@ -74,3 +74,27 @@ def test_check_capacity_message(qwen8b, monkeypatch, tmp_path):
     assert 0 < bf16 < 131072 and bf16 < int8
     assert f"bf16: {bf16} tokens" in msg and f"int8: {int8} tokens" in msg
     assert "--ctx 131072" in msg and "Lower --ctx" in msg
+
+
+def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
+    """CPU runs: the pool (+ weights) against available host memory; the largest ctx fits."""
+    cfg = EngineConfig(tmp_path, ctx=32768, device="cpu", kv_cache="bf16")
+    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
+    per_page = capacity.KVPool.bytes_per_page(
+        qwen8b.num_hidden_layers, qwen8b.num_key_value_heads, qwen8b.head_dim, cfg.page_size,
+        "bf16", 4)
+    avail = weights + cfg.num_pages * per_page
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: avail)
+    capacity.check_host_capacity(cfg, qwen8b)  # fits exactly
+    huge = EngineConfig(tmp_path, ctx=99999999999 * 1024, device="cpu", kv_cache="bf16")
+    with pytest.raises(ValueError, match="host memory") as e:
+        capacity.check_host_capacity(huge, qwen8b)
+    largest = int(str(e.value).split("largest context that fits is ")[1].split()[0])
+    assert largest == 32768
+    capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest, device="cpu"), qwen8b)
+    with pytest.raises(ValueError, match="lower --ctx"):
+        capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest + 1, device="cpu"),
+                                     qwen8b)
+    assert capacity.check_host_capacity(cfg, qwen8b, weights=False) is None
+    monkeypatch.undo()
+    assert capacity.available_host_bytes() > 0  # readable on this machine

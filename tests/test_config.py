@@ -89,3 +89,29 @@ def test_from_generation_config_real_qwen3_and_missing(tmp_path):
     p = SamplingParams.from_generation_config(CONFIGS_DIR / "Qwen3-8B")
     assert (p.temperature, p.top_k, p.top_p) == (0.6, 20, 0.95)
     assert SamplingParams.from_generation_config(tmp_path) == SamplingParams()
+
+
+def test_seed_range_is_what_torch_accepts():
+    from infer.config import MAX_SEED
+    from infer.sampling import make_generator
+
+    make_generator(SamplingParams(seed=MAX_SEED).seed, "cpu")  # the largest seed works
+    with pytest.raises(ValueError, match=r"seed must be an integer from 0 to \d+"):
+        SamplingParams(seed=MAX_SEED + 1)
+    with pytest.raises(ValueError, match="seed"):
+        SamplingParams().replace(seed=99999999999999999999999)
+
+
+def test_unavailable_cuda_device_is_named(monkeypatch):
+    from infer.config import check_device_available
+
+    check_device_available(torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device cuda:1 requested but no CUDA GPU"):
+        check_device_available(torch.device("cuda:1"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    check_device_available(torch.device("cuda:0"))
+    check_device_available(torch.device("cuda"))
+    with pytest.raises(ValueError, match=r"device cuda:1 requested but only 1 CUDA GPU"):
+        check_device_available(torch.device("cuda:1"))
