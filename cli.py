@@ -14,8 +14,9 @@ stays scriptable:
 On a terminal the reply is shown live (its last lines plus tokens/s), then printed in full; when
 the output is piped, the text is written as it comes, verbatim (``<think>`` tags included).
 Errors are one line on stderr: exit code 2 for bad input (ValueError, NotImplementedError, a
-missing file, typer's usage errors), 1 for runtime failures, 130 for Ctrl-C outside the chat
-prompt; ``--debug`` adds the traceback.
+missing file, typer's usage errors: ``main`` runs the app outside typer's standalone mode to print
+them as one line), 1 for runtime failures, 130 for Ctrl-C outside the chat prompt; ``--debug`` adds
+the traceback.
 """
 
 import json
@@ -204,7 +205,8 @@ def _prepare(ui: UI, model: str):
     """
     import torch
 
-    from infer.config import EngineConfig, SamplingParams, parse_ctx
+    from infer.config import EngineConfig, SamplingParams, check_device_available, parse_ctx
+    from models.config import Qwen3Config
     from models.hub import resolve_model
     from models.tokenizer import Qwen3Tokenizer
 
@@ -213,22 +215,49 @@ def _prepare(ui: UI, model: str):
                        page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
                        attention=o.attention.value, cuda_graphs=o.cuda_graphs)
     SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
-    if o.device is None and not torch.cuda.is_available():
-        ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
+    check_device_available(cfg.torch_device)
     if (cfg.attention == "triton" and cfg.torch_device.type == "cpu"
             and os.environ.get("TRITON_INTERPRET") != "1"):
         raise ValueError("--attention triton needs a CUDA GPU (or TRITON_INTERPRET=1, very slow): "
                          "use --attention reference or auto on the CPU")
+    if o.device is None and not torch.cuda.is_available():
+        ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
     folder = resolve_model(model)
+    _warn_past_trained_length(ui, cfg.ctx, Qwen3Config.from_json(folder))
     return dc_replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder)
 
 
-def _check_fits(n_prompt: int, ctx: int) -> None:
-    """Raise ValueError when a prompt leaves no room for a reply in the context."""
-    if n_prompt + 1 > ctx:
-        need = -(-(n_prompt + 1) // 1024)
+YARN_SNIPPET = ('"rope_scaling": {"rope_type": "yarn", "factor": 4.0, '
+                '"original_max_position_embeddings": 32768}')
+
+
+def _warn_past_trained_length(ui: UI, ctx: int, mc) -> None:
+    """Warn when ``ctx`` exceeds the positions the checkpoint supports: ``max_position_embeddings``
+    (40960 for Qwen3), or ``factor x original_max_position_embeddings`` with YaRN."""
+    if mc.rope_scaling is not None:
+        limit = int(mc.rope_scaling.factor * mc.rope_scaling.original_max_position_embeddings)
+        if ctx > limit:
+            ui.warn(f"--ctx {ctx} is past the {limit} positions of this checkpoint's YaRN "
+                    "rope_scaling in config.json: raise its factor, or quality degrades")
+    elif ctx > mc.max_position_embeddings:
+        ui.warn(f"--ctx {ctx} is past the model's max_position_embeddings "
+                f"({mc.max_position_embeddings}): Qwen3 needs YaRN rope_scaling in config.json "
+                f"past that length, e.g. {YARN_SNIPPET}")
+
+
+def _check_fits(n_prompt: int, ctx: int, max_new: int = 0) -> None:
+    """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
+    least one token) do not fit in the context; the message gives both counts and a --ctx."""
+    n_reply = max(max_new, 1)
+    if n_prompt + n_reply <= ctx:
+        return
+    need = -(-(n_prompt + n_reply) // 1024)
+    if max_new <= 0:
         raise ValueError(f"the prompt is {n_prompt} tokens, longer than the context of {ctx} "
                          f"tokens: raise --ctx (e.g. --ctx {need}k) or shorten the input")
+    raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+                     f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
+                     f"{ctx} tokens: raise --ctx (e.g. --ctx {need}k) or lower --max-new-tokens")
 
 
 def _load_engine(ui: UI, cfg, tokenizer):
@@ -256,7 +285,7 @@ def _result(command: str, engine, reply, load_s: float, **extra) -> dict:
 
 def _one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], **extra) -> None:
     """Load, reply once, print the stats (or the JSON); exit 130 if Ctrl-C cut the reply."""
-    _check_fits(len(ids), cfg.ctx)
+    _check_fits(len(ids), cfg.ctx, ui.opts.max_new_tokens)
     engine, load_s = _load_engine(ui, cfg, tokenizer)
     session = engine.new_session()
     sampling = engine.default_sampling(**ui.opts.sampling_overrides())
@@ -375,11 +404,13 @@ def _repl(ui: UI, engine, system: str | None, load_s: float) -> None:
         except ImportError:  # not on every platform
             pass
     ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
+    # Piped input: the prompts go to stderr, so stdout holds only the replies.
+    prompt_to = ui.text if sys.stdin.isatty() else ui.err
     while True:
         try:
-            line = ui.text.input("[bold green]>[/] ")
+            line = prompt_to.input("[bold green]>[/] ")
         except (EOFError, KeyboardInterrupt):
-            ui.text.print()
+            prompt_to.print()
             return
         cmd = line.strip()
         if not cmd:
@@ -420,5 +451,41 @@ def _repl(ui: UI, engine, system: str | None, load_s: float) -> None:
                     "larger --ctx")
 
 
+def _click_exceptions():
+    """The click exception module typer raises from (typer >= 0.22 vendors click)."""
+    import typer.core
+
+    vendored = getattr(typer.core, "_click", None)
+    if vendored is not None:
+        return vendored.exceptions
+    import click.exceptions
+
+    return click.exceptions
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``infer`` entry point: typer's app, with its usage errors as one line on stderr.
+
+    Bad flags, unknown options and missing arguments print ``error: <message> (see ... --help)``
+    and exit 2; help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode.
+    """
+    exc = _click_exceptions()
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except exc.ClickException as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # `infer` alone: the help is shown already
+            sys.exit(e.exit_code)
+        ctx = getattr(e, "ctx", None)
+        where = ctx.command_path if ctx is not None else "infer"
+        msg = " ".join(e.format_message().split())
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(msg)} (see {escape(where)} --help)")
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
 if __name__ == "__main__":
-    app()
+    main()

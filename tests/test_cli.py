@@ -195,6 +195,29 @@ def test_prompt_longer_than_ctx_gives_both_counts(tiny_ckpt, tmp_path, tok):
     assert_one_line_error(result, 2, f"prompt is {n} tokens", "context of 128 tokens", "--ctx")
 
 
+@pytest.mark.parametrize("command", ["generate", "summarize"])
+def test_prompt_plus_reply_longer_than_ctx_is_an_error(command, tiny_ckpt, tok):
+    """A prompt that fits alone but not with --max-new-tokens: exit 2 naming both counts, and
+    the suggested --ctx holds both (max-new-tokens 0 = no limit: runs until the context is full).
+    """
+    text = "word " * 60
+    ids = (summary_ids(tok, text) if command == "summarize" else
+           tok.chat_ids([{"role": "user", "content": text}], enable_thinking=False))
+    n, ctx, max_new = len(ids), 1024, 2000
+    assert n < ctx < n + max_new
+    args = ((command, "-", "--model", tiny_ckpt) if command == "summarize"
+            else (command, tiny_ckpt, "-"))
+    flags = ["--device", "cpu", "--ctx", ctx, "--seed", "0", "--temperature", "1"]
+    result = invoke(*args, *flags, "--max-new-tokens", max_new, input=text)
+    need_k = -(-(n + max_new) // 1024)
+    assert_one_line_error(result, 2, f"prompt is {n} tokens", f"reply up to {max_new}",
+                          f"context of {ctx} tokens", f"--ctx {need_k}k", "--max-new-tokens")
+    flags[3] = 256 if n < 256 else 512
+    small = invoke(*args, *flags, "--max-new-tokens", 0, "--json", input=text)
+    obj = ok_json(small)
+    assert obj["prompt_tokens"] == n and obj["stop_reason"] in ("context", "stop")
+
+
 # ---------------------------------------------------------------------------- flags and errors
 
 
@@ -347,3 +370,116 @@ def test_summarize_on_the_gpu(kv_cache, tiny_ckpt_factory, tokenizer_dir, tmp_pa
     assert obj["device"].startswith("cuda") and obj["attention"] == "triton"
     assert obj["kv_cache"] == kv_cache and obj["prompt_tokens"] > 500
     assert obj["new_tokens"] >= 1 and obj["ttft_s"] > 0
+
+
+# ---------------------------------------------------------------------------- new-user trial
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["generate", "M", "P", "--kv-cache", "fp8"], "'fp8' is not one of"),
+    (["generate", "M", "P", "--attention", "flash"], "--attention"),
+    (["generate", "M", "P", "--max-new-tokens", "abc"], "--max-new-tokens"),
+    (["generate", "M", "P", "--no-such-flag"], "No such option: --no-such-flag"),
+    (["generate", "M"], "Missing argument 'prompt'"),
+    (["frobnicate"], "No such command"),
+])
+def test_main_prints_usage_errors_as_one_line(argv, needle, capsys):
+    from cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], err
+    assert "--help" in lines[0] and "╭" not in err
+
+
+def test_main_keeps_help_and_exit_codes(capsys, monkeypatch):
+    import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["generate", "--help"])
+    assert info.value.code == 0 and "Usage" in capsys.readouterr().out
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_prepare", interrupted)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["generate", "M", "P"])
+    assert info.value.code == 130
+    with pytest.raises(SystemExit) as info:  # a typer.Exit code comes through
+        cli.main(["generate", "M", "   "])
+    assert info.value.code == 2
+
+
+def test_pyproject_script_is_main():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert '\ninfer = "cli:main"\n' in text.split("[project.scripts]")[1]
+
+
+@pytest.mark.parametrize("args,code,needles", [
+    (["--seed", "99999999999999999999999"], 2, ["seed must be an integer from 0 to"]),
+    (["--device", "cuda:1"], 2, ["cuda:1"]),
+])
+def test_clear_flag_messages(args, code, needles, tiny_ckpt, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert_one_line_error(invoke("generate", tiny_ckpt, "hi", *args), code, *needles)
+
+
+def test_empty_model_is_named():
+    assert_one_line_error(invoke("generate", "", "Hi", "--device", "cpu"), 2, "MODEL is empty")
+
+
+def test_triton_without_gpu_errors_without_the_cpu_warning(tiny_ckpt, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    result = invoke("generate", tiny_ckpt, "hi", "--attention", "triton")
+    assert_one_line_error(result, 2, "--attention triton needs a CUDA GPU")
+
+
+def test_ctx_past_max_position_embeddings_warns_about_yarn(tiny_ckpt):
+    ok = invoke("generate", tiny_ckpt, "hi", *FAST, "--max-new-tokens", "1", "--ctx", "40960")
+    assert ok.exit_code == 0 and "warning" not in ok.stderr, ok.output
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--max-new-tokens", "1", "--ctx", "41k")
+    assert result.exit_code == 0, result.output
+    warn = [line for line in result.stderr.splitlines() if "max_position_embeddings" in line]
+    assert len(warn) == 1 and "(40960)" in warn[0] and '"rope_type": "yarn"' in warn[0]
+
+
+def test_huge_ctx_on_the_cpu_names_the_largest_that_fits(tiny_ckpt):
+    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", "99999999999k")
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    lines = result.stderr.strip().splitlines()  # the YaRN warning, then the error
+    assert len(lines) == 2 and lines[0].startswith("warning:") and "YaRN" in lines[0]
+    assert lines[1].startswith("error:") and "host memory" in lines[1]
+    assert "largest context that fits" in lines[1] and "Traceback" not in result.output
+
+
+def test_unreachable_hub_exits_1_and_suggests_a_folder(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    def fail(*args, **kw):
+        raise ConnectionError("Failed to establish a new connection")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+    result = invoke("generate", "Qwen/Qwen3-0.6B", "hi", "--device", "cpu")
+    assert_one_line_error(result, 1, "Qwen/Qwen3-0.6B", "local folder")
+
+
+def test_chat_piped_prompts_go_to_stderr(tiny_ckpt):
+    result = invoke("chat", tiny_ckpt, *FAST, "--no-think", input="hello\n/exit\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip()  # the reply
+    assert not any(line.startswith(">") for line in result.stdout.splitlines()), result.stdout
+    assert result.stderr.count("> ") >= 2  # one prompt per line read
