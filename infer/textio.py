@@ -56,13 +56,16 @@ def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
         raise ValueError(f"{name} is empty: give a file (or standard input) holding some text")
     encoding, bom_len = detect_encoding(data)
     body = data[bom_len:]
+    if not body:
+        raise ValueError(f"{name} is empty (it holds only a byte-order mark): give a file (or "
+                         "standard input) holding some text")
     text = body.decode(encoding, errors="replace")
     # U+FFFD that were in the input decode the same both ways; the rest were inserted.
     n_replaced = text.count("\ufffd") - body.decode(encoding, errors="ignore").count("\ufffd")
     if "\x00" in text:
         raise ValueError(
             f"{name} looks like a binary file (it contains NUL bytes): give a text file "
-            "(UTF-8, or UTF-16 with a byte-order mark)")
+            "(UTF-8, or UTF-16 or UTF-32 with a byte-order mark)")
     if n_replaced and n_replaced > MAX_REPLACED_FRACTION * len(text):
         raise ValueError(
             f"{name} looks like a binary file ({n_replaced} of {len(text)} characters are not "
@@ -127,7 +130,7 @@ def read_capped(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
         if not chunks and b"\x00" in chunk and detect_encoding(chunk)[0] == "utf-8":
             raise ValueError(
                 f"{name} looks like a binary file (it contains NUL bytes): give a text file "
-                "(UTF-8, or UTF-16 with a byte-order mark)")
+                "(UTF-8, or UTF-16 or UTF-32 with a byte-order mark)")
         chunks.append(chunk)
         total += len(chunk)
         if total > limit:

@@ -69,7 +69,8 @@ def test_odd_trailing_byte_in_utf16_is_counted():
 @pytest.mark.parametrize("raw,needle", [
     (b"", "empty"),
     (b" \n\t\r\n  ", "whitespace"),
-    (codecs.BOM_UTF8, "whitespace"),
+    (codecs.BOM_UTF8, "is empty"),
+    (codecs.BOM_UTF16_BE, "is empty"),
     ("  \n".encode("utf-16"), "whitespace"),
     (b"PK\x03\x04\x00\x00\x08\x00text", "binary"),
     (b"abc" + bytes(range(128, 256)), "binary"),
@@ -116,7 +117,7 @@ def test_endless_zeros_are_binary_after_one_chunk():
 
 
 def test_dev_zero_is_binary():
-    with pytest.raises(ValueError, match="binary"):
+    with pytest.raises(ValueError, match="binary.*UTF-8, or UTF-16 or UTF-32 with a byte-order"):
         read_text_input("/dev/zero")
 
 
