@@ -77,8 +77,11 @@ def ceiling_tokens_per_s(engine, num_cached: int) -> float | None:
 
 def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str:
     """One line: prompt tokens (reused, in a chat), new tokens, time to first token, decode
-    tokens/s (and the ceiling when known), why it stopped. ``stats``: ``GenerationStats``."""
+    tokens/s (and the ceiling when known), why it stopped. ``stats``: ``GenerationStats``.
+    A reply stopped before its first token says "interrupted during prefill" instead."""
     reused = f" ({stats.reused_tokens:,} reused)" if chat else ""
+    if stats.new_tokens == 0 and stats.stop_reason == "interrupted":
+        return f"prompt {stats.prompt_tokens:,} tokens{reused} · interrupted during prefill"
     tps = f"{stats.decode_tokens_per_s:.1f} tok/s decode"
     if ceiling:
         tps += f" (ceiling {ceiling:.0f}, {100 * stats.decode_tokens_per_s / ceiling:.0f}%)"

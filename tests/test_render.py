@@ -137,3 +137,13 @@ def test_stats_line_and_ceiling_hook(ceiling):
         assert part in line
     assert ("ceiling 200, 2%" in line) == (ceiling is not None)
     assert "reused" not in format_stats(stats)
+
+
+def test_stats_line_when_interrupted_during_prefill():
+    stats = GenerationStats(prompt_tokens=5000, reused_tokens=100, stop_reason="interrupted")
+    for chat in (False, True):
+        line = format_stats(stats, ceiling=200.0, chat=chat)
+        assert "prompt 5,000 tokens" in line and "interrupted during prefill" in line
+        assert "first token" not in line and "tok/s" not in line
+    stats.new_tokens, stats.ttft_s = 1, 0.5  # one token came: the usual line
+    assert "first token 0.50 s" in format_stats(stats)
