@@ -9,18 +9,23 @@ stays scriptable:
   each reply go to stderr;
 - with ``--json``, stdout holds only JSON (one object; in ``chat`` one object per reply, one per
   line) and the reply text is streamed to stderr instead, so ``infer generate M P --json | jq``
-  always parses. The object includes the reply text.
+  always parses. The object includes the reply text. An error prints
+  ``{"error": "<the one-line message>", "exit_code": N}`` on stdout too (in ``chat``, a failed turn
+  prints ``{"error": ..., "turn": k}`` as its line).
 
 On a terminal the reply is shown live (its last lines plus tokens/s), then printed in full; when
 the output is piped, the text is written as it comes, verbatim (``<think>`` tags included).
 Errors are one line on stderr: exit code 2 for bad input (ValueError, NotImplementedError, a
 missing file, typer's usage errors: ``main`` runs the app outside typer's standalone mode to print
 them as one line), 1 for runtime failures, 130 for Ctrl-C outside the chat prompt; ``--debug`` adds
-the traceback.
+the traceback. A chat with piped input exits 2 (or 1) at its end if a turn failed. A closed stdout
+(``infer generate M P | head -c 10``) ends the command quietly with exit code 0, as the reader
+chose to stop reading.
 """
 
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -41,7 +46,11 @@ SUMMARY_PROMPT = (
     "Summarize the following text. Give its main points, the key people or ideas, and how it "
     "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
     "Write the summary of the text above.")
-CHAT_HELP = "/reset clears the conversation, /stats shows the last reply's numbers, /exit quits"
+CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
+             "(or /quit) quits, //text sends /text")
+CHAT_COMMANDS = ("/reset", "/stats", "/exit", "/quit")
+# Qwen3's largest context: 32768 trained positions x YaRN factor 4 (the Qwen3 model cards).
+QWEN3_MAX_CTX = 131072
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Run Qwen3 models on one GPU at long context (32k-128k tokens).")
@@ -61,7 +70,7 @@ class Attention(str, Enum):
 _E, _S, _O = "Engine", "Sampling", "Output"
 ModelArg = Annotated[str, typer.Argument(
     help="Local checkpoint folder, or a Hugging Face hub id such as Qwen/Qwen3-8B.",
-    show_default=False)]
+    metavar="MODEL", show_default=False)]
 Ctx = Annotated[str, typer.Option(
     help="Context size in tokens (prompt + replies): 32768, 32k, 128k (k = 1024).",
     rich_help_panel=_E)]
@@ -171,27 +180,63 @@ class UI:
         return self.err.status(msg) if self.err.is_terminal else nullcontext()
 
 
+def _print_json(obj: dict) -> None:
+    """One JSON object as one line on stdout."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _print_error(msg: str, code: int, as_json: bool) -> None:
+    """The one-line error on stderr; with ``--json`` also ``{"error", "exit_code"}`` on stdout."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(msg)}")
+    if as_json:
+        _print_json({"error": msg, "exit_code": code})
+
+
+def _error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
+    """``(one-line message, is bad input)`` for an exception (bad input: exit 2, else 1)."""
+    bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if not bad_input:
+        msg = f"{type(e).__name__}: {msg}"
+        if not debug:
+            msg += " (run with --debug for the traceback)"
+    return msg, bad_input
+
+
+def _quiet_stdout() -> None:
+    """After a BrokenPipeError: point stdout at devnull so the interpreter's flush at exit does not
+    fail again (the Python docs' note on SIGPIPE, library/signal.html)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (tests)
+        pass
+
+
 @contextmanager
-def _errors(debug: bool):
-    """Turn exceptions into one line on stderr and an exit code (2 bad input, 1 runtime)."""
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+def _errors(debug: bool, as_json: bool = False):
+    """Turn exceptions into one line on stderr and an exit code (2 bad input, 1 runtime, 130
+    Ctrl-C); with ``as_json`` also one ``{"error", "exit_code"}`` object on stdout. A closed
+    stdout (BrokenPipeError) exits 0 quietly."""
     try:
         yield
     except (typer.Exit, typer.Abort):
         raise
+    except BrokenPipeError:
+        _quiet_stdout()
+        raise typer.Exit(0) from None
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]")
+        Console(stderr=True, highlight=False).print("[yellow]interrupted[/]")
+        if as_json:
+            _print_json({"error": "interrupted", "exit_code": 130})
         raise typer.Exit(130) from None
     except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
-        bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
         if debug:
             traceback.print_exc(file=sys.stderr)
-        msg = " ".join(str(e).split()) or type(e).__name__
-        if not bad_input:
-            msg = f"{type(e).__name__}: {msg}"
-            if not debug:
-                msg += " (run with --debug for the traceback)"
-        err.print(f"[bold red]error:[/] {escape(msg)}")
+        msg, bad_input = _error_message(e, debug)
+        _print_error(msg, 2 if bad_input else 1, as_json)
         raise typer.Exit(2 if bad_input else 1) from None
 
 
@@ -211,6 +256,9 @@ def _prepare(ui: UI, model: str):
     from models.tokenizer import Qwen3Tokenizer
 
     o = ui.opts
+    if o.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be an integer >= 0 (0 = no limit), "
+                         f"got {o.max_new_tokens}")
     cfg = EngineConfig(model="", ctx=parse_ctx(o.ctx), kv_cache=o.kv_cache.value,
                        page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
                        attention=o.attention.value, cuda_graphs=o.cuda_graphs)
@@ -247,13 +295,25 @@ def _warn_past_trained_length(ui: UI, ctx: int, mc) -> None:
 
 def _check_fits(n_prompt: int, ctx: int, max_new: int = 0) -> None:
     """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
-    least one token) do not fit in the context; the message gives both counts and a --ctx."""
+    least one token) do not fit in the context; the message gives both counts and a --ctx, or,
+    past ``QWEN3_MAX_CTX`` (131072, the most Qwen3 supports, with YaRN), says to shorten the text.
+    """
     n_reply = max(max_new, 1)
     if n_prompt + n_reply <= ctx:
         return
     need = -(-(n_prompt + n_reply) // 1024)
+    beyond = f"beyond the largest context Qwen3 supports ({QWEN3_MAX_CTX} tokens, with YaRN)"
+    if n_prompt + 1 > QWEN3_MAX_CTX:
+        raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text or split "
+                         "it into parts (summarizing longer files is planned)")
+    if n_prompt + n_reply > QWEN3_MAX_CTX:
+        raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+                         f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: lower "
+                         f"--max-new-tokens to at most {QWEN3_MAX_CTX - n_prompt}, or shorten "
+                         "the text")
     if max_new <= 0:
-        raise ValueError(f"the prompt is {n_prompt} tokens, longer than the context of {ctx} "
+        size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
+        raise ValueError(f"the prompt is {n_prompt} tokens, {size} the context of {ctx} "
                          f"tokens: raise --ctx (e.g. --ctx {need}k) or shorten the input")
     raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
                      f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
@@ -306,7 +366,7 @@ def _one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], **extra) -> 
 def generate(
     model: ModelArg,
     prompt: Annotated[str, typer.Argument(help="The prompt text, or - to read standard input.",
-                                          show_default=False)],
+                                          metavar="PROMPT", show_default=False)],
     raw: Annotated[bool, typer.Option(
         "--raw", help="Feed the prompt as it is, without the chat template.",
         rich_help_panel=_O)] = False,
@@ -321,7 +381,7 @@ def generate(
 ):
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
-    with _errors(debug):
+    with _errors(debug, json):
         from infer.textio import read_text_input
 
         if prompt == "-":
@@ -339,8 +399,8 @@ def generate(
 @app.command()
 def summarize(
     file: Annotated[str, typer.Argument(
-        help="Text file (UTF-8, or UTF-16 with a BOM), or - to read standard input.",
-        show_default=False)],
+        help="Text file (UTF-8, or UTF-16 or UTF-32 with a BOM), or - to read standard input.",
+        metavar="FILE", show_default=False)],
     model: Annotated[str, typer.Option(
         "--model", "-m", help="Local checkpoint folder or Hugging Face hub id.",
         rich_help_panel=_E)] = DEFAULT_SUMMARY_MODEL,
@@ -354,7 +414,7 @@ def summarize(
 ):
     """Summarize a text FILE that fits in the context (thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
-    with _errors(debug):
+    with _errors(debug, json):
         from infer.textio import read_text_input
 
         text, n_bad = read_text_input(file)
@@ -379,19 +439,32 @@ def chat(
     think: Think = True, hide_thinking: HideThinking = False, json: Json = False,
     debug: Debug = False,
 ):
-    """Talk with MODEL. /reset clears the conversation, /stats shows numbers, /exit quits.
+    """Talk with MODEL. /reset clears the conversation, /stats shows numbers, /exit or /quit
+    quits, //text sends /text.
 
-    Ctrl-C during a reply stops that reply; Ctrl-C or Ctrl-D at the prompt quits.
+    Ctrl-C during a reply stops that reply; Ctrl-C or Ctrl-D at the prompt quits. With piped
+    input the exit code is 2 if a turn failed on bad input (1 on a runtime failure).
     """
     ui = UI(Options.pick(locals()))
-    with _errors(debug):
+    with _errors(debug, json):
         cfg, tok = _prepare(ui, model)
         engine, load_s = _load_engine(ui, cfg, tok)
-        _repl(ui, engine, system, load_s)
+        code = _repl(ui, engine, system, load_s)
+        if code and not sys.stdin.isatty():
+            raise typer.Exit(code)
 
 
-def _repl(ui: UI, engine, system: str | None, load_s: float) -> None:
-    """The chat loop; returns on /exit, Ctrl-D or Ctrl-C at the prompt."""
+_COMMAND = re.compile(r"/[A-Za-z]")
+
+
+def _repl(ui: UI, engine, system: str | None, load_s: float) -> int:
+    """The chat loop; returns on /exit, Ctrl-D or Ctrl-C at the prompt.
+
+    A line starting with ``/`` and a letter is a command (unknown: a warning); ``//text`` sends
+    ``/text``. A failed turn (the message does not fit, or the engine raised) prints the error,
+    drops the message and the chat goes on. Returns the exit code the failures call for: 0 none,
+    2 bad input, 1 a runtime failure (which wins over 2).
+    """
     o = ui.opts
     sampling = engine.default_sampling(**o.sampling_overrides())
     session = engine.new_session()
@@ -406,17 +479,28 @@ def _repl(ui: UI, engine, system: str | None, load_s: float) -> None:
     ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
     # Piped input: the prompts go to stderr, so stdout holds only the replies.
     prompt_to = ui.text if sys.stdin.isatty() else ui.err
+    turn, code = 0, 0
     while True:
         try:
             line = prompt_to.input("[bold green]>[/] ")
         except (EOFError, KeyboardInterrupt):
             prompt_to.print()
-            return
+            return code
         cmd = line.strip()
         if not cmd:
             continue
+        if _COMMAND.match(cmd):
+            word, _, rest = cmd.partition(" ")
+            if word not in CHAT_COMMANDS:
+                ui.warn(f"unknown command {word}: {CHAT_HELP}")
+                continue
+            if rest.strip():
+                ui.warn(f"{word} takes no argument: {CHAT_HELP}")
+                continue
+        elif cmd.startswith("//"):
+            line = line.replace("/", "", 1)
         if cmd in ("/exit", "/quit"):
-            return
+            return code
         if cmd == "/reset":
             session.reset()
             messages, last = list(base), None
@@ -427,19 +511,27 @@ def _repl(ui: UI, engine, system: str | None, load_s: float) -> None:
             ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True) + "; " + used
                          if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
             continue
-        if cmd.startswith("/") and " " not in cmd:
-            ui.warn(f"unknown command {cmd}: {CHAT_HELP}")
-            continue
+        turn += 1
         messages.append({"role": "user", "content": line})
-        ids = engine.tokenizer.chat_ids(messages, enable_thinking=o.think)
         try:
+            ids = engine.tokenizer.chat_ids(messages, enable_thinking=o.think)
             _check_fits(len(ids), engine.ctx)
-        except ValueError as e:
+            reply = ReplyView(ui.text, ui.err, engine, session,
+                              hide_thinking=o.hide_thinking).run(ids, sampling)
+        except BrokenPipeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on
             messages.pop()
-            ui.err.print(f"[bold red]error:[/] {escape(str(e))}; or /reset")
+            if o.debug:
+                traceback.print_exc(file=sys.stderr)
+            msg, bad_input = _error_message(e, o.debug)
+            msg += "; or /reset" if bad_input else ""
+            code = 1 if not bad_input or code == 1 else 2
+            ui.err.print(f"[bold red]error:[/] {escape(msg)}")
+            if o.json:
+                ui.emit_json({"error": msg, "turn": turn})
             continue
-        last = ReplyView(ui.text, ui.err, engine, session,
-                         hide_thinking=o.hide_thinking).run(ids, sampling)
+        last = reply
         # The reply as the model wrote it (thinking included; the template drops old thinking).
         messages.append({"role": "assistant", "content": last.raw})
         if o.json:
@@ -467,19 +559,25 @@ def main(argv: list[str] | None = None) -> None:
     """The ``infer`` entry point: typer's app, with its usage errors as one line on stderr.
 
     Bad flags, unknown options and missing arguments print ``error: <message> (see ... --help)``
-    and exit 2; help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode.
+    and exit 2 (with ``--json`` among the arguments, also ``{"error", "exit_code"}`` on stdout);
+    help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode. A closed stdout
+    (``| head``) exits 0 quietly.
     """
     exc = _click_exceptions()
+    args = sys.argv[1:] if argv is None else argv
     try:
         rv = app(args=argv, standalone_mode=False)
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(0)
     except exc.ClickException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # `infer` alone: the help is shown already
             sys.exit(e.exit_code)
         ctx = getattr(e, "ctx", None)
         where = ctx.command_path if ctx is not None else "infer"
-        msg = " ".join(e.format_message().split())
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]error:[/] {escape(msg)} (see {escape(where)} --help)")
+        msg = " ".join(e.format_message().split()) + f" (see {where} --help)"
+        as_json = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
+        _print_error(msg, e.exit_code, as_json)
         sys.exit(e.exit_code)
     except typer.Abort:
         print("Aborted!", file=sys.stderr)

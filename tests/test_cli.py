@@ -167,6 +167,8 @@ def test_summarize_invalid_bytes_warns_with_the_count(tiny_ckpt, tmp_path, tok):
 
 @pytest.mark.parametrize("raw,needle", [
     (b"", "is empty"),
+    (codecs.BOM_UTF8, "is empty"),
+    (codecs.BOM_UTF32_LE, "is empty"),
     (b"  \r\n\t \n", "only whitespace"),
     ("\n \n".encode("utf-16"), "only whitespace"),
     (b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256)), "binary"),
@@ -336,7 +338,7 @@ def test_chat_ctrl_c_or_ctrl_d_at_the_prompt_exits_cleanly(tiny_ckpt, monkeypatc
 def test_chat_too_long_message_is_an_error_but_the_chat_goes_on(tiny_ckpt):
     result = invoke("chat", tiny_ckpt, "--ctx", "64", "--device", "cpu", "--max-new-tokens", "2",
                     input="word " * 100 + "\n/unknown\nhi\n/exit\n")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output  # piped: the failed turn shows in the exit code
     assert "longer than the context of 64 tokens" in result.stderr
     assert "unknown command /unknown" in result.stderr
     assert "(0 reused)" in result.stderr  # "hi" was answered after the error
@@ -380,7 +382,7 @@ def test_summarize_on_the_gpu(kv_cache, tiny_ckpt_factory, tokenizer_dir, tmp_pa
     (["generate", "M", "P", "--attention", "flash"], "--attention"),
     (["generate", "M", "P", "--max-new-tokens", "abc"], "--max-new-tokens"),
     (["generate", "M", "P", "--no-such-flag"], "No such option: --no-such-flag"),
-    (["generate", "M"], "Missing argument 'prompt'"),
+    (["generate", "M"], "Missing argument 'PROMPT'"),
     (["frobnicate"], "No such command"),
 ])
 def test_main_prints_usage_errors_as_one_line(argv, needle, capsys):
@@ -483,3 +485,176 @@ def test_chat_piped_prompts_go_to_stderr(tiny_ckpt):
     assert result.stdout.strip()  # the reply
     assert not any(line.startswith(">") for line in result.stdout.splitlines()), result.stdout
     assert result.stderr.count("> ") >= 2  # one prompt per line read
+
+
+# ---------------------------------------------------------------------------- second trial
+
+
+def error_json(result, code: int, *needles: str) -> dict:
+    """--json and an error: the one-line error on stderr and one JSON object on stdout."""
+    assert result.exit_code == code, result.output
+    obj = json.loads(result.stdout)
+    assert obj["exit_code"] == code
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1] == f"error: {obj['error']}", result.stderr
+    for needle in needles:
+        assert needle in obj["error"]
+    return obj
+
+
+def test_json_errors_print_one_object_on_stdout(tiny_ckpt, monkeypatch):
+    error_json(invoke("generate", tiny_ckpt, "   ", "--json"), 2, "prompt is empty")
+    error_json(invoke("generate", tiny_ckpt, "hi", "--json", "--device", "cpu", "--ctx", "8"),
+               2, "context of 8 tokens")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    error_json(invoke("generate", "no-such-owner-xyz/m", "hi", "--json", "--device", "cpu"), 2,
+               "no-such-owner-xyz/m")
+
+    def boom(self, *args, **kwargs):
+        raise RuntimeError("the device fell over")
+
+    monkeypatch.setattr("infer.engine.Engine.__init__", boom)
+    error_json(invoke("generate", tiny_ckpt, "hi", *FAST, "--json"), 1,
+               "RuntimeError: the device fell over")
+    assert invoke("generate", tiny_ckpt, "hi", *FAST).stdout == ""  # no JSON without --json
+
+
+def test_json_usage_errors_through_main(capsys):
+    from cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["generate", "M", "P", "--json", "--kv-cache", "fp8"])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    obj = json.loads(out)
+    assert obj["exit_code"] == 2 and "fp8" in obj["error"] and "--help" in obj["error"]
+    assert err.strip() == f"error: {obj['error']}"
+    with pytest.raises(SystemExit):
+        main(["generate", "M", "P", "--kv-cache", "fp8"])
+    assert capsys.readouterr().out == ""
+
+
+def test_chat_json_failed_turn_is_a_line_and_piped_chat_exits_2(tiny_ckpt):
+    result = invoke("chat", tiny_ckpt, "--ctx", "64", "--device", "cpu", "--max-new-tokens", "2",
+                    "--json", input="hi\n" + "word " * 100 + "\nhello\n")
+    assert result.exit_code == 2, result.output
+    first, failed, third = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["new_tokens"] >= 1 and third["new_tokens"] >= 1
+    assert failed["turn"] == 2 and "longer than the context of 64 tokens" in failed["error"]
+    assert f"error: {failed['error']}" in result.stderr
+    assert third["reused_tokens"] > 0  # the failed message was dropped, the cache kept
+
+
+def test_chat_runtime_failure_in_a_turn_exits_1_at_the_end(tiny_ckpt, monkeypatch):
+    from infer.render import ReplyView
+
+    real_run, calls = ReplyView.run, []
+
+    def fail_first(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("out of memory")
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(ReplyView, "run", fail_first)
+    result = invoke("chat", tiny_ckpt, *FAST, "--ctx", "64", "--json",
+                    input="hi\n" + "word " * 100 + "\nhello\n")
+    assert result.exit_code == 1, result.output  # a runtime failure wins over bad input
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line.get("turn") for line in lines] == [1, 2, None]
+    assert "RuntimeError: out of memory" in lines[0]["error"]
+    assert lines[2]["reused_tokens"] == 0 and lines[2]["new_tokens"] >= 1
+
+
+def test_chat_commands_and_double_slash(tiny_ckpt, tok):
+    result = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json",
+                    input="/stats extra\n/foo bar\n//etc/hosts\n/quit\nnot sent\n")
+    assert result.exit_code == 0, result.output
+    assert "/stats takes no argument" in result.stderr
+    assert "unknown command /foo" in result.stderr and "/quit" in result.stderr
+    (reply,) = (json.loads(line) for line in result.stdout.splitlines())  # /quit ended the chat
+    ids = tok.chat_ids([{"role": "user", "content": "/etc/hosts"}], enable_thinking=False)
+    assert reply["prompt_tokens"] == len(ids)
+
+
+def test_max_new_tokens_negative_says_zero_is_allowed(tiny_ckpt):
+    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--max-new-tokens", "-1")
+    assert_one_line_error(result, 2, "--max-new-tokens must be an integer >= 0 (0 = no limit)",
+                          "-1")
+
+
+def test_prompt_filling_the_context_leaves_no_room(tiny_ckpt, tok):
+    n = len(tok.chat_ids([{"role": "user", "content": "hi"}], enable_thinking=False))
+    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", n,
+                    "--max-new-tokens", "0")
+    assert_one_line_error(result, 2, f"the prompt is {n} tokens, which leaves no room for a "
+                          f"reply in the context of {n} tokens", f"--ctx {-(-(n + 1) // 1024)}k")
+
+
+def test_check_fits_past_qwen3_largest_context():
+    from cli import QWEN3_MAX_CTX, _check_fits
+
+    _check_fits(QWEN3_MAX_CTX - 1, QWEN3_MAX_CTX)  # fits: no error
+    with pytest.raises(ValueError) as info:  # war_and_peace.txt at 32k
+        _check_fits(774_000, 32768, 1024)
+    msg = str(info.value)
+    assert "774000 tokens" in msg and f"largest context Qwen3 supports ({QWEN3_MAX_CTX}" in msg
+    assert "shorten" in msg and "split" in msg and "--ctx" not in msg
+    with pytest.raises(ValueError) as info:  # the prompt fits alone, not with the reply
+        _check_fits(QWEN3_MAX_CTX - 100, 32768, 1000)
+    msg = str(info.value)
+    assert "largest context" in msg and "--max-new-tokens to at most 100" in msg
+    assert "--ctx" not in msg
+    with pytest.raises(ValueError) as info:  # within Qwen3's reach: suggest a --ctx
+        _check_fits(100_000, 32768)
+    assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
+
+
+def test_closed_stdout_exits_0_quietly(tiny_ckpt, monkeypatch):
+    def closed(self, piece):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("infer.render.ReplyView._add", closed)
+    result = invoke("generate", tiny_ckpt, "hi", *FAST)
+    assert result.exit_code == 0, result.output
+    assert "error" not in result.stderr and "Broken" not in result.stderr
+
+
+def test_closed_stdout_pipe_in_a_real_process(tiny_ckpt):
+    """`infer generate ... | head -c 0`: stdout is a pipe whose reader is gone."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from cli import main; main()", "generate", str(tiny_ckpt),
+             "hi", *FAST], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120,
+            cwd=Path(__file__).parents[1])
+    finally:
+        os.close(w)
+    assert proc.returncode == 0, proc.stderr
+    assert "Error" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+
+
+def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):
+    def interrupt(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("infer.engine.Session._forward", interrupt)
+    result = invoke("generate", tiny_ckpt, "hi", *FAST)
+    assert result.exit_code == 130
+    stats = result.stderr.strip().splitlines()[-1]
+    assert "interrupted during prefill" in stats and "first token" not in stats
+
+
+def test_help_names_the_arguments():
+    for command, names in (("generate", "MODEL PROMPT"), ("summarize", "FILE"),
+                           ("chat", "MODEL")):
+        result = invoke(command, "--help")
+        usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
+        assert names.replace(" ", "} {") in usage and "{model}" not in usage, usage
+    assert "UTF-32" in invoke("summarize", "--help").stdout
