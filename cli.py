@@ -2,7 +2,8 @@
 
 Design: this file parses flags, resolves the model (``models/hub.py``), reads input
 (``infer/textio.py``), builds an ``EngineConfig`` and hands the engine's token stream to
-``infer/render.py``, which shows it with rich. No tensor math here. Streams, so that output
+``infer/render.py``, which shows it with rich; the chat loop is ``infer/repl.py``, the consoles
+and the error/exit plumbing ``infer/console.py``. No tensor math here. Streams, so that output
 stays scriptable:
 
 - the reply text goes to stdout; warnings, errors, the live status line and the stats line after
@@ -23,32 +24,25 @@ the traceback. A chat with piped input exits 2 (or 1) at its end if a turn faile
 chose to stop reading.
 """
 
-import json
 import os
-import re
 import sys
 import time
-import traceback
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, fields
 from dataclasses import replace as dc_replace
 from enum import Enum
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from infer.console import UI, click_exceptions, errors, print_error, quiet_stdout
 from infer.render import ReplyView, format_stats
+from infer.repl import run_repl
 
 DEFAULT_SUMMARY_MODEL = "Qwen/Qwen3-0.6B"
 SUMMARY_PROMPT = (
     "Summarize the following text. Give its main points, the key people or ideas, and how it "
     "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
     "Write the summary of the text above.")
-CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
-             "(or /quit) quits, //text sends /text")
-CHAT_COMMANDS = ("/reset", "/stats", "/exit", "/quit")
 # Qwen3's largest context: 32768 trained positions x YaRN factor 4 (the Qwen3 model cards).
 QWEN3_MAX_CTX = 131072
 
@@ -158,86 +152,6 @@ class Options:
         return dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                     min_p=self.min_p, presence_penalty=self.presence_penalty, seed=self.seed,
                     max_new_tokens=self.max_new_tokens or None)
-
-
-class UI:
-    """The two consoles: ``text`` gets the reply, ``err`` everything else (stderr)."""
-
-    def __init__(self, opts: Options):
-        self.opts = opts
-        self.out = Console(highlight=False, soft_wrap=True)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
-        self.text = self.err if opts.json else self.out
-
-    def warn(self, msg: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {escape(msg)}")
-
-    def emit_json(self, obj: dict) -> None:
-        self.out.file.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self.out.file.flush()
-
-    def status(self, msg: str):
-        return self.err.status(msg) if self.err.is_terminal else nullcontext()
-
-
-def _print_json(obj: dict) -> None:
-    """One JSON object as one line on stdout."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
-
-
-def _print_error(msg: str, code: int, as_json: bool) -> None:
-    """The one-line error on stderr; with ``--json`` also ``{"error", "exit_code"}`` on stdout."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(msg)}")
-    if as_json:
-        _print_json({"error": msg, "exit_code": code})
-
-
-def _error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
-    """``(one-line message, is bad input)`` for an exception (bad input: exit 2, else 1)."""
-    bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
-    msg = " ".join(str(e).split()) or type(e).__name__
-    if not bad_input:
-        msg = f"{type(e).__name__}: {msg}"
-        if not debug:
-            msg += " (run with --debug for the traceback)"
-    return msg, bad_input
-
-
-def _quiet_stdout() -> None:
-    """After a BrokenPipeError: point stdout at devnull so the interpreter's flush at exit does not
-    fail again (the Python docs' note on SIGPIPE, library/signal.html)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # no real file descriptor (tests)
-        pass
-
-
-@contextmanager
-def _errors(debug: bool, as_json: bool = False):
-    """Turn exceptions into one line on stderr and an exit code (2 bad input, 1 runtime, 130
-    Ctrl-C); with ``as_json`` also one ``{"error", "exit_code"}`` object on stdout. A closed
-    stdout (BrokenPipeError) exits 0 quietly."""
-    try:
-        yield
-    except (typer.Exit, typer.Abort):
-        raise
-    except BrokenPipeError:
-        _quiet_stdout()
-        raise typer.Exit(0) from None
-    except KeyboardInterrupt:
-        Console(stderr=True, highlight=False).print("[yellow]interrupted[/]")
-        if as_json:
-            _print_json({"error": "interrupted", "exit_code": 130})
-        raise typer.Exit(130) from None
-    except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
-        if debug:
-            traceback.print_exc(file=sys.stderr)
-        msg, bad_input = _error_message(e, debug)
-        _print_error(msg, 2 if bad_input else 1, as_json)
-        raise typer.Exit(2 if bad_input else 1) from None
 
 
 # ---------------------------------------------------------------------------- loading
@@ -381,7 +295,7 @@ def generate(
 ):
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
-    with _errors(debug, json):
+    with errors(debug, json):
         from infer.textio import read_text_input
 
         if prompt == "-":
@@ -414,7 +328,7 @@ def summarize(
 ):
     """Summarize a text FILE that fits in the context (thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
-    with _errors(debug, json):
+    with errors(debug, json):
         from infer.textio import read_text_input
 
         text, n_bad = read_text_input(file)
@@ -446,113 +360,12 @@ def chat(
     input the exit code is 2 if a turn failed on bad input (1 on a runtime failure).
     """
     ui = UI(Options.pick(locals()))
-    with _errors(debug, json):
+    with errors(debug, json):
         cfg, tok = _prepare(ui, model)
         engine, load_s = _load_engine(ui, cfg, tok)
-        code = _repl(ui, engine, system, load_s)
+        code = run_repl(ui, engine, system, load_s, check_fits=_check_fits, result=_result)
         if code and not sys.stdin.isatty():
             raise typer.Exit(code)
-
-
-_COMMAND = re.compile(r"/[A-Za-z]")
-
-
-def _repl(ui: UI, engine, system: str | None, load_s: float) -> int:
-    """The chat loop; returns on /exit, Ctrl-D or Ctrl-C at the prompt.
-
-    A line starting with ``/`` and a letter is a command (unknown: a warning); ``//text`` sends
-    ``/text``. A failed turn (the message does not fit, or the engine raised) prints the error,
-    drops the message and the chat goes on. Returns the exit code the failures call for: 0 none,
-    2 bad input, 1 a runtime failure (which wins over 2).
-    """
-    o = ui.opts
-    sampling = engine.default_sampling(**o.sampling_overrides())
-    session = engine.new_session()
-    base = [{"role": "system", "content": system}] if system else []
-    messages = list(base)
-    last = None
-    if sys.stdin.isatty():
-        try:  # line editing and history for input()
-            import readline  # noqa: F401
-        except ImportError:  # not on every platform
-            pass
-    ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
-    # Piped input: the prompts go to stderr, so stdout holds only the replies.
-    prompt_to = ui.text if sys.stdin.isatty() else ui.err
-    turn, code = 0, 0
-    while True:
-        try:
-            line = prompt_to.input("[bold green]>[/] ")
-        except (EOFError, KeyboardInterrupt):
-            prompt_to.print()
-            return code
-        cmd = line.strip()
-        if not cmd:
-            continue
-        if _COMMAND.match(cmd):
-            word, _, rest = cmd.partition(" ")
-            if word not in CHAT_COMMANDS:
-                ui.warn(f"unknown command {word}: {CHAT_HELP}")
-                continue
-            if rest.strip():
-                ui.warn(f"{word} takes no argument: {CHAT_HELP}")
-                continue
-        elif cmd.startswith("//"):
-            line = line.replace("/", "", 1)
-        if cmd in ("/exit", "/quit"):
-            return code
-        if cmd == "/reset":
-            session.reset()
-            messages, last = list(base), None
-            ui.err.print("[dim]conversation cleared[/]")
-            continue
-        if cmd == "/stats":
-            used = f"context: {session.num_cached} of {engine.ctx} tokens cached"
-            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True) + "; " + used
-                         if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
-            continue
-        turn += 1
-        messages.append({"role": "user", "content": line})
-        try:
-            ids = engine.tokenizer.chat_ids(messages, enable_thinking=o.think)
-            _check_fits(len(ids), engine.ctx)
-            reply = ReplyView(ui.text, ui.err, engine, session,
-                              hide_thinking=o.hide_thinking).run(ids, sampling)
-        except BrokenPipeError:
-            raise
-        except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on
-            messages.pop()
-            if o.debug:
-                traceback.print_exc(file=sys.stderr)
-            msg, bad_input = _error_message(e, o.debug)
-            msg += "; or /reset" if bad_input else ""
-            code = 1 if not bad_input or code == 1 else 2
-            ui.err.print(f"[bold red]error:[/] {escape(msg)}")
-            if o.json:
-                ui.emit_json({"error": msg, "turn": turn})
-            continue
-        last = reply
-        # The reply as the model wrote it (thinking included; the template drops old thinking).
-        messages.append({"role": "assistant", "content": last.raw})
-        if o.json:
-            ui.emit_json(_result("chat", engine, last, load_s))
-        else:
-            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True), style="dim")
-        if last.stats.stop_reason == "context":
-            ui.warn(f"the context is full ({engine.ctx} tokens): /reset, or restart with a "
-                    "larger --ctx")
-
-
-def _click_exceptions():
-    """The click exception module typer raises from (typer >= 0.22 vendors click)."""
-    import typer.core
-
-    vendored = getattr(typer.core, "_click", None)
-    if vendored is not None:
-        return vendored.exceptions
-    import click.exceptions
-
-    return click.exceptions
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -563,12 +376,12 @@ def main(argv: list[str] | None = None) -> None:
     help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode. A closed stdout
     (``| head``) exits 0 quietly.
     """
-    exc = _click_exceptions()
+    exc = click_exceptions()
     args = sys.argv[1:] if argv is None else argv
     try:
         rv = app(args=argv, standalone_mode=False)
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stdout()
         sys.exit(0)
     except exc.ClickException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # `infer` alone: the help is shown already
@@ -577,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
         where = ctx.command_path if ctx is not None else "infer"
         msg = " ".join(e.format_message().split()) + f" (see {where} --help)"
         as_json = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
-        _print_error(msg, e.exit_code, as_json)
+        print_error(msg, e.exit_code, as_json)
         sys.exit(e.exit_code)
     except typer.Abort:
         print("Aborted!", file=sys.stderr)

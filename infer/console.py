@@ -1,0 +1,120 @@
+"""The command line's consoles and its error/exit plumbing.
+
+Owns where output goes and how failures end a command. ``UI`` holds the two rich consoles (the
+reply on stdout, or on stderr under ``--json``; everything else on stderr). ``errors`` turns an
+exception into one line on stderr (plus ``{"error", "exit_code"}`` on stdout with ``--json``) and
+an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C, 0 for a closed stdout.
+``click_exceptions`` finds the click exceptions typer raises, for ``cli.main``. Used by ``cli.py``
+and ``infer/repl.py``; no tensor math here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from cli import Options
+
+
+class UI:
+    """The two consoles: ``text`` gets the reply, ``err`` everything else (stderr)."""
+
+    def __init__(self, opts: Options):
+        self.opts = opts
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.text = self.err if opts.json else self.out
+
+    def warn(self, msg: str) -> None:
+        self.err.print(f"[yellow]warning:[/] {escape(msg)}")
+
+    def emit_json(self, obj: dict) -> None:
+        self.out.file.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self.out.file.flush()
+
+    def status(self, msg: str):
+        return self.err.status(msg) if self.err.is_terminal else nullcontext()
+
+
+
+def print_json(obj: dict) -> None:
+    """One JSON object as one line on stdout."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_error(msg: str, code: int, as_json: bool) -> None:
+    """The one-line error on stderr; with ``--json`` also ``{"error", "exit_code"}`` on stdout."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(msg)}")
+    if as_json:
+        print_json({"error": msg, "exit_code": code})
+
+
+def error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
+    """``(one-line message, is bad input)`` for an exception (bad input: exit 2, else 1)."""
+    bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if not bad_input:
+        msg = f"{type(e).__name__}: {msg}"
+        if not debug:
+            msg += " (run with --debug for the traceback)"
+    return msg, bad_input
+
+
+def quiet_stdout() -> None:
+    """After a BrokenPipeError: point stdout at devnull so the interpreter's flush at exit does not
+    fail again (the Python docs' note on SIGPIPE, library/signal.html)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (tests)
+        pass
+
+
+@contextmanager
+def errors(debug: bool, as_json: bool = False):
+    """Turn exceptions into one line on stderr and an exit code (2 bad input, 1 runtime, 130
+    Ctrl-C); with ``as_json`` also one ``{"error", "exit_code"}`` object on stdout. A closed
+    stdout (BrokenPipeError) exits 0 quietly."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort):
+        raise
+    except BrokenPipeError:
+        quiet_stdout()
+        raise typer.Exit(0) from None
+    except KeyboardInterrupt:
+        Console(stderr=True, highlight=False).print("[yellow]interrupted[/]")
+        if as_json:
+            print_json({"error": "interrupted", "exit_code": 130})
+        raise typer.Exit(130) from None
+    except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+        msg, bad_input = error_message(e, debug)
+        print_error(msg, 2 if bad_input else 1, as_json)
+        raise typer.Exit(2 if bad_input else 1) from None
+
+
+
+def click_exceptions():
+    """The click exception module typer raises from (typer >= 0.22 vendors click)."""
+    import typer.core
+
+    vendored = getattr(typer.core, "_click", None)
+    if vendored is not None:
+        return vendored.exceptions
+    import click.exceptions
+
+    return click.exceptions
+

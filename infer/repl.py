@@ -1,0 +1,116 @@
+"""The ``infer chat`` loop: read a line, run a command or a turn, show the reply.
+
+Owns the chat commands (``/reset``, ``/stats``, ``/exit``, ``/quit``; ``//text`` sends ``/text``),
+the conversation's messages and the per-turn error handling: a failed turn prints its error, drops
+the message, and the chat goes on; ``run_repl`` returns the exit code the failures call for. The
+context check and the ``--json`` record come from ``cli.py`` as arguments, so that ``infer/`` never
+imports the command line. No tensor math here.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import traceback
+from collections.abc import Callable
+
+from rich.markup import escape
+
+from infer.console import UI, error_message
+from infer.render import ReplyView, format_stats
+
+CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
+             "(or /quit) quits, //text sends /text")
+CHAT_COMMANDS = ("/reset", "/stats", "/exit", "/quit")
+
+_COMMAND = re.compile(r"/[A-Za-z]")
+
+
+def run_repl(ui: UI, engine, system: str | None, load_s: float, *,
+             check_fits: Callable[..., None], result: Callable[..., dict]) -> int:
+    """The chat loop; returns on /exit, Ctrl-D or Ctrl-C at the prompt.
+
+    A line starting with ``/`` and a letter is a command (unknown: a warning); ``//text`` sends
+    ``/text``. A failed turn (the message does not fit, or the engine raised) prints the error,
+    drops the message and the chat goes on. Returns the exit code the failures call for: 0 none,
+    2 bad input, 1 a runtime failure (which wins over 2). ``check_fits(n_prompt, ctx)`` raises
+    ValueError when a turn's prompt does not fit; ``result(command, engine, reply, load_s)`` is the
+    ``--json`` object for a reply (both from ``cli.py``).
+    """
+    o = ui.opts
+    sampling = engine.default_sampling(**o.sampling_overrides())
+    session = engine.new_session()
+    base = [{"role": "system", "content": system}] if system else []
+    messages = list(base)
+    last = None
+    if sys.stdin.isatty():
+        try:  # line editing and history for input()
+            import readline  # noqa: F401
+        except ImportError:  # not on every platform
+            pass
+    ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
+    # Piped input: the prompts go to stderr, so stdout holds only the replies.
+    prompt_to = ui.text if sys.stdin.isatty() else ui.err
+    turn, code = 0, 0
+    while True:
+        try:
+            line = prompt_to.input("[bold green]>[/] ")
+        except (EOFError, KeyboardInterrupt):
+            prompt_to.print()
+            return code
+        cmd = line.strip()
+        if not cmd:
+            continue
+        if _COMMAND.match(cmd):
+            word, _, rest = cmd.partition(" ")
+            if word not in CHAT_COMMANDS:
+                ui.warn(f"unknown command {word}: {CHAT_HELP}")
+                continue
+            if rest.strip():
+                ui.warn(f"{word} takes no argument: {CHAT_HELP}")
+                continue
+        elif cmd.startswith("//"):
+            line = line.replace("/", "", 1)
+        if cmd in ("/exit", "/quit"):
+            return code
+        if cmd == "/reset":
+            session.reset()
+            messages, last = list(base), None
+            ui.err.print("[dim]conversation cleared[/]")
+            continue
+        if cmd == "/stats":
+            used = f"context: {session.num_cached} of {engine.ctx} tokens cached"
+            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True) + "; " + used
+                         if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
+            continue
+        turn += 1
+        messages.append({"role": "user", "content": line})
+        try:
+            ids = engine.tokenizer.chat_ids(messages, enable_thinking=o.think)
+            check_fits(len(ids), engine.ctx)
+            reply = ReplyView(ui.text, ui.err, engine, session,
+                              hide_thinking=o.hide_thinking).run(ids, sampling)
+        except BrokenPipeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on
+            messages.pop()
+            if o.debug:
+                traceback.print_exc(file=sys.stderr)
+            msg, bad_input = error_message(e, o.debug)
+            msg += "; or /reset" if bad_input else ""
+            code = 1 if not bad_input or code == 1 else 2
+            ui.err.print(f"[bold red]error:[/] {escape(msg)}")
+            if o.json:
+                ui.emit_json({"error": msg, "turn": turn})
+            continue
+        last = reply
+        # The reply as the model wrote it (thinking included; the template drops old thinking).
+        messages.append({"role": "assistant", "content": last.raw})
+        if o.json:
+            ui.emit_json(result("chat", engine, last, load_s))
+        else:
+            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True), style="dim")
+        if last.stats.stop_reason == "context":
+            ui.warn(f"the context is full ({engine.ctx} tokens): /reset, or restart with a "
+                    "larger --ctx")
+
