@@ -41,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.checks import check_int8_scales
 from kernels.combine import combine
 from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's public helpers)
     TILE_DEFAULTS,
@@ -324,11 +325,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         raise ValueError("k_cache and v_cache must be contiguous")
     assert q.stride(-1) == 1 and page_table.stride(-1) == 1 and seq_lens.is_contiguous()
     if is_int8:
-        if (k_scale.shape != k_cache.shape[:3] or v_scale.shape != k_cache.shape[:3]
-                or k_scale.dtype != torch.float32 or v_scale.dtype != torch.float32
-                or not (k_scale.is_contiguous() and v_scale.is_contiguous())):
-            raise ValueError("k_scale/v_scale must be contiguous float32 [num_pages, kv_heads, "
-                             "page_size]")
+        check_int8_scales(k_cache, k_scale, v_scale)
     else:
         k_scale, v_scale = k_cache, v_cache  # placeholders, never read (IS_INT8=False)
 

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.checks import check_int8_scales
+
 # 1.5 * 2^23: adding and subtracting it rounds a float32 |x| < 2^22 to the nearest integer, ties to
 # even (the hardware rounding mode), exactly like torch.round.
 _ROUND_MAGIC = tl.constexpr(12582912.0)
@@ -133,11 +135,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     assert k.stride(-1) == 1 and v.stride(-1) == 1, "k/v need a contiguous last dim"
     assert k_cache.stride() == v_cache.stride()
     if is_int8:
-        if (k_scale.shape != k_cache.shape[:3] or v_scale.shape != k_cache.shape[:3]
-                or k_scale.dtype != torch.float32 or v_scale.dtype != torch.float32
-                or not (k_scale.is_contiguous() and v_scale.is_contiguous())):
-            raise ValueError("k_scale/v_scale must be contiguous float32 [num_pages, kv_heads, "
-                             "page_size]")
+        check_int8_scales(k_cache, k_scale, v_scale)
         scale_strides = (k_scale.stride(0), k_scale.stride(1))
     else:
         k_scale, v_scale = k_cache, v_cache  # placeholders, never read (IS_INT8=False)
