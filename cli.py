@@ -244,6 +244,18 @@ def _load_engine(ui: UI, cfg, tokenizer):
     return engine, time.perf_counter() - t0
 
 
+def _read_input(ui: UI, path: str) -> tuple[str, int]:
+    """Read a text file or ``-`` (stdin) with ``infer.textio``; warn about replaced bytes.
+    Returns ``(text, replaced byte sequences)``."""
+    from infer.textio import read_text_input
+
+    text, n_bad = read_text_input(path)
+    if n_bad:
+        name = "<stdin>" if path == "-" else path
+        ui.warn(f"{n_bad} invalid byte sequences in {name} were replaced with U+FFFD")
+    return text, n_bad
+
+
 def _messages(system: str | None, user: str) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + \
         [{"role": "user", "content": user}]
@@ -296,12 +308,8 @@ def generate(
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
     with errors(debug, json):
-        from infer.textio import read_text_input
-
         if prompt == "-":
-            prompt, n_bad = read_text_input("-")
-            if n_bad:
-                ui.warn(f"{n_bad} invalid byte sequences in <stdin> were replaced with U+FFFD")
+            prompt, _ = _read_input(ui, "-")
         elif not prompt.strip():
             raise ValueError("the prompt is empty: give some text, or - to read standard input")
         cfg, tok = _prepare(ui, model)
@@ -329,12 +337,7 @@ def summarize(
     """Summarize a text FILE that fits in the context (thinking off unless --think)."""
     ui = UI(Options.pick(locals()))
     with errors(debug, json):
-        from infer.textio import read_text_input
-
-        text, n_bad = read_text_input(file)
-        if n_bad:
-            name = "<stdin>" if file == "-" else file
-            ui.warn(f"{n_bad} invalid byte sequences in {name} were replaced with U+FFFD")
+        text, n_bad = _read_input(ui, file)
         cfg, tok = _prepare(ui, model)
         ids = tok.chat_ids(_messages(None, SUMMARY_PROMPT.format(text=text)),
                            enable_thinking=think)
