@@ -13,7 +13,9 @@ the float32 scales for INT8) for ``seq_len`` positions x 8 KV heads x 128 dims. 
         --stages 1 2 4 --magic 0 1 2 --split-timing
 
 ``--magic`` (INT8 only) is the code conversion: 0 cvt, 1 magic number with integer ops, 2 magic
-number in packed inline PTX. The last line is the best config per (dtype, seq_len) as JSON.
+number in packed inline PTX, 3 as 2 with the values loaded as int32 words. ``--fuse`` sets
+``fuse_combine`` (-1: the launcher default). The last line is the best config per (dtype,
+seq_len) as JSON.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def cache_bytes(seq_len: int, int8: bool) -> int:
 
 
 def quick_configs() -> list[tuple]:
-    """(dtype, seq_len, block_n, warps, stages, splits, magic): the most informative ~45."""
+    """(dtype, seq_len, block_n, warps, stages, splits, magic): the most informative ~50."""
     cfgs = []
     for seq in (32768, 131072):
         # bf16: programs per SM (splits 33/66/132/264 = 2/4/8/16 per SM), stages, block_n 32
@@ -87,8 +89,9 @@ def quick_configs() -> list[tuple]:
                      ((2, 132), (2, 264), (3, 132), (4, 264))]
             cfgs += [("bf16", seq, 128, 4, 2, 132, 0), ("bf16", seq, 64, 8, 2, 132, 0)]
         # int8: the conversion first, then programs per SM and block_n with the packed PTX one
-        cfgs += [("int8", seq, 128, 4, 2, 33, m) for m in (0, 1, 2)]
-        cfgs += [("int8", seq, 128, 4, 2, 66, m) for m in (1, 2)]
+        cfgs += [("int8", seq, 128, 4, 2, 33, m) for m in (0, 1, 2, 3)]
+        cfgs += [("int8", seq, 128, 4, 2, 66, m) for m in (1, 2, 3)]
+        cfgs += [("int8", seq, 64, 4, 2, 66, m) for m in (2, 3)]
         cfgs += [("int8", seq, 128, 4, 2, 132, 2), ("int8", seq, 64, 4, 2, 132, 2),
                  ("int8", seq, 256, 8, 2, 66, 2)]
         if seq == 32768:
@@ -110,8 +113,10 @@ def main() -> None:
     ap.add_argument("--stages", type=int, nargs="+", default=[2])
     ap.add_argument("--splits", type=int, nargs="+", default=[0, 66, 132],
                     help="0 = the launcher default for the cache dtype")
-    ap.add_argument("--magic", type=int, nargs="+", default=[1, 2], choices=[0, 1, 2],
+    ap.add_argument("--magic", type=int, nargs="+", default=[2, 3], choices=[0, 1, 2, 3],
                     help="INT8 conversion (bf16 runs ignore it)")
+    ap.add_argument("--fuse", type=int, nargs="+", default=[-1], choices=[-1, 0, 1],
+                    help="fuse_combine: 0/1 off/on, -1 the launcher default")
     ap.add_argument("--split-timing", action="store_true",
                     help="also time stage 1 alone and the combine alone")
     ap.add_argument("--rep-ms", type=int, default=200)
@@ -128,15 +133,15 @@ def main() -> None:
     if args.quick:
         configs, split_timing, rep = quick_configs(), True, min(args.rep_ms, 100)
     else:
-        configs = [(d, s, bn, w, st, sp, m if d == "int8" else 0)
-                   for d, s, bn, w, st, sp, m in itertools.product(
+        configs = [(d, s, bn, w, st, sp, m if d == "int8" else 0, f)
+                   for d, s, bn, w, st, sp, m, f in itertools.product(
                        args.dtypes, args.seq_lens, args.block_n, args.warps, args.stages,
-                       args.splits, args.magic)
+                       args.splits, args.magic, args.fuse)
                    if d == "int8" or m == args.magic[0]]
         split_timing, rep = args.split_timing, args.rep_ms
     pools: dict[tuple, tuple] = {}
     best: dict[str, dict] = {}
-    for dtype, seq_len, block_n, warps, stages, splits, magic in configs:
+    for dtype, seq_len, block_n, warps, stages, splits, magic, *fuse in configs:
         int8 = dtype == "int8"
         if (dtype, seq_len) not in pools:
             pools.clear()  # one pool at a time (128k bf16 is 512 MiB)
@@ -149,16 +154,19 @@ def main() -> None:
         out = torch.empty_like(pool["q"])
         cfg = dict(num_splits=splits, workspace=ws, block_n=block_n, num_warps=warps,
                    num_stages=stages, int8_magic=magic)
+        if fuse and fuse[0] >= 0:
+            cfg["fuse_combine"] = bool(fuse[0])
         cfg.update(pool)
         fn = lambda cfg=cfg, out=out: decode_attention(**cfg, out=out)
         row = dict(dtype=dtype, seq_len=seq_len, block_n=block_n, num_warps=warps,
-                   num_stages=stages, num_splits=splits, magic=magic if int8 else None)
+                   num_stages=stages, num_splits=splits, magic=magic if int8 else None,
+                   fuse=cfg.get("fuse_combine", "default"))
         try:
             out.fill_(float("nan"))
             fn()
             err = (out.float() - ref).abs().max().item()
             us = bench_graph(fn, rep) * 1e3
-            if split_timing:
+            if split_timing and not cfg.get("fuse_combine"):
                 parts = _decode_stage1(**cfg)
                 stage1 = lambda cfg=cfg: _decode_stage1(**cfg)
                 merge = lambda parts=parts, out=out: combine(*parts, out)

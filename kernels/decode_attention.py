@@ -23,7 +23,13 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   Marlin with integer ops only: ``(uint8(c) ^ 0x6480)`` is the fp16 bit pattern of ``1152 + c``,
   minus 1152.0 gives ``c`` exactly; 2: the same trick in inline PTX on four packed codes at once
   (one ``xor``, two ``prmt``, two ``sub.f16x2`` per four codes; GPU only, runs as 1 under the
-  interpreter). With 1 and 2 the dots run in float16 (q converted once; P times the value scales
+  interpreter); 3: as 2, but the values are loaded as int32 words (four codes each) and unpacked
+  into a plain float16 tile (``_int8_words_to_f16``). Why 3: the P.V dot needs each thread's
+  value operand as pairs of consecutive *keys* (one column, rows ``D`` bytes apart); with 0-2
+  Triton moves the conversion after the shared-memory load, which then reads single bytes
+  (``ld.shared.b8``, 64 per thread per 64-key block); with 3 the int8 tile is read as 16-byte
+  words and the float16 tile goes through ``ldmatrix.trans`` as for BF16 (PTX compiled for
+  sm_90 on a CPU). With 1-3 the dots run in float16 (q converted once; P times the value scales
   in float16), unless q is float32.
 - Output per split (contract in ``kernels/combine.py``): float32 ``o_part`` normalized within the
   split and natural-log ``lse``; an empty split (or a row whose keys are all masked) writes
@@ -75,6 +81,41 @@ def _int8_to_f16(c, MODE: tl.constexpr):
 
 
 @triton.jit
+def _int8_words_to_f16(w, ON_GPU: tl.constexpr):
+    """Exact float16 of the four int8 codes packed in each int32 of ``w`` [R, C] -> [R, 4 * C].
+
+    Code ``k`` of a word (byte ``k``, little-endian) lands at column ``4 * c + k``. On the GPU one
+    ``xor``, two ``prmt`` and two ``sub.f16x2`` per word (the magic number of ``_int8_to_f16``);
+    under the interpreter the same values by integer ops. The join/reshape makes the float16
+    tile in a plain blocked layout, so the dot takes it through ``ldmatrix`` like a 16-bit tile
+    instead of loading single bytes of shared memory in the dot-operand layout.
+    """
+    if ON_GPU:
+        c0, c1, c2, c3 = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, lo, hi, m;
+            xor.b32 t, $4, 0x80808080;
+            prmt.b32 lo, t, 0x64646464, 0x4140;
+            prmt.b32 hi, t, 0x64646464, 0x4342;
+            mov.b32 m, 0x64806480;
+            sub.f16x2 lo, lo, m;
+            sub.f16x2 hi, hi, m;
+            mov.b32 {$0, $1}, lo;
+            mov.b32 {$2, $3}, hi;
+            }""",
+            constraints="=h,=h,=h,=h,r", args=[w],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=1)
+    else:
+        u = w.to(tl.uint32, bitcast=True)
+        c0 = ((u & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
+        c1 = (((u >> 8) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
+        c2 = (((u >> 16) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
+        c3 = (((u >> 24) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
+    x = tl.join(tl.join(c0, c2), tl.join(c1, c3))  # [R, C, 2, 2]: (i, o) holds code 2i + o
+    return tl.reshape(x, [w.shape[0], 4 * w.shape[1]])
+
+
+@triton.jit
 def _int8_codes(c, dt: tl.constexpr, MODE: tl.constexpr):
     """int8 codes as ``dt`` (the dot dtype): a plain convert (MODE 0) or via exact float16."""
     if MODE == 0:
@@ -88,7 +129,7 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
                   pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, qk_scale,
                   NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
                   BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_INT8: tl.constexpr,
-                  INT8_MAGIC: tl.constexpr, DOT_PREC: tl.constexpr):
+                  INT8_MAGIC: tl.constexpr, V_WORDS: tl.constexpr, DOT_PREC: tl.constexpr):
     """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -136,7 +177,18 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None]
 
-    if MASKED:
+    if IS_INT8 and V_WORDS:
+        # the value codes as int32 words, 4 codes each (offsets in words: all multiples of 4 B)
+        offs_w = tl.arange(0, HEAD_DIM // 4)
+        vw_ptrs = (v_head_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+                   + (page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM // 4)
+                      + within * (HEAD_DIM // 4))[:, None] + offs_w[None, :])
+        if MASKED:
+            vw = tl.load(vw_ptrs, mask=kv_valid[:, None], other=0)
+        else:
+            vw = tl.load(vw_ptrs)
+        v = _int8_words_to_f16(vw, INT8_MAGIC == 2).to(q.dtype)
+    elif MASKED:
         v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)  # masked keys: V rows are 0
     else:
         v = tl.load(v_ptrs)
@@ -146,7 +198,9 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
         else:
             vs = tl.load(vs_head_ptr + s_off)
         pv = (p * vs[None, :]).to(q.dtype)
-        acc = tl.dot(pv, _int8_codes(v, q.dtype, INT8_MAGIC), acc, input_precision=DOT_PREC)
+        if not V_WORDS:
+            v = _int8_codes(v, q.dtype, INT8_MAGIC)
+        acc = tl.dot(pv, v, acc, input_precision=DOT_PREC)
     else:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
     return acc, m_new, l_i
@@ -178,6 +232,7 @@ def _decode_split_kernel(
     NUM_SPLITS: tl.constexpr,
     IS_INT8: tl.constexpr,
     INT8_MAGIC: tl.constexpr,
+    V_WORDS: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
@@ -215,12 +270,12 @@ def _decode_split_kernel(
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
             ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            False, IS_INT8, INT8_MAGIC, DOT_PREC)
+            False, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
     for blk in range(tl.maximum(start, n_full), end):
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
             ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            True, IS_INT8, INT8_MAGIC, DOT_PREC)
+            True, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -262,8 +317,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         block_n, num_warps, num_stages: tile overrides for tuning (keys per iteration, a power of
             two that divides or is a multiple of page_size); defaults from ``TILE_DEFAULTS`` on a
             GPU, ``block_n = page_size`` on a CPU.
-        int8_magic: INT8 code conversion, 0 (cvt), 1 (magic number, integer ops) or 2 (magic
-            number, packed inline PTX; 1 under the interpreter); default from ``TILE_DEFAULTS``.
+        int8_magic: INT8 code conversion, 0 (cvt), 1 (magic number, integer ops), 2 (magic
+            number, packed inline PTX; 1 under the interpreter) or 3 (2, with the values loaded
+            as int32 words); default from ``TILE_DEFAULTS``.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -344,8 +400,12 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
                          f"page_size={page_size}")
     if int8_magic is None:
         int8_magic = tiles["int8_magic"]
-    if int8_magic not in (0, 1, 2):
-        raise ValueError(f"int8_magic must be 0 (cvt), 1 or 2 (magic number), got {int8_magic}")
+    if int8_magic not in (0, 1, 2, 3):
+        raise ValueError(f"int8_magic must be 0 (cvt), 1 or 2 (magic number) or 3 (2, values "
+                         f"as words), got {int8_magic}")
+    v_words = is_int8 and int8_magic == 3
+    if v_words:
+        int8_magic = 2
     if int8_magic == 2 and not on_gpu:
         int8_magic = 1  # the interpreter runs no inline PTX; 1 computes the same codes
     if sm_scale is None:
@@ -365,6 +425,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
+        V_WORDS=v_words,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
     )

@@ -22,7 +22,12 @@ from infer.kv_pool import LayerCache
 from infer.meta import AttnMeta
 from kernels import reference
 from kernels.combine import combine
-from kernels.decode_attention import DecodeWorkspace, _int8_to_f16, decode_attention
+from kernels.decode_attention import (
+    DecodeWorkspace,
+    _int8_to_f16,
+    _int8_words_to_f16,
+    decode_attention,
+)
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
@@ -155,9 +160,10 @@ def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
         assert _nmse(out, case.expected_full()) < INT8_NMSE
 
 
-@pytest.mark.parametrize("magic", [0, 1, 2])
+@pytest.mark.parametrize("magic", [0, 1, 2, 3])
 def test_decode_int8_conversions_agree(magic):
-    """Each INT8 conversion (cvt, magic number; 2 runs as 1 on a CPU) matches the reference."""
+    """Each INT8 conversion (cvt, magic number, values as words; 2 and 3 use integer ops instead
+    of inline PTX on a CPU) matches the reference."""
     n = 2
     case = Case(_lengths(n, 16), n, kv_heads=2, group=4, head_dim=32, page_size=16,
                 dtype=torch.float16, int8=True)
@@ -165,7 +171,7 @@ def test_decode_int8_conversions_agree(magic):
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
     assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
     with pytest.raises(ValueError, match="int8_magic"):
-        case.run(int8_magic=3)
+        case.run(int8_magic=4)
 
 
 @triton.jit
@@ -182,6 +188,33 @@ def _check_magic(mode, device):
     y = torch.full((256,), math.nan, dtype=torch.float16, device=device)
     _codes_kernel[(1,)](x, y, N=256, MODE=mode, num_warps=1)  # 8 codes per thread (pack 4)
     assert torch.equal(y.cpu(), x.cpu().to(torch.float16))  # exact, every one of the 256 codes
+
+
+@triton.jit
+def _words_kernel(x_ptr, y_ptr, R: tl.constexpr, C: tl.constexpr, ON_GPU: tl.constexpr):
+    rows = tl.arange(0, R)
+    w = tl.load(x_ptr + rows[:, None] * C + tl.arange(0, C)[None, :])
+    y = _int8_words_to_f16(w, ON_GPU)  # [R, 4 * C]
+    tl.store(y_ptr + rows[:, None] * (4 * C) + tl.arange(0, 4 * C)[None, :], y)
+
+
+def _check_words(device):
+    codes = torch.arange(-128, 128, dtype=torch.int16).to(torch.int8)[torch.randperm(256)]
+    x = codes.reshape(8, 32).to(device)  # 8 rows of 8 words
+    y = torch.full((8, 32), math.nan, dtype=torch.float16, device=device)
+    _words_kernel[(1,)](x.view(torch.int32), y, R=8, C=8, ON_GPU=device == "cuda", num_warps=1)
+    assert torch.equal(y.cpu(), x.cpu().to(torch.float16))  # exact, in place, all 256 codes
+
+
+def test_int8_words_conversion_exact():
+    """Four codes per int32 word unpack to float16 exactly and in byte order (integer ops)."""
+    _check_words("cpu")
+
+
+@pytest.mark.gpu
+def test_int8_words_conversion_exact_gpu():
+    """Compiled: the inline-PTX word unpacking, every code exactly and in byte order."""
+    _check_words("cuda")
 
 
 def test_int8_magic_conversion_exact():
@@ -281,13 +314,15 @@ def test_decode_gpu_qwen3_8b_shape(positions, int8):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
-def test_decode_gpu_multi_query_batch(int8):
-    """n = 4 (speculative verification) over a batch with lengths around pages and a padding row."""
+@pytest.mark.parametrize("int8,magic", [(False, None), (True, 0), (True, 2), (True, 3)],
+                         ids=["bf16", "int8-cvt", "int8-magic", "int8-words"])
+def test_decode_gpu_multi_query_batch(int8, magic):
+    """n = 4 (speculative verification) over a batch with lengths around pages and a padding row;
+    every INT8 conversion compiled."""
     n = 4
     case = Case([5, 63, 64, 65, 3000, 0], n, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=int8, device="cuda")
-    out = case.run(num_splits=8)
+    out = case.run(num_splits=8, int8_magic=magic)
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
     assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
 
