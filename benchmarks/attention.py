@@ -3,9 +3,26 @@
 Shape: Qwen3-8B attention (32 query heads, 8 KV heads, head_dim 128), batch 1, page size 64, pages
 in scrambled order, fresh random data (never zeros). Pools in BF16 or INT8 (codes + float32 scale
 per position and KV head). Timings are medians of CUDA-event timed runs, each after a cold-L2 read
-flush (``benchmarks/timing.py``), so the cache is read from HBM every time. Decode is timed twice:
-as CUDA-graph replays (``graph``: the kernels' GPU time, as the engine runs them) and as launched
-from Python (``eager``: host launch overhead included).
+flush (``benchmarks/timing.py``), so the cache is read from HBM every time. Decode is timed three
+ways (the ``timing`` field):
+
+- ``graph``: one decode-attention call (ours: stage 1 + combine; or SDPA) captured alone in a CUDA
+  graph, one flush before each replay. The figure includes one graph launch and the start-up of
+  one isolated kernel pair, which a real decode step pays once per step, not per layer.
+- ``eager``: the same call as launched from Python (host launch overhead included).
+- ``graph_layers`` (``--layers L``, default 36 = Qwen3-8B's layer count; 0 or 1 turns it off): L
+  distinct layers, each its own pool (random K/V, INT8 scales, scrambled page table), q and
+  preallocated output, and one ``DecodeWorkspace`` shared by the L calls (they run in sequence, as
+  in the engine). ONE CUDA graph runs the call for layer 0, 1, ..., L-1 in order; one cold-L2 read
+  flush precedes each replay, and layer i's cache was last read one replay earlier (at least 512 MiB
+  of flush ago), so every layer reads its cache from HBM. ``us = replay time / L``: per-layer kernel
+  time plus the in-graph gaps between consecutive kernels, with one graph launch amortized over L
+  layers. ``replay_us`` is the whole replay. In the model other kernels sit between two attention
+  layers; here attention follows attention, so the gaps are those of two dependent kernels in one
+  graph. ``impl=ours_stage1`` is the same graph with stage 1 alone (``_decode_stage1``, no combine):
+  ``ours - ours_stage1`` is the combine's in-graph cost per layer. If L pools would exceed
+  ``--layers-max-bytes`` (default 48e9 B) L is reduced for that case; the record's ``layers`` is the
+  L used. Each case's pools are freed before the next.
 
 Printed, one JSON line each (also written to ``--out``), then a short human table:
 
@@ -17,7 +34,13 @@ Printed, one JSON line each (also written to ``--out``), then a short human tabl
   on a contiguous bf16 cache ``[1, 8, S, 128]`` with ``enable_gqa=True`` (default backend).
   ``bytes`` is what the kernel must read from the cache: keys + values (``S*8*128*2`` elements at
   2 B for BF16 or 1 B for INT8) plus, for INT8, the float32 key and value scales (``S*8*2*4`` B).
-  ``GB/s = bytes / time``; queries, outputs and page-table reads are not counted.
+  ``GB/s = bytes / time``; queries, outputs and page-table reads are not counted. ``us`` is
+  microseconds per call (per layer for ``graph_layers``); ``frac_bw = GB/s / bandwidth``.
+  ``num_splits`` is the split count passed (``"default"``: the launcher's). ``opts`` (ours only)
+  holds ``--decode-opts``, a JSON object whose keys are passed as extra keyword arguments to
+  ``decode_attention`` and ``_decode_stage1`` (they win over ``num_splits``). SDPA writes into a
+  preallocated output with ``copy_`` (SDPA has no ``out=``), so its figures include that copy.
+  A case that fails is one record with ``error`` (the message) instead of the figures.
 - ``prefill`` (whole-prompt causal prefill, chunk = all ``S`` positions): ``impl=ours`` is
   ``kernels.prefill_attention.prefill_attention`` on the paged pool; ``sdpa_flash`` and
   ``sdpa_cudnn`` are SDPA restricted to the FlashAttention-2 and cuDNN backends on contiguous bf16
@@ -34,12 +57,14 @@ Usage (on the GPU machine, from the repository root)::
     python benchmarks/attention.py                       # 4k, 32k, 128k; bf16 and int8; both
     python benchmarks/attention.py --what prefill --sweep --out prefill.jsonl
     python benchmarks/attention.py --lengths 32768 --dtypes int8 --what decode
+    python benchmarks/attention.py --what decode --layers 36 --decode-opts '{"int8_magic": 2}'
 
 ``--sweep`` adds prefill tile configurations (BLOCK_M 32/64/128, BLOCK_N, warps, stages, pointer
-or TMA loads) and decode split counts, one line each, to pick the launchers'
-defaults from. The prefill ``config`` field is ``[BLOCK_M, BLOCK_N, num_warps, num_stages, tma,
-warp_specialize]`` or ``"default"`` (the launcher's heuristic). ``--warp-specialize`` adds two
-warp-specialized TMA configs (last, since Triton 3.6 documents warp specialization for Blackwell).
+or TMA loads) and decode split counts (single call and layered), one line each, to pick the
+launchers' defaults from. The prefill ``config`` field is ``[BLOCK_M, BLOCK_N, num_warps,
+num_stages, tma, warp_specialize]`` or ``"default"`` (the launcher's heuristic).
+``--warp-specialize`` adds two warp-specialized TMA configs (last, since Triton 3.6 documents warp
+specialization for Blackwell).
 """
 
 from __future__ import annotations
@@ -94,6 +119,17 @@ def bench_graph(fn, rep_ms: int) -> float:
     return _bench_graph(fn, rep_ms)
 
 
+def bench_graph_many(fns, rep_ms: int) -> float:
+    """Median milliseconds per replay of ONE CUDA graph running ``fns`` in order."""
+    from benchmarks.timing import bench_graph_many as _bench_graph_many
+    return _bench_graph_many(fns, rep_ms)
+
+
+def error_text(e: Exception) -> str:
+    """One line for a record's ``error`` (keeps no reference to the traceback or its tensors)."""
+    return f"{type(e).__name__}: {e}"[:300]
+
+
 def measure_bandwidth() -> dict:
     x = torch.randn(2 << 30, dtype=torch.bfloat16, device=DEVICE)  # 4 GiB
     ms = bench(lambda: x.sum(), 200)
@@ -116,48 +152,174 @@ def make_pool(seq_len: int, kv: str):
     return k, v, ks, vs, table, seq_lens
 
 
+def make_layer(seq_len: int, kv: str) -> dict:
+    """One layer for decode: a pool (``make_pool``), its query [1, 32, 128] bf16 and an output."""
+    k, v, ks, vs, table, seq_lens = make_pool(seq_len, kv)
+    q = torch.randn(1, HQ, D, dtype=torch.bfloat16, device=DEVICE)
+    return dict(q=q, k=k, v=v, ks=ks, vs=vs, table=table, seq_lens=seq_lens,
+                out=torch.empty_like(q))
+
+
 def cache_bytes(seq_len: int, kv: str) -> int:
+    """Bytes one decode call must read from the cache (see the module docstring)."""
     elt = 1 if kv == "int8" else 2
     return seq_len * HKV * D * 2 * elt + (seq_len * HKV * 2 * 4 if kv == "int8" else 0)
 
 
-def bench_decode(seq_len: int, kv: str, bw: float, splits: list, rep_ms: int):
-    """Yields decode records (ours at each split count; SDPA for bf16)."""
+def pool_bytes(seq_len: int, kv: str) -> int:
+    """Bytes ``make_pool`` keeps allocated for one layer: K and V pages (16 spare pages) plus the
+    float32 scales for INT8 (the page table, q and out are negligible)."""
+    slots = (math.ceil(seq_len / PAGE) + 16) * HKV * PAGE
+    return 2 * slots * (D * (1 if kv == "int8" else 2) + (4 if kv == "int8" else 0))
+
+
+def fit_layers(layers: int, per_layer: int, max_bytes: float) -> int:
+    """``layers``, reduced so that ``layers * per_layer`` bytes stay within ``max_bytes`` (>= 1)."""
+    return max(1, min(layers, int(max_bytes // per_layer)))
+
+
+def decode_kwargs(num_splits: int | None, opts: dict) -> dict:
+    """Keyword arguments of our decode call besides tensors and workspace: ``num_splits`` (None:
+    the launcher's default) and the ``--decode-opts`` keys, which win."""
+    return {"num_splits": num_splits, **opts}
+
+
+def make_workspace(dec, kws: list, kv_dtype: torch.dtype):
+    """One ``DecodeWorkspace`` (batch 1) large enough for the calls of each kwargs in ``kws``."""
+    dev = torch.device(DEVICE)
+    splits = max(kw["num_splits"] or dec.default_num_splits(1, HKV, dev, kv_dtype) for kw in kws)
+    return dec.DecodeWorkspace.allocate(1, HKV, HQ // HKV, splits, D, dev)
+
+
+def ours_fn(dec, layer: dict, kw: dict, ws, stage1: bool = False):
+    """A no-argument call of our decode on one layer, into its preallocated ``out`` (or of stage 1
+    alone, which writes only the workspace): allocates nothing, so it can be captured."""
+    args = (layer["q"], layer["k"], layer["v"], layer["seq_lens"], layer["table"])
+    common = dict(num_queries=1, sm_scale=D ** -0.5, k_scale=layer["ks"], v_scale=layer["vs"],
+                  workspace=ws, **kw)
+    if stage1:
+        return lambda: dec._decode_stage1(*args, **common)
+    return lambda: dec.decode_attention(*args, out=layer["out"], **common)
+
+
+def sdpa_fn(q4: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, o4: torch.Tensor):
+    """A no-argument SDPA decode call on a contiguous cache, copied into ``o4``."""
+    return lambda: o4.copy_(F.scaled_dot_product_attention(q4, kc, vc, enable_gqa=True))
+
+
+def figures(nbytes: int, ms: float, bw: float) -> dict:
+    """``bytes``, ``us``, ``GB/s`` and ``frac_bw`` of one call reading ``nbytes`` in ``ms``."""
+    return {"bytes": nbytes, "us": ms * 1e3, "GB/s": nbytes / ms / 1e6,
+            "frac_bw": nbytes / ms / 1e6 / bw}
+
+
+def bench_decode(seq_len: int, kv: str, bw: float, splits: list, opts: dict, rep_ms: int):
+    """Yields single-call decode records (``timing`` graph and eager): ours at each split count
+    (with ``opts``), SDPA for bf16."""
     base = {"what": "decode", "kv": kv, "positions": seq_len, "new_tokens": 1}
-    k, v, ks, vs, table, seq_lens = make_pool(seq_len, kv)
-    q = torch.randn(1, HQ, D, dtype=torch.bfloat16, device=DEVICE)
+    layer = make_layer(seq_len, kv)
     nbytes = cache_bytes(seq_len, kv)
-    try:
-        from kernels import decode_attention as dec
-        for ns in splits:
-            ws = None
-            if hasattr(dec, "DecodeWorkspace"):
-                n_split = ns or dec.default_num_splits(1, HKV, q.device, k.dtype)
-                ws = dec.DecodeWorkspace.allocate(1, HKV, HQ // HKV, n_split, D, q.device)
-            out = torch.empty_like(q)
-            fn = lambda ns=ns, ws=ws, out=out: dec.decode_attention(  # noqa: E731
-                q, k, v, seq_lens, table, num_queries=1, sm_scale=D ** -0.5, k_scale=ks,
-                v_scale=vs, num_splits=ns or None, workspace=ws, out=out)
+    for ns in splits:
+        kw = decode_kwargs(ns or None, opts)
+        rec = {**base, "impl": "ours", "num_splits": kw["num_splits"] or "default", "opts": opts}
+        err = None
+        try:  # the decode kernel or an option may fail: report it, keep benchmarking
+            from kernels import decode_attention as dec
+            fn = ours_fn(dec, layer, kw, make_workspace(dec, [kw], layer["k"].dtype))
             fn()
             for timing, timer in (("graph", bench_graph), ("eager", bench)):
-                ms = timer(fn, rep_ms)
-                yield {**base, "impl": "ours", "timing": timing, "num_splits": ns or "default",
-                       "bytes": nbytes, "us": ms * 1e3, "GB/s": nbytes / ms / 1e6,
-                       "frac_bw": nbytes / ms / 1e6 / bw}
-    except Exception as e:  # the decode kernel is optional here: report, keep benchmarking
-        yield {**base, "impl": "ours", "error": f"{type(e).__name__}: {e}"[:300]}
-    if kv == "bf16":
+                yield {**rec, "timing": timing, **figures(nbytes, timer(fn, rep_ms), bw)}
+        except Exception as e:
+            err = error_text(e)
+        if err is not None:
+            yield {**rec, "error": err}
+    if kv != "bf16":
+        return
+    err = None
+    try:
         kc = torch.randn(1, HKV, seq_len, D, dtype=torch.bfloat16, device=DEVICE)
-        vc = torch.randn_like(kc)
-        q4 = q.view(1, HQ, 1, D)
-        o4 = torch.empty_like(q4)
-        fn = lambda: o4.copy_(  # noqa: E731
-            F.scaled_dot_product_attention(q4, kc, vc, enable_gqa=True))
-        nb = cache_bytes(seq_len, "bf16")
+        q4 = layer["q"].view(1, HQ, 1, D)
+        fn = sdpa_fn(q4, kc, torch.randn_like(kc), torch.empty_like(q4))
         for timing, timer in (("graph", bench_graph), ("eager", bench)):
-            ms = timer(fn, rep_ms)
-            yield {**base, "impl": "sdpa", "timing": timing, "bytes": nb, "us": ms * 1e3,
-                   "GB/s": nb / ms / 1e6, "frac_bw": nb / ms / 1e6 / bw}
+            yield {**base, "impl": "sdpa", "timing": timing,
+                   **figures(nbytes, timer(fn, rep_ms), bw)}
+    except Exception as e:
+        err = error_text(e)
+    if err is not None:
+        yield {**base, "impl": "sdpa", "error": err}
+
+
+def bench_decode_layers(seq_len: int, kv: str, bw: float, splits: list, opts: dict,
+                        layers: int, max_bytes: float, rep_ms: int):
+    """Yields per-layer decode records timed as ONE CUDA graph of ``layers`` calls on distinct
+    layers (``timing="graph_layers"``, see the module docstring): ours and ours_stage1 at each
+    split count (with ``opts``), then SDPA for bf16. Each part's memory is freed before the next
+    (the parts are separate generators: their locals go when they finish)."""
+    base = {"what": "decode", "kv": kv, "positions": seq_len, "new_tokens": 1,
+            "timing": "graph_layers"}
+    yield from _layers_ours(base, bw, splits, opts, layers, max_bytes, rep_ms)
+    torch.cuda.empty_cache()
+    if kv == "bf16":
+        yield from _layers_sdpa(base, bw, layers, max_bytes, rep_ms)
+        torch.cuda.empty_cache()
+
+
+def _layer_record(base: dict, impl: str, n: int, ms: float, bw: float, **extra) -> dict:
+    """A ``graph_layers`` record: ``ms`` per replay of ``n`` layers, figures per layer."""
+    nbytes = cache_bytes(base["positions"], base["kv"])
+    return {**base, "impl": impl, "layers": n, **extra, **figures(nbytes, ms / n, bw),
+            "replay_us": ms * 1e3}
+
+
+def _layers_ours(base: dict, bw: float, splits: list, opts: dict, layers: int,
+                 max_bytes: float, rep_ms: int):
+    """Ours and ours_stage1 on L pools; per split count one workspace shared by the L layers."""
+    seq_len, kv = base["positions"], base["kv"]
+    n = fit_layers(layers, pool_bytes(seq_len, kv), max_bytes)
+    pool_layers, err = [], None
+    try:
+        from kernels import decode_attention as dec
+        pool_layers = [make_layer(seq_len, kv) for _ in range(n)]
+    except Exception as e:  # e.g. out of memory: no ours figures for this case
+        err = error_text(e)
+    if err is not None:
+        yield {**base, "impl": "ours", "layers": n, "opts": opts, "error": err}
+        return
+    for ns in splits:
+        kw = decode_kwargs(ns or None, opts)
+        extra = {"num_splits": kw["num_splits"] or "default", "opts": opts}
+        for impl, stage1 in (("ours", False), ("ours_stage1", True)):
+            err = None
+            try:
+                ws = make_workspace(dec, [kw], pool_layers[0]["k"].dtype)
+                fns = [ours_fn(dec, layer, kw, ws, stage1) for layer in pool_layers]
+                fns[0]()  # a bad option fails here, before any capture
+                yield _layer_record(base, impl, n, bench_graph_many(fns, rep_ms), bw, **extra)
+            except Exception as e:
+                err = error_text(e)
+            if err is not None:
+                yield {**base, "impl": impl, "layers": n, **extra, "error": err}
+
+
+def _layers_sdpa(base: dict, bw: float, layers: int, max_bytes: float, rep_ms: int):
+    """SDPA on L contiguous bf16 caches [1, 8, S, 128], each with its own q and output."""
+    seq_len = base["positions"]
+    n = fit_layers(layers, cache_bytes(seq_len, "bf16"), max_bytes)
+    caches, err = [], None
+    try:
+        for _ in range(n):
+            kc = torch.randn(1, HKV, seq_len, D, dtype=torch.bfloat16, device=DEVICE)
+            q4 = torch.randn(1, HQ, 1, D, dtype=torch.bfloat16, device=DEVICE)
+            caches.append((q4, kc, torch.randn_like(kc), torch.empty_like(q4)))
+        fns = [sdpa_fn(*c) for c in caches]
+        fns[0]()
+        ms = bench_graph_many(fns, rep_ms)
+    except Exception as e:
+        err = error_text(e)
+    if err is not None:
+        yield {**base, "impl": "sdpa", "layers": n, "error": err}
+    else:
+        yield _layer_record(base, "sdpa", n, ms, bw)
 
 
 def causal_flops(n_new: int, seq_len: int) -> float:
@@ -223,28 +385,51 @@ def bench_prefill(seq_len: int, n_new: int, kv: str, configs: list, rep_ms: int)
 
 
 def table(records: list) -> str:
-    rows = [f"{'what':9} {'impl':11} {'kv':5} {'positions':>9} {'new':>6} {'config':22} {'us':>10} "
+    """The human summary: one row per record. Decode rows name their timing after the split
+    count: ``graph``, ``eager`` or ``graph_layers xL`` (per-layer figures of an L-layer graph)."""
+    rows = [f"{'what':9} {'impl':11} {'kv':5} {'positions':>9} {'new':>6} {'config':26} {'us':>10} "
             f"{'GB/s':>8} {'%bw':>6} {'TFLOP/s':>8}"]
     for r in records:
         if r["what"] == "bandwidth":
-            rows.append(f"{'bandwidth':9} {'x.sum()':11} {'':5} {'':>9} {'':>6} {'':22} "
+            rows.append(f"{'bandwidth':9} {'x.sum()':11} {'':5} {'':>9} {'':>6} {'':26} "
                         f"{r['us']:10.1f} {r['GB/s']:8.0f}")
             continue
         cfg = r.get("config", r.get("num_splits", r.get("gqa", "")))
         if isinstance(cfg, list):
             bm, bn, nw, st, tma, ws = cfg
             cfg = f"{bm}x{bn} w{nw} s{st}{' tma' if tma else ''}{' ws' if ws else ''}"
-        cfg = str(cfg) + (f" {r['timing']}" if "timing" in r else "")
+        timing = r.get("timing", "")
+        if timing == "graph_layers":
+            timing += f" x{r['layers']}"
+        cfg = f"{cfg} {timing}".strip()
         if "error" in r:
             rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} "
-                        f"ERROR {r['error'][:60]}")
+                        f"{'':>6} {cfg:26.26} ERROR {r['error'][:60]}")
             continue
         gbs = f"{r['GB/s']:8.0f}" if "GB/s" in r else " " * 8
         frac = f"{100 * r['frac_bw']:6.1f}" if "frac_bw" in r else " " * 6
         tf = f"{r['TFLOP/s']:8.1f}" if "TFLOP/s" in r else ""
         rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} "
-                    f"{r['new_tokens']:>6} {cfg:22.22} {r['us']:10.1f} {gbs} {frac} {tf}")
+                    f"{r['new_tokens']:>6} {cfg:26.26} {r['us']:10.1f} {gbs} {frac} {tf}")
+    if any(r.get("timing") == "graph_layers" for r in records):
+        rows.append("graph_layers xL: us, GB/s, %bw per layer = one replay of an L-layer graph "
+                    "/ L (cold L2 per replay)")
+    opts = {json.dumps(r["opts"]) for r in records if r.get("opts")}
+    if opts:
+        rows.append(f"ours decode options (--decode-opts): {', '.join(sorted(opts))}")
     return "\n".join(rows)
+
+
+def guarded(records, base: dict):
+    """``records`` (a generator of records) with an exception that escapes it, e.g. out of memory
+    while building a pool, turned into one last ``error`` record: the run goes on."""
+    err = None
+    try:
+        yield from records
+    except Exception as e:
+        err = error_text(e)
+    if err is not None:
+        yield {**base, "impl": "all", "error": err}
 
 
 def main() -> None:
@@ -261,8 +446,25 @@ def main() -> None:
     ap.add_argument("--warp-specialize", action="store_true",
                     help="also time warp-specialized prefill configs (TMA loads)")
     ap.add_argument("--rep-ms", type=int, default=200, help="repetitions per figure = rep_ms / 2")
+    ap.add_argument("--layers", type=int, default=36,
+                    help="decode only: also time L distinct layers in one CUDA graph, per-layer "
+                         "figures (timing graph_layers; default 36 = Qwen3-8B; 0 or 1: off)")
+    ap.add_argument("--layers-max-bytes", type=float, default=48e9,
+                    help="fewer layers for a case whose L pools (or SDPA caches) would exceed "
+                         "this many bytes (default 48e9)")
+    ap.add_argument("--decode-opts", default="{}",
+                    help="JSON object of extra keyword arguments for our decode_attention and "
+                         "_decode_stage1, e.g. '{\"int8_magic\": 2}' (default {})")
     ap.add_argument("--out", default=None, help="also write the JSON lines to this file")
     args = ap.parse_args()
+    try:
+        opts = json.loads(args.decode_opts)
+    except json.JSONDecodeError as e:
+        sys.exit(f"--decode-opts is not valid JSON: {e}")
+    if not isinstance(opts, dict):
+        sys.exit(f"--decode-opts must be a JSON object, got {args.decode_opts!r}")
+    if args.layers < 0 or args.layers_max_bytes <= 0:
+        sys.exit("--layers must be >= 0 and --layers-max-bytes > 0")
     if not torch.cuda.is_available():
         sys.exit("benchmarks/attention.py needs a CUDA GPU")
     lengths = [int(x) for x in args.lengths.split(",") if x]
@@ -281,22 +483,36 @@ def main() -> None:
         commit = None
     emit({"what": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__,
           "triton": triton.__version__, "commit": commit,
-          "sms": torch.cuda.get_device_properties(0).multi_processor_count}, [], out)
+          "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+          "layers": args.layers, "decode_opts": opts}, [], out)
     bw_rec = measure_bandwidth()
     emit(bw_rec, records, out)
     bw = bw_rec["GB/s"]
     for kv in dtypes:
         for s in lengths:
             if "decode" in what:
-                splits = [None] + (SWEEP_SPLITS if args.sweep else [])
-                for rec in bench_decode(s, kv, bw, splits, args.rep_ms):
+                # a num_splits in --decode-opts overrides every split count: time it once
+                sweep = args.sweep and "num_splits" not in opts
+                splits = [None] + (SWEEP_SPLITS if sweep else [])
+                base = {"what": "decode", "kv": kv, "positions": s, "new_tokens": 1}
+                for rec in guarded(bench_decode(s, kv, bw, splits, opts, args.rep_ms),
+                                   {**base, "timing": "graph,eager"}):
                     emit(rec, records, out)
+                torch.cuda.empty_cache()  # the single-call pool is gone with its generator
+                if args.layers > 1:
+                    for rec in guarded(bench_decode_layers(s, kv, bw, splits, opts, args.layers,
+                                                           args.layers_max_bytes, args.rep_ms),
+                                       {**base, "timing": "graph_layers"}):
+                        emit(rec, records, out)
+                    torch.cuda.empty_cache()
             if "prefill" in what:
                 configs = [None] + (SWEEP_PREFILL if args.sweep else []) \
                     + (SWEEP_WS if args.warp_specialize else [])
                 n_new = s if s <= args.prefill_max else min(s, args.chunk)
                 if n_new > 0:
-                    for rec in bench_prefill(s, n_new, kv, configs, max(args.rep_ms, 300)):
+                    base = {"what": "prefill", "kv": kv, "positions": s, "new_tokens": n_new}
+                    for rec in guarded(bench_prefill(s, n_new, kv, configs,
+                                                     max(args.rep_ms, 300)), base):
                         emit(rec, records, out)
             torch.cuda.empty_cache()
     print()

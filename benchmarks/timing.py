@@ -8,7 +8,11 @@ kernels mostly read weights, so a read flush is the faithful cold start.)
 
 ``bench_eager`` times a Python callable as launched (host launch overhead included when it
 exceeds the GPU time); ``bench_graph`` captures the callable once in a CUDA graph and times its
-replays, which is how the engine's decode step runs: it measures the GPU time of the kernels.
+replays, which is how the engine's decode step runs: it measures the GPU time of the kernels (plus
+one graph launch). ``bench_graph_many`` captures several callables, in order, in ONE graph and
+times its replays (one flush before each replay, not before each callable), e.g. the same kernel
+for every layer of a decode step: divided by the number of callables, that is the per-call time
+with the graph launch amortized and the gaps between kernels inside the graph included.
 """
 
 from __future__ import annotations
@@ -49,19 +53,43 @@ def bench_eager(fn, rep_ms: int = 200) -> float:
     return bench_cold(fn, reps=max(20, rep_ms // 2))
 
 
-def bench_graph(fn, rep_ms: int = 200) -> float:
-    """Median milliseconds per replay of ``fn`` captured in a CUDA graph.
+def capture_graph(fns) -> torch.cuda.CUDAGraph:
+    """One CUDA graph that runs each callable of ``fns`` once, in order.
 
-    ``fn`` must be capturable: no allocation it depends on across calls, no host sync.
+    Each callable must be capturable: no allocation it depends on across calls, no host sync.
+    Three warm-up rounds run first on a side stream (Triton compiles, allocator), as PyTorch's
+    CUDA-graph notes recommend before a capture.
     """
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(3):  # warm-up: compile, allocator
-            fn()
+            for fn in fns:
+                fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        for fn in fns:
+            fn()
     torch.cuda.synchronize()
-    return bench_cold(graph.replay, reps=max(20, rep_ms // 2))
+    return graph
+
+
+def bench_graph(fn, rep_ms: int = 200) -> float:
+    """Median milliseconds per replay of ``fn`` captured in a CUDA graph.
+
+    ``fn`` must be capturable: no allocation it depends on across calls, no host sync.
+    """
+    return bench_graph_many([fn], rep_ms)
+
+
+def bench_graph_many(fns, rep_ms: int = 200) -> float:
+    """Median milliseconds per replay of one CUDA graph running each of ``fns`` in order.
+
+    One cold-L2 read flush precedes each replay (not each callable). Divide by ``len(fns)`` for
+    the time per callable, graph launch amortized and in-graph gaps between kernels included.
+    """
+    graph = capture_graph(list(fns))
+    ms = bench_cold(graph.replay, reps=max(20, rep_ms // 2))
+    del graph  # its private memory pool goes back to the allocator
+    return ms
