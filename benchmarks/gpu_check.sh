@@ -23,7 +23,7 @@ for what in "$@"; do
     sweep) python3 benchmarks/sweep_decode.py ${SWEEP_ARGS:---quick} > "$OUT/sweep_decode.jsonl" 2>&1
            tail -n 1 "$OUT/sweep_decode.jsonl" ;;
     bench) python3 benchmarks/attention.py ${BENCH_ARGS:-} --out "$OUT/attention.jsonl" \
-             > "$OUT/attention.log" 2>&1; grep -A 40 "^what" "$OUT/attention.log" ;;
+             > "$OUT/attention.log" 2>&1; grep -A 90 "^what" "$OUT/attention.log" ;;
     e2e) python3 benchmarks/decode_e2e.py --workdir /tmp ${E2E_ARGS:-} 2>&1 | tee "$OUT/decode_e2e.jsonl" ;;
     summarize)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
