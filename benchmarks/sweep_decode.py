@@ -13,9 +13,10 @@ the float32 scales for INT8) for ``seq_len`` positions x 8 KV heads x 128 dims. 
         --stages 1 2 4 --magic 0 1 2 --split-timing
 
 ``--magic`` (INT8 only) is the code conversion: 0 cvt, 1 magic number with integer ops, 2 magic
-number in packed inline PTX, 3 as 2 with the values loaded as int32 words. ``--fuse`` sets
-``fuse_combine`` (-1: the launcher default). The last line is the best config per (dtype,
-seq_len) as JSON.
+number in packed inline PTX, 3 as 2 with the values loaded as int32 words.
+``--fuse-combine 0 1`` times the separate combine launch and the combine fused into stage 1
+(``stage1_us`` then includes the merge; no ``combine_us``). The last line is the best config
+per (dtype, seq_len) as JSON.
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ def main() -> None:
                     help="0 = the launcher default for the cache dtype")
     ap.add_argument("--magic", type=int, nargs="+", default=[2, 3], choices=[0, 1, 2, 3],
                     help="INT8 conversion (bf16 runs ignore it)")
-    ap.add_argument("--fuse", type=int, nargs="+", default=[-1], choices=[-1, 0, 1],
-                    help="fuse_combine: 0/1 off/on, -1 the launcher default")
+    ap.add_argument("--fuse-combine", type=int, nargs="+", default=[0], choices=[0, 1],
+                    help="0 = separate combine launch, 1 = merged by stage 1's last program")
     ap.add_argument("--split-timing", action="store_true",
                     help="also time stage 1 alone and the combine alone")
     ap.add_argument("--rep-ms", type=int, default=200)
@@ -133,15 +134,16 @@ def main() -> None:
     if args.quick:
         configs, split_timing, rep = quick_configs(), True, min(args.rep_ms, 100)
     else:
-        configs = [(d, s, bn, w, st, sp, m if d == "int8" else 0, f)
-                   for d, s, bn, w, st, sp, m, f in itertools.product(
+        configs = [(d, s, bn, w, st, sp, m if d == "int8" else 0)
+                   for d, s, bn, w, st, sp, m in itertools.product(
                        args.dtypes, args.seq_lens, args.block_n, args.warps, args.stages,
-                       args.splits, args.magic, args.fuse)
+                       args.splits, args.magic)
                    if d == "int8" or m == args.magic[0]]
         split_timing, rep = args.split_timing, args.rep_ms
     pools: dict[tuple, tuple] = {}
     best: dict[str, dict] = {}
-    for dtype, seq_len, block_n, warps, stages, splits, magic, *fuse in configs:
+    configs = [(*c, fuse) for c in configs for fuse in args.fuse_combine]
+    for dtype, seq_len, block_n, warps, stages, splits, magic, fuse in configs:
         int8 = dtype == "int8"
         if (dtype, seq_len) not in pools:
             pools.clear()  # one pool at a time (128k bf16 is 512 MiB)
@@ -153,25 +155,24 @@ def main() -> None:
         ws = DecodeWorkspace.allocate(1, KV_HEADS, GROUP, splits, HEAD_DIM, dev)
         out = torch.empty_like(pool["q"])
         cfg = dict(num_splits=splits, workspace=ws, block_n=block_n, num_warps=warps,
-                   num_stages=stages, int8_magic=magic)
-        if fuse and fuse[0] >= 0:
-            cfg["fuse_combine"] = bool(fuse[0])
+                   num_stages=stages, int8_magic=magic, fuse_combine=bool(fuse))
         cfg.update(pool)
         fn = lambda cfg=cfg, out=out: decode_attention(**cfg, out=out)
         row = dict(dtype=dtype, seq_len=seq_len, block_n=block_n, num_warps=warps,
                    num_stages=stages, num_splits=splits, magic=magic if int8 else None,
-                   fuse=cfg.get("fuse_combine", "default"))
+                   fuse_combine=bool(fuse))
         try:
             out.fill_(float("nan"))
             fn()
             err = (out.float() - ref).abs().max().item()
             us = bench_graph(fn, rep) * 1e3
-            if split_timing and not cfg.get("fuse_combine"):
-                parts = _decode_stage1(**cfg)
-                stage1 = lambda cfg=cfg: _decode_stage1(**cfg)
+            if split_timing:
+                parts = _decode_stage1(**cfg, out=out)
+                stage1 = lambda cfg=cfg, out=out: _decode_stage1(**cfg, out=out)
                 merge = lambda parts=parts, out=out: combine(*parts, out)
                 row["stage1_us"] = round(bench_graph(stage1, rep) * 1e3, 2)
-                row["combine_us"] = round(bench_graph(merge, rep) * 1e3, 2)
+                if not fuse:
+                    row["combine_us"] = round(bench_graph(merge, rep) * 1e3, 2)
         except Exception as e:  # a config that fails to compile (e.g. out of shared memory)
             print(json.dumps({**row, "error": repr(e)[:300]}), flush=True)
             continue

@@ -34,6 +34,22 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
 - Output per split (contract in ``kernels/combine.py``): float32 ``o_part`` normalized within the
   split and natural-log ``lse``; an empty split (or a row whose keys are all masked) writes
   ``lse = -inf`` and zeros.
+- Fused combine (``fuse_combine=True``, constexpr ``FUSE_COMBINE``): no second launch. After a
+  program has stored its partial, its threads meet at a barrier and one thread adds 1 to the
+  int32 counter of its (sequence, KV head) with ``atom.add.acq_rel.gpu``; the program that gets
+  back ``NUM_SPLITS - 1`` arrived last, merges all ``NUM_SPLITS`` partials of its rows straight
+  into ``out`` (``kernels/combine.py`` ``_merge_splits``) and sets the counter back to 0, so the
+  next call, and the next replay of a captured CUDA graph, starts from zero; the others exit.
+  Ordering: each thread's partial stores precede the CTA barrier, which precedes the release
+  half of the atomic (GPU scope; the release covers what other threads of the CTA wrote before
+  the barrier, as in CUTLASS's ``Barrier::arrive_inc``); the counter's atomic adds form one
+  chain, so the acquire half of the last one synchronizes with every earlier release, and the
+  last program's loads (after the barrier that broadcasts the count; ``.cg``: from L2, past the
+  non-coherent L1) see every partial. Nobody waits on anybody (no spin loop, hence no
+  co-residency or cooperative launch). The pattern is the "last block done" reduction of the
+  CUDA ``threadFenceReduction`` sample and CUTLASS's serial split-K reduction (``Semaphore``,
+  ``Barrier``); FlashInfer's persistent attention also merges in its one launch, behind a
+  grid-wide barrier.
 
 Design after vLLM's ``triton_decode_attention.py`` (``_fwd_grouped_kernel_stage1``) and
 flash-decoding (Dao et al. 2023); online softmax from FlashAttention-2 (Dao 2023).
@@ -48,7 +64,7 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check_int8_scales
-from kernels.combine import combine
+from kernels.combine import _merge_splits, combine, merge_tiles
 from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's public helpers)
     TILE_DEFAULTS,
     DecodeWorkspace,
@@ -217,11 +233,14 @@ def _decode_split_kernel(
     page_table_ptr,  # int32 [B, max_pages]
     o_part_ptr,  # float32 [B, Hkv, NUM_SPLITS, NUM_QUERIES * GROUP, D]
     lse_ptr,  # float32 [B, Hkv, NUM_SPLITS, NUM_QUERIES * GROUP]
+    counter_ptr,  # int32 [B * Hkv], zeros between calls (FUSE_COMBINE only)
+    out_ptr,  # [B * NUM_QUERIES, Hq, D] q dtype (FUSE_COMBINE only)
     qk_scale,  # sm_scale * log2(e)
     stride_qt, stride_qh,
     stride_pt,
     stride_ob, stride_oh, stride_os, stride_or,
     stride_lb, stride_lh, stride_ls,
+    stride_tt, stride_th,  # out token and head strides
     NUM_KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,
     NUM_QUERIES: tl.constexpr,
@@ -234,6 +253,10 @@ def _decode_split_kernel(
     INT8_MAGIC: tl.constexpr,
     V_WORDS: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    FUSE_COMBINE: tl.constexpr,
+    MERGE_R: tl.constexpr,  # the merge's tiles (kernels/combine.py merge_tiles)
+    MERGE_LSE_BLOCK: tl.constexpr,
+    MERGE_BLOCK_S: tl.constexpr,
 ):
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
@@ -286,6 +309,16 @@ def _decode_split_kernel(
     l_base = lse_ptr + b * stride_lb + h * stride_lh + split * stride_ls
     tl.store(l_base + rows, lse, mask=row_valid)
 
+    if FUSE_COMBINE:
+        tl.debug_barrier()  # all of this program's stores precede the release below
+        arrived = tl.atomic_add(counter_ptr + pid_bh, 1, sem="acq_rel", scope="gpu")
+        if arrived == NUM_SPLITS - 1:  # the last split of (b, h): every partial is visible
+            _merge_splits(
+                o_part_ptr + b * stride_ob + h * stride_oh, lse_ptr + b * stride_lb + h * stride_lh,
+                out_ptr, b, h, stride_os, stride_or, stride_ls, stride_tt, stride_th,
+                GROUP, NUM_QUERIES, NUM_SPLITS, HEAD_DIM, MERGE_R, MERGE_LSE_BLOCK, MERGE_BLOCK_S)
+            tl.atomic_xchg(counter_ptr + pid_bh, 0, sem="relaxed", scope="gpu")  # for the next call
+
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      seq_lens: torch.Tensor, page_table: torch.Tensor, *, num_queries: int = 1,
@@ -293,7 +326,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      v_scale: torch.Tensor | None = None, num_splits: int | None = None,
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
                      block_n: int | None = None, num_warps: int | None = None,
-                     num_stages: int | None = None, int8_magic: int | None = None) -> torch.Tensor:
+                     num_stages: int | None = None, int8_magic: int | None = None,
+                     fuse_combine: bool | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -320,6 +354,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         int8_magic: INT8 code conversion, 0 (cvt), 1 (magic number, integer ops), 2 (magic
             number, packed inline PTX; 1 under the interpreter) or 3 (2, with the values loaded
             as int32 words); default from ``TILE_DEFAULTS``.
+        fuse_combine: merge the splits in stage 1 (the last program of each sequence and KV head;
+            the workspace's counters) instead of a separate combine launch; default from
+            ``TILE_DEFAULTS``. Same result up to float32 summation order.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -333,22 +370,26 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} with a contiguous last dim")
+    if fuse_combine is None:
+        fuse_combine = tile_defaults(k_cache.dtype)["fuse_combine"]
     o_part, lse = _decode_stage1(
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
-        block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic)
-    if seq_lens.shape[0] == 0:
+        block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic,
+        fuse_combine=fuse_combine, out=out)
+    if seq_lens.shape[0] == 0 or fuse_combine:
         return out
     return combine(o_part, lse, out)
 
 
 def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
                    k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
-                   num_warps=None, num_stages=None, int8_magic=None):
+                   num_warps=None, num_stages=None, int8_magic=None, fuse_combine=None, out=None):
     """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
 
     Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
-    separately.
+    separately. With ``fuse_combine`` (default from ``TILE_DEFAULTS``) stage 1 also writes the
+    merged result into ``out`` (required, checked by the caller).
     """
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
@@ -408,25 +449,34 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         int8_magic = 2
     if int8_magic == 2 and not on_gpu:
         int8_magic = 1  # the interpreter runs no inline PTX; 1 computes the same codes
+    if fuse_combine is None:
+        fuse_combine = tiles["fuse_combine"]
+    if fuse_combine and out is None:
+        raise ValueError("fuse_combine=True writes the output in stage 1: pass out")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:
         workspace = DecodeWorkspace.allocate(batch, kv_heads, rows, num_splits, head_dim,
                                              q.device)
     o_part, lse = workspace.views(batch, kv_heads, num_splits, rows, head_dim)
+    counters = workspace.counter_view(batch)
     if batch == 0:
         return o_part, lse
+    if not fuse_combine:
+        out = o_part  # placeholder, never read or written (FUSE_COMBINE=False)
+    merge_r, merge_lse_block, merge_block_s = merge_tiles(rows, num_splits, head_dim)
 
     _decode_split_kernel[(batch * kv_heads, num_splits)](
-        q, k_cache, v_cache, k_scale, v_scale, seq_lens, page_table, o_part, lse,
+        q, k_cache, v_cache, k_scale, v_scale, seq_lens, page_table, o_part, lse, counters, out,
         sm_scale * _LOG2E, q.stride(0), q.stride(1), page_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), o_part.stride(3),
-        lse.stride(0), lse.stride(1), lse.stride(2),
+        lse.stride(0), lse.stride(1), lse.stride(2), out.stride(0), out.stride(1),
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         V_WORDS=v_words,
-        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", FUSE_COMBINE=bool(fuse_combine),
+        MERGE_R=merge_r, MERGE_LSE_BLOCK=merge_lse_block, MERGE_BLOCK_S=merge_block_s,
         num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
     )
     return o_part, lse

@@ -21,6 +21,9 @@ class DecodeWorkspace:
     Attributes:
         o_part: float32 [max_batch, kv_heads, max_splits, max_rows, head_dim].
         lse: float32 [max_batch, kv_heads, max_splits, max_rows].
+        counters: int32 [max_batch, kv_heads], zeros: the arrival counters of the fused combine
+            (``fuse_combine=True``). Each call leaves them at zero again, so they are allocated
+            zeroed once and never cleared on the host (a captured CUDA graph may replay freely).
 
     A call with ``B <= max_batch``, ``num_splits <= max_splits`` and ``n * group <= max_rows``
     uses the slice ``[:B, :, :num_splits, :n * group]`` (a view: no allocation, so a CUDA graph
@@ -31,6 +34,7 @@ class DecodeWorkspace:
 
     o_part: torch.Tensor
     lse: torch.Tensor
+    counters: torch.Tensor
 
     @classmethod
     def allocate(cls, max_batch: int, kv_heads: int, max_rows: int, max_splits: int,
@@ -38,7 +42,8 @@ class DecodeWorkspace:
         """Scratch for up to ``max_batch`` sequences x ``max_rows`` (= n * group) tile rows."""
         shape = (max_batch, kv_heads, max_splits, max_rows)
         return cls(torch.empty(*shape, head_dim, dtype=torch.float32, device=device),
-                   torch.empty(shape, dtype=torch.float32, device=device))
+                   torch.empty(shape, dtype=torch.float32, device=device),
+                   torch.zeros(max_batch, kv_heads, dtype=torch.int32, device=device))
 
     def views(self, batch: int, kv_heads: int, num_splits: int, rows: int,
               head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,15 +56,26 @@ class DecodeWorkspace:
         return (self.o_part[:batch, :, :num_splits, :rows],
                 self.lse[:batch, :, :num_splits, :rows])
 
+    def counter_view(self, batch: int) -> torch.Tensor:
+        """The int32 [batch, kv_heads] arrival counters of a fused-combine call (contiguous)."""
+        if batch > self.counters.shape[0]:
+            raise ValueError(f"decode workspace counters {tuple(self.counters.shape)} cannot hold "
+                             f"batch {batch}: allocate it for the largest step")
+        return self.counters[:batch]
+
 
 # Default tiles per KV-cache kind on a GPU, set from benchmarks/sweep_decode.py on an H200 (Qwen3-8B
 # shape, batch 1; commit 4618394, see BENCHMARKS.md: bf16 block 128 x 33 splits was fastest at 32k
 # and 128k; int8 block 64 x 66 splits with the packed magic-number dequant). programs_per_sm sets
 # the default split count; it must not depend on the context length (the grid is fixed when a
-# CUDA graph is captured). int8_magic: see the module docstring.
+# CUDA graph is captured). int8_magic: see the module docstring. fuse_combine: the last split
+# program of each (sequence, KV head) merges the partials instead of a separate combine launch
+# (kernels/decode_attention.py); off until benchmarked on the H200.
 TILE_DEFAULTS = {
-    "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0),
-    "int8": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=2),
+    "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
+                  fuse_combine=False),
+    "int8": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=2,
+                 fuse_combine=False),
 }
 _MAX_SPLITS = 512
 

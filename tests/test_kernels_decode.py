@@ -5,8 +5,11 @@ whose lengths sit around page boundaries (1, page-1, page, page+1, several pages
 sequence of length 0 (exact zeros); pages are scrambled, padding page-table entries and every
 unused slot of the pool hold NaN (nothing may leak). Oracles: ``reference.paged_attention`` and
 ``reference.merge_partials``. INT8: tight against the dequantized reference, and
-NMSE < 1e-3 against attention over the unquantized K/V.
-GPU (-m gpu): bfloat16, 32 query / 8 KV heads, head_dim 128, page 64, at 1k/32k/128k positions.
+NMSE < 1e-3 against attention over the unquantized K/V. The fused combine (``fuse_combine=True``)
+runs a representative subset of the cases (the interpreter is slow) and must leave the workspace
+counters at zero.
+GPU (-m gpu): bfloat16, 32 query / 8 KV heads, head_dim 128, page 64, at 1k/32k/128k positions;
+unfused and fused, eager and CUDA graph.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import triton.language as tl
 
 from infer.kv_pool import LayerCache
 from infer.meta import AttnMeta
+from kernels import decode_attention as decode_module
 from kernels import reference
 from kernels.combine import combine
 from kernels.decode_attention import (
@@ -27,6 +31,7 @@ from kernels.decode_attention import (
     _int8_to_f16,
     _int8_words_to_f16,
     decode_attention,
+    default_num_splits,
 )
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
@@ -144,13 +149,20 @@ CASES = [
     (2, 5, 8, 32, torch.float32, True),
     (5, 1, 1, 8, torch.float16, True),
 ]
+# fused combine: GQA groups 1/4/5, n 1/2/5/16 (25 rows: a padded 32-row merge tile), splits 1/3/8
+# (8 > pages), int8 and float16/float32
+FUSED_CASES = [CASES[i] for i in (0, 2, 4, 6, 7, 8)]
 
 
-@pytest.mark.parametrize("n,group,splits,block_n,dtype,int8", CASES)
-def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
+@pytest.mark.parametrize("n,group,splits,block_n,dtype,int8,fuse",
+                         [(*c, False) for c in CASES] + [(*c, True) for c in FUSED_CASES])
+def test_decode_matches_reference(n, group, splits, block_n, dtype, int8, fuse):
     case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
                 dtype=dtype, int8=int8)
-    out = case.run(num_splits=splits, block_n=block_n, int8_magic=1 if int8 else None)
+    ws = DecodeWorkspace.allocate(case.seq_lens.shape[0], 2, n * group, splits, 32, "cpu")
+    out = case.run(num_splits=splits, block_n=block_n, int8_magic=1 if int8 else None,
+                   workspace=ws, fuse_combine=fuse)
+    assert not ws.counters.any()  # the fused call leaves its counters at zero
     assert out.dtype == dtype and out.shape == case.q.shape
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
@@ -158,6 +170,31 @@ def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
     assert torch.equal(pad, torch.zeros_like(pad))
     if int8:
         assert _nmse(out, case.expected_full()) < INT8_NMSE
+
+
+def test_decode_fused_repeats_and_matches_unfused(monkeypatch):
+    """Two fused calls on one workspace give the same output (the counters were reset), equal to
+    the unfused path up to summation order, without launching the combine."""
+    n = 2
+    case = Case(_lengths(n, 16), n, kv_heads=2, group=4, head_dim=32, page_size=16,
+                dtype=torch.float32, int8=False)
+    ws = DecodeWorkspace.allocate(8, 2, 8, 4, 32, "cpu")
+    unfused = case.run(num_splits=3, block_n=16, workspace=ws, fuse_combine=False)
+
+    def no_combine(*args):
+        raise AssertionError("fuse_combine=True launched the combine")
+
+    monkeypatch.setattr(decode_module, "combine", no_combine)
+    first = case.run(num_splits=3, block_n=16, workspace=ws, fuse_combine=True)
+    ws.o_part.fill_(math.nan)  # stale partials must not matter
+    second = case.run(num_splits=3, block_n=16, workspace=ws, fuse_combine=True)
+    assert not ws.counters.any()
+    assert torch.equal(first, second)
+    torch.testing.assert_close(first, unfused, atol=1e-6, rtol=1e-6)
+    assert torch.equal(first[-n:], torch.zeros_like(first[-n:]))  # seq_len 0: exact zeros
+    with pytest.raises(ValueError, match="pass out"):
+        decode_module._decode_stage1(case.q, case.cache.k, case.cache.v, case.seq_lens,
+                                     case.page_table, num_queries=n, fuse_combine=True)
 
 
 @pytest.mark.parametrize("magic", [0, 1, 2, 3])
@@ -294,19 +331,24 @@ def test_combine_matches_merge_partials(splits):
 # ----------------------------------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fuse", [False, True], ids=["combine", "fused"])
 @pytest.mark.parametrize("positions", [1024, 32768, 131072])
 @pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
-def test_decode_gpu_qwen3_8b_shape(positions, int8):
+def test_decode_gpu_qwen3_8b_shape(positions, int8, fuse):
     n = 1
     case = Case([positions], n, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=int8, device="cuda", k_gain=2.0)
-    out = case.run()
+    splits = default_num_splits(1, 8, "cuda", case.cache.k.dtype)  # 33 / 66 on an H200
+    ws = DecodeWorkspace.allocate(1, 8, 4, splits, 128, "cuda")
+    out = case.run(workspace=ws, fuse_combine=fuse)
     torch.cuda.synchronize()
+    assert not ws.counters.any()
     ref = case.expected()
     err = (out.float() - ref).abs().max().item()
     full = case.expected_full()
     nmse = _nmse(out, full)
-    print(f"\ndecode {'int8' if int8 else 'bf16'} @ {positions}: max |err| vs float32 reference "
+    print(f"\ndecode {'int8' if int8 else 'bf16'}{' fused' if fuse else ''} @ {positions}: "
+          f"max |err| vs float32 reference "
           f"over the pool {err:.3e}; vs unquantized K/V {(out.float() - full).abs().max():.3e}"
           f", NMSE {nmse:.2e}")
     torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
@@ -314,22 +356,25 @@ def test_decode_gpu_qwen3_8b_shape(positions, int8):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fuse", [False, True], ids=["combine", "fused"])
 @pytest.mark.parametrize("int8,magic", [(False, None), (True, 0), (True, 2), (True, 3)],
                          ids=["bf16", "int8-cvt", "int8-magic", "int8-words"])
-def test_decode_gpu_multi_query_batch(int8, magic):
+def test_decode_gpu_multi_query_batch(int8, magic, fuse):
     """n = 4 (speculative verification) over a batch with lengths around pages and a padding row;
-    every INT8 conversion compiled."""
+    every INT8 conversion compiled, the combine separate and fused."""
     n = 4
     case = Case([5, 63, 64, 65, 3000, 0], n, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=int8, device="cuda")
-    out = case.run(num_splits=8, int8_magic=magic)
+    out = case.run(num_splits=8, int8_magic=magic, fuse_combine=fuse)
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
     assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
 
 
 @pytest.mark.gpu
-def test_decode_gpu_cuda_graph():
-    """Captured once, replayed after the sequence grew (fixed grid, no host reads)."""
+@pytest.mark.parametrize("fuse", [False, True], ids=["combine", "fused"])
+def test_decode_gpu_cuda_graph(fuse):
+    """Captured once, replayed twice after the sequence grew (fixed grid, no host reads; the fused
+    combine's counters are back at zero after each replay)."""
     case = Case([700, 2000], 1, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=False, device="cuda")
     c = case.cache
@@ -338,7 +383,7 @@ def test_decode_gpu_cuda_graph():
     lens = case.seq_lens.clone()
     lens.copy_(torch.tensor([300, 1000], dtype=torch.int32))
     run = lambda: decode_attention(case.q, c.k, c.v, lens, case.page_table, num_splits=16,
-                                   workspace=ws, out=out)
+                                   workspace=ws, out=out, fuse_combine=fuse)
     run()  # compile outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -347,4 +392,10 @@ def test_decode_gpu_cuda_graph():
     lens.copy_(case.seq_lens)
     graph.replay()
     torch.cuda.synchronize()
-    torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
+    first = out.clone()
+    torch.testing.assert_close(first.float(), case.expected(), **TOL[torch.bfloat16])
+    out.fill_(math.nan)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+    assert not ws.counters.any()
