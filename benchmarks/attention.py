@@ -11,18 +11,19 @@ ways (the ``timing`` field):
   one isolated kernel pair, which a real decode step pays once per step, not per layer.
 - ``eager``: the same call as launched from Python (host launch overhead included).
 - ``graph_layers`` (``--layers L``, default 36 = Qwen3-8B's layer count; 0 or 1 turns it off): L
-  distinct layers, each its own pool (random K/V, INT8 scales, scrambled page table), q and
-  preallocated output, and one ``DecodeWorkspace`` shared by the L calls (they run in sequence, as
-  in the engine). ONE CUDA graph runs the call for layer 0, 1, ..., L-1 in order; one cold-L2 read
-  flush precedes each replay, and layer i's cache was last read one replay earlier (at least 512 MiB
-  of flush ago), so every layer reads its cache from HBM. ``us = replay time / L``: per-layer kernel
-  time plus the in-graph gaps between consecutive kernels, with one graph launch amortized over L
-  layers. ``replay_us`` is the whole replay. In the model other kernels sit between two attention
-  layers; here attention follows attention, so the gaps are those of two dependent kernels in one
-  graph. ``impl=ours_stage1`` is the same graph with stage 1 alone (``_decode_stage1``, no combine):
-  ``ours - ours_stage1`` is the combine's in-graph cost per layer. If L pools would exceed
-  ``--layers-max-bytes`` (default 48e9 B) L is reduced for that case; the record's ``layers`` is the
-  L used. Each case's pools are freed before the next.
+  distinct layers, each its own pool (random K/V, INT8 scales), q and preallocated output; one
+  scrambled page table and one ``seq_lens`` for all L layers (as in the engine, where every layer's
+  pool uses the sequence's page table) and one ``DecodeWorkspace`` shared by the L calls (they run
+  in sequence, as in the engine). ONE CUDA graph runs the call for layer 0, 1, ..., L-1 in order;
+  one cold-L2 read flush precedes each replay, and layer i's cache was last read one replay earlier
+  (at least 512 MiB of flush ago), so every layer reads its cache from HBM. ``us = replay time /
+  L``: per-layer kernel time plus the in-graph gaps between consecutive kernels, with one graph
+  launch amortized over L layers. ``replay_us`` is the whole replay. In the model other kernels sit
+  between two attention layers; here attention follows attention, so the gaps are those of two
+  dependent kernels in one graph. ``impl=ours_stage1`` is the same graph with stage 1 alone
+  (``_decode_stage1``, no combine): ``ours - ours_stage1`` is the combine's in-graph cost per
+  layer. If L pools would exceed ``--layers-max-bytes`` (default 48e9 B) L is reduced for that
+  case; the record's ``layers`` is the L used. Each case's pools are freed before the next.
 
 Printed, one JSON line each (also written to ``--out``), then a short human table:
 
@@ -280,6 +281,8 @@ def _layers_ours(base: dict, bw: float, splits: list, opts: dict, layers: int,
     try:
         from kernels import decode_attention as dec
         pool_layers = [make_layer(seq_len, kv) for _ in range(n)]
+        for layer in pool_layers[1:]:  # one page table and length for all layers, as in the model
+            layer["table"], layer["seq_lens"] = pool_layers[0]["table"], pool_layers[0]["seq_lens"]
     except Exception as e:  # e.g. out of memory: no ours figures for this case
         err = error_text(e)
     if err is not None:

@@ -48,6 +48,7 @@ def _combine_kernel(
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     rows: tl.constexpr = NUM_QUERIES * GROUP
     pid = tl.program_id(0)
@@ -59,28 +60,43 @@ def _combine_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     lse_base = lse_ptr + b * stride_lb + h * stride_lh + r
     o_base = o_part_ptr + b * stride_ob + h * stride_oh + r * stride_or
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # launched early (programmatic dependent launch): stage 1 done
 
-    # pass 1 over the lse (a few hundred bytes): the maximum
-    m = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
-    for s0 in range(0, NUM_SPLITS, BLOCK_S):
-        idx = s0 + offs_s
-        m = tl.maximum(m, tl.load(lse_base + idx * stride_ls, mask=idx < NUM_SPLITS,
-                                  other=float("-inf")))
-    m_all = tl.max(m, axis=0)
-    m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # all splits empty: keep exp() finite
-    # pass 2, BLOCK_S splits at a time (bounded registers for hundreds of splits)
+    # The o_part loads never depend on the lse loads (empty splits are dropped after the load by
+    # a select, so NaN or stale data there cannot leak): both round trips overlap.
     acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    wsum = tl.zeros([BLOCK_S], dtype=tl.float32)
-    for s0 in range(0, NUM_SPLITS, BLOCK_S):
-        idx = s0 + offs_s
-        lse = tl.load(lse_base + idx * stride_ls, mask=idx < NUM_SPLITS, other=float("-inf"))
-        w = tl.exp(lse - m_all)  # (BLOCK_S,), 0 for empty splits
-        wsum += w
-        live = lse > float("-inf")
-        o = tl.load(o_base + idx[:, None] * stride_os + offs_d[None, :], mask=live[:, None],
+    if NUM_SPLITS <= BLOCK_S:  # one pass: every split in registers
+        valid = offs_s < NUM_SPLITS
+        lse = tl.load(lse_base + offs_s * stride_ls, mask=valid, other=float("-inf"))
+        o = tl.load(o_base + offs_s[:, None] * stride_os + offs_d[None, :], mask=valid[:, None],
                     other=0.0)
-        acc += tl.sum(w[:, None] * o, axis=0)  # (HEAD_DIM,)
-    denom = tl.sum(wsum, axis=0)
+        m_all = tl.max(lse, axis=0)
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # all empty: keep exp() finite
+        w = tl.exp(lse - m_all)  # (BLOCK_S,), 0 for empty splits
+        acc = tl.sum(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0), axis=0)
+        denom = tl.sum(w, axis=0)
+    else:
+        # pass 1 over the lse (a few hundred bytes): the maximum
+        m = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
+        for s0 in range(0, NUM_SPLITS, BLOCK_S):
+            idx = s0 + offs_s
+            m = tl.maximum(m, tl.load(lse_base + idx * stride_ls, mask=idx < NUM_SPLITS,
+                                      other=float("-inf")))
+        m_all = tl.max(m, axis=0)
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)
+        # pass 2, BLOCK_S splits at a time (bounded registers for hundreds of splits)
+        wsum = tl.zeros([BLOCK_S], dtype=tl.float32)
+        for s0 in range(0, NUM_SPLITS, BLOCK_S):
+            idx = s0 + offs_s
+            valid = idx < NUM_SPLITS
+            lse = tl.load(lse_base + idx * stride_ls, mask=valid, other=float("-inf"))
+            o = tl.load(o_base + idx[:, None] * stride_os + offs_d[None, :],
+                        mask=valid[:, None], other=0.0)
+            w = tl.exp(lse - m_all)
+            wsum += w
+            acc += tl.sum(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0), axis=0)
+        denom = tl.sum(wsum, axis=0)
     res = tl.where(denom > 0, acc / tl.where(denom > 0, denom, 1.0), 0.0)
 
     t = r // GROUP
@@ -153,7 +169,8 @@ def merge_tiles(rows: int, num_splits: int, head_dim: int) -> tuple[int, int, in
     return r, min(splits, max(1, 4096 // r)), min(splits, max(1, 4096 // (r * head_dim)))
 
 
-def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
+            pdl: bool = False) -> torch.Tensor:
     """Merge split-KV partials into ``out`` (stage 2 of split-KV decode).
 
     Args:
@@ -163,6 +180,11 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor) -> torch
         lse: float32 [B, kv_heads, num_splits, rows], natural log; -inf marks an empty split.
         out: [B * n, num_q_heads, head_dim] in the query dtype, last dim contiguous; written in
             place. Row ``b * n + t``, head ``h * group + g`` takes tile row ``t * group + g``.
+        pdl: launch with programmatic dependent launch (CUDA, sm_90+): the kernel may start
+            while the previous kernel in the stream (stage 1, which signals
+            ``griddepcontrol.launch_dependents`` early) still runs, and waits for it to finish
+            (``griddepcontrol.wait``) before its first load, which hides the launch latency
+            between the two kernels. Ignored on a CPU.
 
     Returns:
         ``out``. Allocates nothing (safe under CUDA graph capture).
@@ -190,6 +212,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor) -> torch
     grid = (batch * kv_heads * rows,)
     if grid[0] == 0:
         return out
+    use_pdl = bool(pdl) and out.device.type == "cuda"
     _combine_kernel[grid](
         o_part_ptr=o_part, lse_ptr=lse, out_ptr=out,
         stride_ob=o_part.stride(0), stride_oh=o_part.stride(1), stride_os=o_part.stride(2),
@@ -198,6 +221,6 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor) -> torch
         stride_tt=out.stride(0), stride_th=out.stride(1),
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, NUM_SPLITS=num_splits,
         HEAD_DIM=head_dim, BLOCK_S=min(64, triton.next_power_of_2(num_splits)),
-        num_warps=4,
+        USE_PDL=use_pdl, num_warps=4, **({"launch_pdl": True} if use_pdl else {}),
     )
     return out

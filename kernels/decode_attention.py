@@ -223,6 +223,88 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
 
 
 @triton.jit
+def _attend_block_t(acc_t, m_i, l_i, q_t, blk, seq_len, qpos,
+                    pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, qk_scale,
+                    NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_INT8: tl.constexpr,
+                    INT8_MAGIC: tl.constexpr, V_WORDS: tl.constexpr, DOT_PREC: tl.constexpr):
+    """``_attend_block`` with the operands swapped ("swap AB"): keys and values are the M side.
+
+    ``S^T = K Q^T`` is [BLOCK_N, ROWS] and ``O^T += V^T P^T`` is [HEAD_DIM, ROWS], so the
+    BLOCK_N keys (and HEAD_DIM) fill the M = 64 rows of a Hopper warpgroup MMA and the few
+    query rows its N side, instead of padding the queries to M = 16 rows of ``mma.sync``.
+    acc_t is [HEAD_DIM, ROWS]; m_i and l_i are per query row as in ``_attend_block``.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    pos = blk * BLOCK_N + offs_n
+    if BLOCK_N <= PAGE_SIZE:
+        page = tl.load(pt_row_ptr + (blk * BLOCK_N) // PAGE_SIZE).to(tl.int64)
+    else:
+        if MASKED:
+            page = tl.load(pt_row_ptr + pos // PAGE_SIZE, mask=pos < seq_len, other=0)
+        else:
+            page = tl.load(pt_row_ptr + pos // PAGE_SIZE)
+        page = page.to(tl.int64)
+    within = pos % PAGE_SIZE
+    kv_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM) + within * HEAD_DIM
+    k_ptrs = k_head_ptr + kv_off[:, None] + offs_d[None, :]
+    v_ptrs = v_head_ptr + kv_off[:, None] + offs_d[None, :]
+    if MASKED:
+        kv_valid = pos < seq_len
+        k = tl.load(k_ptrs, mask=kv_valid[:, None], other=0)
+    else:
+        k = tl.load(k_ptrs)
+    if IS_INT8:
+        s_off = page * (NUM_KV_HEADS * PAGE_SIZE) + within
+        if MASKED:
+            ks = tl.load(ks_head_ptr + s_off, mask=kv_valid, other=0.0)
+        else:
+            ks = tl.load(ks_head_ptr + s_off)
+        s = tl.dot(_int8_codes(k, q_t.dtype, INT8_MAGIC), q_t, input_precision=DOT_PREC)
+        s = s * (ks * qk_scale)[:, None]
+    else:
+        s = tl.dot(k, q_t, input_precision=DOT_PREC) * qk_scale  # [BLOCK_N, ROWS]
+    if MASKED:
+        s = tl.where(pos[:, None] <= qpos[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=0))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, axis=0))
+        m_use = m_new
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[None, :])
+    l_i = l_i * alpha + tl.sum(p, axis=0)
+    acc_t = acc_t * alpha[None, :]
+    if IS_INT8 and V_WORDS:
+        offs_w = tl.arange(0, HEAD_DIM // 4)
+        vw_ptrs = (v_head_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+                   + (page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM // 4)
+                      + within * (HEAD_DIM // 4))[:, None] + offs_w[None, :])
+        if MASKED:
+            vw = tl.load(vw_ptrs, mask=kv_valid[:, None], other=0)
+        else:
+            vw = tl.load(vw_ptrs)
+        v = _int8_words_to_f16(vw, INT8_MAGIC == 2).to(q_t.dtype)
+    elif MASKED:
+        v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)
+    else:
+        v = tl.load(v_ptrs)
+    if IS_INT8:
+        if MASKED:
+            vs = tl.load(vs_head_ptr + s_off, mask=kv_valid, other=0.0)
+        else:
+            vs = tl.load(vs_head_ptr + s_off)
+        pv = (p * vs[:, None]).to(q_t.dtype)
+        if not V_WORDS:
+            v = _int8_codes(v, q_t.dtype, INT8_MAGIC)
+        acc_t = tl.dot(tl.trans(v), pv, acc_t, input_precision=DOT_PREC)
+    else:
+        acc_t = tl.dot(tl.trans(v), p.to(v.dtype), acc_t, input_precision=DOT_PREC)
+    return acc_t, m_new, l_i
+
+
+@triton.jit
 def _decode_split_kernel(
     q_ptr,  # [B * NUM_QUERIES, Hq, D]
     k_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
@@ -257,7 +339,11 @@ def _decode_split_kernel(
     MERGE_R: tl.constexpr,  # the merge's tiles (kernels/combine.py merge_tiles)
     MERGE_LSE_BLOCK: tl.constexpr,
     MERGE_BLOCK_S: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()  # the combine may launch now; it waits for us
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
     b = (pid_bh // NUM_KV_HEADS).to(tl.int64)
@@ -286,19 +372,34 @@ def _decode_split_kernel(
     ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
     vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
 
-    acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([ROWS], dtype=tl.float32)
-    for blk in range(start, tl.minimum(end, n_full)):
-        acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
-            ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            False, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
-    for blk in range(tl.maximum(start, n_full), end):
-        acc, m_i, l_i = _attend_block(
-            acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
-            ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            True, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
+    if SWAP_AB:
+        q_t = tl.trans(q)
+        acc_t = tl.zeros([HEAD_DIM, ROWS], dtype=tl.float32)
+        for blk in range(start, tl.minimum(end, n_full)):
+            acc_t, m_i, l_i = _attend_block_t(
+                acc_t, m_i, l_i, q_t, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+                ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+                False, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
+        for blk in range(tl.maximum(start, n_full), end):
+            acc_t, m_i, l_i = _attend_block_t(
+                acc_t, m_i, l_i, q_t, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+                ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+                True, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
+        acc = tl.trans(acc_t)
+    else:
+        acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
+        for blk in range(start, tl.minimum(end, n_full)):
+            acc, m_i, l_i = _attend_block(
+                acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+                ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+                False, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
+        for blk in range(tl.maximum(start, n_full), end):
+            acc, m_i, l_i = _attend_block(
+                acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+                ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+                True, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -327,7 +428,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
                      block_n: int | None = None, num_warps: int | None = None,
                      num_stages: int | None = None, int8_magic: int | None = None,
-                     fuse_combine: bool | None = None) -> torch.Tensor:
+                     fuse_combine: bool | None = None, swap_ab: bool | None = None,
+                     pdl: bool | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -357,6 +459,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         fuse_combine: merge the splits in stage 1 (the last program of each sequence and KV head;
             the workspace's counters) instead of a separate combine launch; default from
             ``TILE_DEFAULTS``. Same result up to float32 summation order.
+        swap_ab: compute ``S^T = K Q^T`` and ``O^T = V^T P^T`` (keys on the MMA's M side, so a
+            Hopper warpgroup MMA fits a few query rows without padding them to 16-row
+            ``mma.sync`` tiles; the trick of TensorRT-LLM's and FlashInfer's decode kernels);
+            default from ``TILE_DEFAULTS``. Same result up to float32 summation order.
+        pdl: launch the combine with programmatic dependent launch (``combine``'s ``pdl``;
+            stage 1 signals its dependents early); GPU only, default from ``TILE_DEFAULTS``.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -376,15 +484,18 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
         block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic,
-        fuse_combine=fuse_combine, out=out)
+        fuse_combine=fuse_combine, out=out, swap_ab=swap_ab, pdl=pdl)
     if seq_lens.shape[0] == 0 or fuse_combine:
         return out
-    return combine(o_part, lse, out)
+    if pdl is None:
+        pdl = tile_defaults(k_cache.dtype)["pdl"]
+    return combine(o_part, lse, out, pdl=pdl and q.device.type == "cuda")
 
 
 def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
                    k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
-                   num_warps=None, num_stages=None, int8_magic=None, fuse_combine=None, out=None):
+                   num_warps=None, num_stages=None, int8_magic=None, fuse_combine=None, out=None,
+                   swap_ab=None, pdl=None):
     """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
 
     Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
@@ -451,6 +562,10 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         int8_magic = 1  # the interpreter runs no inline PTX; 1 computes the same codes
     if fuse_combine is None:
         fuse_combine = tiles["fuse_combine"]
+    if swap_ab is None:
+        swap_ab = tiles["swap_ab"]
+    if pdl is None:
+        pdl = tiles["pdl"]
     if fuse_combine and out is None:
         raise ValueError("fuse_combine=True writes the output in stage 1: pass out")
     if sm_scale is None:
@@ -477,6 +592,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         V_WORDS=v_words,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", FUSE_COMBINE=bool(fuse_combine),
         MERGE_R=merge_r, MERGE_LSE_BLOCK=merge_lse_block, MERGE_BLOCK_S=merge_block_s,
+        SWAP_AB=bool(swap_ab), USE_PDL=bool(pdl) and on_gpu,
         num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
     )
     return o_part, lse

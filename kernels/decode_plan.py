@@ -73,9 +73,9 @@ class DecodeWorkspace:
 # (kernels/decode_attention.py); off until benchmarked on the H200.
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
-                  fuse_combine=False),
+                  fuse_combine=False, swap_ab=False, pdl=False),
     "int8": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=2,
-                 fuse_combine=False),
+                 fuse_combine=False, swap_ab=False, pdl=False),
 }
 _MAX_SPLITS = 512
 

@@ -172,6 +172,18 @@ def test_decode_matches_reference(n, group, splits, block_n, dtype, int8, fuse):
         assert _nmse(out, case.expected_full()) < INT8_NMSE
 
 
+@pytest.mark.parametrize("n,group,int8,dtype", [
+    (1, 4, False, torch.float32), (5, 1, True, torch.float16), (16, 5, False, torch.float16),
+    (2, 4, True, torch.float32)])
+def test_decode_swap_ab_matches_reference(n, group, int8, dtype):
+    """The swapped-operand tiles (keys on the M side) give the reference output too."""
+    case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
+                dtype=dtype, int8=int8)
+    out = case.run(num_splits=3, block_n=16, swap_ab=True, int8_magic=3 if int8 else None)
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
+    assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
+
+
 def test_decode_fused_repeats_and_matches_unfused(monkeypatch):
     """Two fused calls on one workspace give the same output (the counters were reset), equal to
     the unfused path up to summation order, without launching the combine."""
@@ -330,24 +342,28 @@ def test_combine_matches_merge_partials(splits):
 
 # ----------------------------------------------------------------------------------------- GPU
 
+GPU_VARIANTS = {"combine": {}, "fused": dict(fuse_combine=True), "pdl": dict(pdl=True),
+                "swap": dict(swap_ab=True)}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("fuse", [False, True], ids=["combine", "fused"])
+@pytest.mark.parametrize("variant", list(GPU_VARIANTS))
 @pytest.mark.parametrize("positions", [1024, 32768, 131072])
 @pytest.mark.parametrize("int8", [False, True], ids=["bf16", "int8"])
-def test_decode_gpu_qwen3_8b_shape(positions, int8, fuse):
+def test_decode_gpu_qwen3_8b_shape(positions, int8, variant):
     n = 1
     case = Case([positions], n, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=int8, device="cuda", k_gain=2.0)
     splits = default_num_splits(1, 8, "cuda", case.cache.k.dtype)  # 33 / 66 on an H200
     ws = DecodeWorkspace.allocate(1, 8, 4, splits, 128, "cuda")
-    out = case.run(workspace=ws, fuse_combine=fuse)
+    out = case.run(workspace=ws, **GPU_VARIANTS[variant])
     torch.cuda.synchronize()
     assert not ws.counters.any()
     ref = case.expected()
     err = (out.float() - ref).abs().max().item()
     full = case.expected_full()
     nmse = _nmse(out, full)
-    print(f"\ndecode {'int8' if int8 else 'bf16'}{' fused' if fuse else ''} @ {positions}: "
+    print(f"\ndecode {'int8' if int8 else 'bf16'} {variant} @ {positions}: "
           f"max |err| vs float32 reference "
           f"over the pool {err:.3e}; vs unquantized K/V {(out.float() - full).abs().max():.3e}"
           f", NMSE {nmse:.2e}")
@@ -356,23 +372,23 @@ def test_decode_gpu_qwen3_8b_shape(positions, int8, fuse):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fuse", [False, True], ids=["combine", "fused"])
+@pytest.mark.parametrize("variant", list(GPU_VARIANTS))
 @pytest.mark.parametrize("int8,magic", [(False, None), (True, 0), (True, 2), (True, 3)],
                          ids=["bf16", "int8-cvt", "int8-magic", "int8-words"])
-def test_decode_gpu_multi_query_batch(int8, magic, fuse):
+def test_decode_gpu_multi_query_batch(int8, magic, variant):
     """n = 4 (speculative verification) over a batch with lengths around pages and a padding row;
     every INT8 conversion compiled, the combine separate and fused."""
     n = 4
     case = Case([5, 63, 64, 65, 3000, 0], n, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=int8, device="cuda")
-    out = case.run(num_splits=8, int8_magic=magic, fuse_combine=fuse)
+    out = case.run(num_splits=8, int8_magic=magic, **GPU_VARIANTS[variant])
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
     assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fuse", [False, True], ids=["combine", "fused"])
-def test_decode_gpu_cuda_graph(fuse):
+@pytest.mark.parametrize("variant", list(GPU_VARIANTS))
+def test_decode_gpu_cuda_graph(variant):
     """Captured once, replayed twice after the sequence grew (fixed grid, no host reads; the fused
     combine's counters are back at zero after each replay)."""
     case = Case([700, 2000], 1, kv_heads=8, group=4, head_dim=128, page_size=64,
@@ -383,7 +399,7 @@ def test_decode_gpu_cuda_graph(fuse):
     lens = case.seq_lens.clone()
     lens.copy_(torch.tensor([300, 1000], dtype=torch.int32))
     run = lambda: decode_attention(case.q, c.k, c.v, lens, case.page_table, num_splits=16,
-                                   workspace=ws, out=out, fuse_combine=fuse)
+                                   workspace=ws, out=out, **GPU_VARIANTS[variant])
     run()  # compile outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
