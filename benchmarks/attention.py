@@ -93,7 +93,9 @@ SWEEP_PREFILL = [(128, 64, 8, 3, False, False), (128, 128, 8, 3, False, False),
                  (64, 64, 4, 4, False, False), (32, 64, 4, 3, False, False),
                  (32, 32, 4, 4, False, False),
                  (128, 64, 8, 3, True, False), (128, 64, 8, 4, True, False),
-                 (64, 64, 4, 3, True, False), (128, 64, 4, 3, True, False)]
+                 (64, 64, 4, 3, True, False), (128, 64, 4, 3, True, False),
+                 (128, 64, 4, 4, True, False), (128, 64, 4, 2, True, False),
+                 (64, 64, 4, 4, True, False)]
 # Warp-specialized key loop: opt-in (--warp-specialize), a compiler crash would end the run.
 SWEEP_WS = [(128, 64, 8, 3, True, True), (128, 64, 4, 3, True, True)]
 SWEEP_SPLITS = [8, 16, 33, 64]
@@ -515,7 +517,7 @@ def main() -> None:
                 if n_new > 0:
                     base = {"what": "prefill", "kv": kv, "positions": s, "new_tokens": n_new}
                     for rec in guarded(bench_prefill(s, n_new, kv, configs,
-                                                     max(args.rep_ms, 300)), base):
+                                                     max(args.rep_ms, 100)), base):
                         emit(rec, records, out)
             torch.cuda.empty_cache()
     print()

@@ -118,6 +118,9 @@ def main() -> None:
                     help="INT8 conversion (bf16 runs ignore it)")
     ap.add_argument("--fuse-combine", type=int, nargs="+", default=[0], choices=[0, 1],
                     help="0 = separate combine launch, 1 = merged by stage 1's last program")
+    ap.add_argument("--opts", nargs="+", default=["{}"],
+                    help="JSON dicts of extra decode_attention options, each crossed with every "
+                         "config (e.g. '{}' '{\"swap_ab\": true}')")
     ap.add_argument("--split-timing", action="store_true",
                     help="also time stage 1 alone and the combine alone")
     ap.add_argument("--rep-ms", type=int, default=200)
@@ -142,8 +145,9 @@ def main() -> None:
         split_timing, rep = args.split_timing, args.rep_ms
     pools: dict[tuple, tuple] = {}
     best: dict[str, dict] = {}
-    configs = [(*c, fuse) for c in configs for fuse in args.fuse_combine]
-    for dtype, seq_len, block_n, warps, stages, splits, magic, fuse in configs:
+    extras = [json.loads(o) for o in args.opts]
+    configs = [(*c, fuse, ex) for c in configs for fuse in args.fuse_combine for ex in extras]
+    for dtype, seq_len, block_n, warps, stages, splits, magic, fuse, extra in configs:
         int8 = dtype == "int8"
         if (dtype, seq_len) not in pools:
             pools.clear()  # one pool at a time (128k bf16 is 512 MiB)
@@ -155,12 +159,12 @@ def main() -> None:
         ws = DecodeWorkspace.allocate(1, KV_HEADS, GROUP, splits, HEAD_DIM, dev)
         out = torch.empty_like(pool["q"])
         cfg = dict(num_splits=splits, workspace=ws, block_n=block_n, num_warps=warps,
-                   num_stages=stages, int8_magic=magic, fuse_combine=bool(fuse))
+                   num_stages=stages, int8_magic=magic, fuse_combine=bool(fuse), **extra)
         cfg.update(pool)
         fn = lambda cfg=cfg, out=out: decode_attention(**cfg, out=out)
         row = dict(dtype=dtype, seq_len=seq_len, block_n=block_n, num_warps=warps,
                    num_stages=stages, num_splits=splits, magic=magic if int8 else None,
-                   fuse_combine=bool(fuse))
+                   fuse_combine=bool(fuse), **extra)
         try:
             out.fill_(float("nan"))
             fn()
