@@ -62,6 +62,7 @@ def _combine_kernel(
     o_base = o_part_ptr + b * stride_ob + h * stride_oh + r * stride_or
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # launched early (programmatic dependent launch): stage 1 done
+        tl.extra.cuda.gdc_launch_dependents()  # e.g. the next layer's stage 1, which waits too
 
     # The o_part loads never depend on the lse loads (empty splits are dropped after the load by
     # a select, so NaN or stale data there cannot leak): both round trips overlap.
@@ -184,7 +185,8 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
             while the previous kernel in the stream (stage 1, which signals
             ``griddepcontrol.launch_dependents`` early) still runs, and waits for it to finish
             (``griddepcontrol.wait``) before its first load, which hides the launch latency
-            between the two kernels. Ignored on a CPU.
+            between the two kernels; it signals its own dependents right after the wait.
+            Ignored on a CPU.
 
     Returns:
         ``out``. Allocates nothing (safe under CUDA graph capture).

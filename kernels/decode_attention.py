@@ -343,7 +343,11 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:
-        tl.extra.cuda.gdc_launch_dependents()  # the combine may launch now; it waits for us
+        # launched early (programmatic dependent launch): wait until the previous kernel (the KV
+        # store, or the last layer's combine) has finished and its writes are visible, then let
+        # our own dependent (the combine) launch; it waits for us in turn
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
     b = (pid_bh // NUM_KV_HEADS).to(tl.int64)
@@ -463,8 +467,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             Hopper warpgroup MMA fits a few query rows without padding them to 16-row
             ``mma.sync`` tiles; the trick of TensorRT-LLM's and FlashInfer's decode kernels);
             default from ``TILE_DEFAULTS``. Same result up to float32 summation order.
-        pdl: launch the combine with programmatic dependent launch (``combine``'s ``pdl``;
-            stage 1 signals its dependents early); GPU only, default from ``TILE_DEFAULTS``.
+        pdl: launch stage 1 and the combine with programmatic dependent launch (CUDA sm_90+,
+            ``griddepcontrol``): each kernel may be scheduled while its predecessor in the stream
+            still runs, waits for it (``griddepcontrol.wait``) before its first load, then lets
+            its own dependent launch, so the launch latency between kernels is hidden (also
+            inside a CUDA graph). Results are unchanged; GPU only, default from
+            ``TILE_DEFAULTS``.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -568,6 +576,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         pdl = tiles["pdl"]
     if fuse_combine and out is None:
         raise ValueError("fuse_combine=True writes the output in stage 1: pass out")
+    use_pdl = bool(pdl) and on_gpu
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:
@@ -592,7 +601,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         V_WORDS=v_words,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", FUSE_COMBINE=bool(fuse_combine),
         MERGE_R=merge_r, MERGE_LSE_BLOCK=merge_lse_block, MERGE_BLOCK_S=merge_block_s,
-        SWAP_AB=bool(swap_ab), USE_PDL=bool(pdl) and on_gpu,
+        SWAP_AB=bool(swap_ab), USE_PDL=use_pdl, **({"launch_pdl": True} if use_pdl else {}),
         num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
     )
     return o_part, lse

@@ -68,14 +68,19 @@ class DecodeWorkspace:
 # shape, batch 1; commit 4618394, see BENCHMARKS.md: bf16 block 128 x 33 splits was fastest at 32k
 # and 128k; int8 block 64 x 66 splits with the packed magic-number dequant). programs_per_sm sets
 # the default split count; it must not depend on the context length (the grid is fixed when a
-# CUDA graph is captured). int8_magic: see the module docstring. fuse_combine: the last split
-# program of each (sequence, KV head) merges the partials instead of a separate combine launch
-# (kernels/decode_attention.py); off until benchmarked on the H200.
+# CUDA graph is captured). int8_magic: see kernels/decode_attention.py (3, values as int32 words,
+# measured no faster than 2). Measured on the H200 at commit 29c2a66 (sweep_decode.py, single
+# graph replays): fuse_combine (the last split program merges the partials) was slower than the
+# separate combine at every length (e.g. 32k BF16 46.3 against 43.5 us: one program's serial
+# merge is the tail), so it is off; swap_ab (keys on the MMA's M side, warpgroup MMA) was slower
+# too (32k BF16 54.0 against 42.1 us; INT8 mode 2: 54.7 against 38.9), so it is off; pdl
+# (programmatic dependent launch of stage 1 and the combine) cut the combine's in-graph cost from
+# 3.3 to 1.9 us per layer, so it is on.
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
-                  fuse_combine=False, swap_ab=False, pdl=False),
+                  fuse_combine=False, swap_ab=False, pdl=True),
     "int8": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=2,
-                 fuse_combine=False, swap_ab=False, pdl=False),
+                 fuse_combine=False, swap_ab=False, pdl=True),
 }
 _MAX_SPLITS = 512
 

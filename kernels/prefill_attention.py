@@ -26,8 +26,9 @@ group's K/V tiles come from L2, so packing would save L2 traffic, not FLOPs.
 
 K/V tiles come in by pointer loads (Triton pipelines them with cp.async over ``num_stages``), or,
 with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]`` (Hopper+; a
-tile is one page slice, masked tiles are zeroed in registers instead). Tile sizes come from a fixed
-heuristic in the launcher (no autotuning); ``benchmarks/attention.py --sweep`` measures the others.
+tile is one page slice, masked tiles are zeroed in registers instead; the default on Hopper). Tile
+sizes come from a fixed heuristic in the launcher (``_default_config``, no autotuning);
+``benchmarks/attention.py --sweep`` measures the others.
 """
 
 from __future__ import annotations
@@ -184,19 +185,25 @@ def _prefill_kernel(
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
-def _default_config(max_query_len: int, page_size: int, device: torch.device) -> tuple:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a step; deterministic, no autotuning."""
+def _default_config(max_query_len: int, page_size: int, device: torch.device,
+                    is_int8: bool) -> tuple:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads) for a step; deterministic.
+
+    On Hopper (sm_90+) K/V tiles come through TMA descriptors with 4 warps: BLOCK_M 128 for 16-bit
+    pools and 64 for INT8 (the fastest configs of ``benchmarks/attention.py --what prefill --sweep``
+    on an H200 at 4k and 32k, commit 29c2a66: BF16 394 / 439 TFLOP/s against 356 / 354 with the
+    earlier 8-warp pointer loads; INT8 247 / 271 against 228 / 239). Older GPUs: pointer loads.
+    """
     if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
-        return 16, min(16, page_size), 4, 1
+        return 16, min(16, page_size), 4, 1, False
+    hopper = torch.cuda.get_device_capability(device)[0] >= 9
+    block_n = min(64, page_size)
+    if hopper and block_n >= 16:
+        block_m = min(64 if is_int8 else 128, max(16, triton.next_power_of_2(max_query_len)))
+        return block_m, block_n, 4, 3, True
     block_m = min(128, max(16, triton.next_power_of_2(max_query_len)))
-    block_n = 64
     num_warps = 8 if block_m >= 128 else 4
-    num_stages = 3 if torch.cuda.get_device_capability(device)[0] >= 9 else 2
-    return block_m, block_n, num_warps, num_stages
-
-
-# TMA loads of K/V tiles by default on CUDA: flip after measuring (benchmarks/attention.py --sweep).
-_DEFAULT_TMA = False
+    return block_m, 64, num_warps, 3 if hopper else 2, False
 
 
 def _pool_descriptor(cache: torch.Tensor, block_n: int):
@@ -247,7 +254,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         block_m, block_n, num_warps, num_stages: tile overrides for benchmarks; the defaults come
             from a fixed heuristic. block_n must divide page_size or be a multiple of it.
         use_tma: load K/V tiles through TMA tensor descriptors (Hopper+; needs block_n <= page_size
-            and the pool's page/head strides multiples of D). None: the default for the device.
+            and the pool's page/head strides multiples of D). None: the default for the device
+            (on for sm_90+ when block_n <= page_size).
         warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks).
 
     Returns:
@@ -298,7 +306,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if t == 0 or b == 0:
         return out
 
-    dm, dn, dw, ds = _default_config(max_query_len, page_size, q.device)
+    dm, dn, dw, ds, dt = _default_config(max_query_len, page_size, q.device, is_int8)
     block_m, block_n = block_m or dm, block_n or dn
     num_warps, num_stages = num_warps or dw, num_stages or ds
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
@@ -308,7 +316,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     check(q.device.type != "cuda" or min(block_m, block_n) >= 16,
           "tensor-core tiles need block_m, block_n >= 16")
     if use_tma is None:
-        use_tma = _DEFAULT_TMA and q.device.type == "cuda"
+        use_tma = dt and block_n <= page_size
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
     if use_tma:
         desc_k = _pool_descriptor(k_cache, block_n)

@@ -55,7 +55,12 @@ def _store_kv_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_D: tl.constexpr,
     IS_INT8: tl.constexpr,
+    SIGNAL_DEPENDENTS: tl.constexpr,  # GPU: let a PDL-launched successor (decode) get scheduled
 ):
+    if SIGNAL_DEPENDENTS:
+        # a successor launched with programmatic dependent launch (decode attention with
+        # pdl=True) may now be scheduled; it still waits for this kernel to finish
+        tl.extra.cuda.gdc_launch_dependents()
     tok = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + tok).to(tl.int64)
     page = slot // PAGE_SIZE
@@ -151,6 +156,6 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         stride_sp=scale_strides[0], stride_sh=scale_strides[1],
         NUM_KV_HEADS=kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
-        IS_INT8=is_int8,
+        IS_INT8=is_int8, SIGNAL_DEPENDENTS=k.device.type == "cuda",
         num_warps=4,
     )
