@@ -200,8 +200,9 @@ def ours_fn(dec, layer: dict, kw: dict, ws, stage1: bool = False):
     args = (layer["q"], layer["k"], layer["v"], layer["seq_lens"], layer["table"])
     common = dict(num_queries=1, sm_scale=D ** -0.5, k_scale=layer["ks"], v_scale=layer["vs"],
                   workspace=ws, **kw)
-    if stage1:
-        return lambda: dec._decode_stage1(*args, **common)
+    if stage1:  # no PDL: back-to-back stage-1 kernels, which never follow each other in the model,
+        # would be scheduled early onto SMs the previous layer's stage 1 still fills
+        return lambda: dec._decode_stage1(*args, **{**common, "pdl": False})
     return lambda: dec.decode_attention(*args, out=layer["out"], **common)
 
 
