@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -482,9 +483,12 @@ def main() -> None:
     out = open(args.out, "w") if args.out else None
     records: list = []
     import triton
+    # INFER_COMMIT wins: a copied working tree (a remote GPU machine) may carry a stale .git
+    commit = os.environ.get("INFER_COMMIT")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=Path(__file__).parent).stdout.strip() or None
+        commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                          capture_output=True, text=True,
+                                          cwd=Path(__file__).parent).stdout.strip() or None
     except OSError:
         commit = None
     emit({"what": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__,
