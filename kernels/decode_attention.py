@@ -23,8 +23,8 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   Marlin with integer ops only: ``(uint8(c) ^ 0x6480)`` is the fp16 bit pattern of ``1152 + c``,
   minus 1152.0 gives ``c`` exactly; 2: the same trick in inline PTX on four packed codes at once
   (one ``xor``, two ``prmt``, two ``sub.f16x2`` per four codes; GPU only, runs as 1 under the
-  interpreter); 3: as 2, but the values are loaded as int32 words (four codes each) and unpacked
-  into a plain float16 tile (``_int8_words_to_f16``). Why 3: the P.V dot needs each thread's
+  interpreter); 3: as 2, but the keys and values are loaded as int32 words (four codes each) and
+  unpacked into plain float16 tiles (``_int8_words_to_f16``). Why 3: the P.V dot needs each thread's
   value operand as pairs of consecutive *keys* (one column, rows ``D`` bytes apart); with 0-2
   Triton moves the conversion after the shared-memory load, which then reads single bytes
   (``ld.shared.b8``, 64 per thread per 64-key block); with 3 the int8 tile is read as 16-byte
@@ -77,6 +77,25 @@ _LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
+def _int8_to_f16_biased(c, MODE: tl.constexpr):
+    """``1152 + c`` exactly in float16 for a tile of int8 codes (the magic number without its
+    subtraction, which ``FOLD_OFFSET`` moves into the dots): MODE 2 packed inline PTX, else
+    integer ops."""
+    if MODE == 2:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t;
+            xor.b32 t, $2, 0x80808080;
+            prmt.b32 $0, t, 0x64646464, 0x4140;
+            prmt.b32 $1, t, 0x64646464, 0x4342;
+            }""",
+            constraints="=r,=r,r", args=[c], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        u = c.to(tl.uint8, bitcast=True).to(tl.uint16)
+        return (u ^ 0x6480).to(tl.float16, bitcast=True)
+
+
+@triton.jit
 def _int8_to_f16(c, MODE: tl.constexpr):
     """Exact int8 -> float16 of a tile of codes: MODE 1 integer ops, MODE 2 packed inline PTX."""
     if MODE == 2:
@@ -97,7 +116,7 @@ def _int8_to_f16(c, MODE: tl.constexpr):
 
 
 @triton.jit
-def _int8_words_to_f16(w, ON_GPU: tl.constexpr):
+def _int8_words_to_f16(w, ON_GPU: tl.constexpr, BIASED: tl.constexpr = False):
     """Exact float16 of the four int8 codes packed in each int32 of ``w`` [R, C] -> [R, 4 * C].
 
     Code ``k`` of a word (byte ``k``, little-endian) lands at column ``4 * c + k``. On the GPU one
@@ -106,7 +125,19 @@ def _int8_words_to_f16(w, ON_GPU: tl.constexpr):
     tile in a plain blocked layout, so the dot takes it through ``ldmatrix`` like a 16-bit tile
     instead of loading single bytes of shared memory in the dot-operand layout.
     """
-    if ON_GPU:
+    if ON_GPU and BIASED:
+        c0, c1, c2, c3 = tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, lo, hi;
+            xor.b32 t, $4, 0x80808080;
+            prmt.b32 lo, t, 0x64646464, 0x4140;
+            prmt.b32 hi, t, 0x64646464, 0x4342;
+            mov.b32 {$0, $1}, lo;
+            mov.b32 {$2, $3}, hi;
+            }""",
+            constraints="=h,=h,=h,=h,r", args=[w],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=1)
+    elif ON_GPU:
         c0, c1, c2, c3 = tl.inline_asm_elementwise(
             asm="""{
             .reg .b32 t, lo, hi, m;
@@ -123,10 +154,11 @@ def _int8_words_to_f16(w, ON_GPU: tl.constexpr):
             dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=1)
     else:
         u = w.to(tl.uint32, bitcast=True)
-        c0 = ((u & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
-        c1 = (((u >> 8) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
-        c2 = (((u >> 16) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
-        c3 = (((u >> 24) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
+        off = 0.0 if BIASED else 1152.0  # BIASED: 1152 + c, the offset left to the caller
+        c0 = ((u & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - off
+        c1 = (((u >> 8) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - off
+        c2 = (((u >> 16) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - off
+        c3 = (((u >> 24) & 0xFF).to(tl.uint16) ^ 0x6480).to(tl.float16, bitcast=True) - off
     x = tl.join(tl.join(c0, c2), tl.join(c1, c3))  # [R, C, 2, 2]: (i, o) holds code 2i + o
     return tl.reshape(x, [w.shape[0], 4 * w.shape[1]])
 
@@ -141,12 +173,19 @@ def _int8_codes(c, dt: tl.constexpr, MODE: tl.constexpr):
 
 
 @triton.jit
-def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
+def _attend_block(acc, m_i, l_i, q, q_bias, blk, seq_len, qpos,
                   pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, qk_scale,
                   NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
                   BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_INT8: tl.constexpr,
-                  INT8_MAGIC: tl.constexpr, V_WORDS: tl.constexpr, DOT_PREC: tl.constexpr):
-    """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i)."""
+                  INT8_MAGIC: tl.constexpr, V_WORDS: tl.constexpr, DOT_PREC: tl.constexpr,
+                  FOLD_OFFSET: tl.constexpr = False):
+    """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i).
+
+    With ``FOLD_OFFSET`` (INT8, magic-number modes) the codes enter the dots as ``1152 + c``
+    and the offset is removed once per row instead of once per code: the score dot starts from
+    ``q_bias = -1152 * sum_d q`` [ROWS, BLOCK_N] and the P.V dot from ``acc * alpha - 1152 *
+    sum_j pv_j``; float32 accumulation keeps ~20 bits after the cancellation.
+    """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     pos = blk * BLOCK_N + offs_n  # (BLOCK_N,) key positions
@@ -166,6 +205,18 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     v_ptrs = v_head_ptr + kv_off[:, None] + offs_d[None, :]
     if MASKED:
         kv_valid = pos < seq_len
+    if IS_INT8 and V_WORDS:
+        # the codes as int32 words, 4 codes each (offsets in words: all multiples of 4 B)
+        offs_w = tl.arange(0, HEAD_DIM // 4)
+        w_off = (page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM // 4)
+                 + within * (HEAD_DIM // 4))[:, None] + offs_w[None, :]
+        kw_ptrs = k_head_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + w_off
+        if MASKED:
+            kw = tl.load(kw_ptrs, mask=kv_valid[:, None], other=0)
+        else:
+            kw = tl.load(kw_ptrs)
+        k = _int8_words_to_f16(kw, INT8_MAGIC == 2, FOLD_OFFSET).to(q.dtype)
+    elif MASKED:
         k = tl.load(k_ptrs, mask=kv_valid[:, None], other=0)
     else:
         k = tl.load(k_ptrs)
@@ -177,7 +228,15 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
             ks = tl.load(ks_head_ptr + s_off, mask=kv_valid, other=0.0)
         else:
             ks = tl.load(ks_head_ptr + s_off)
-        s = tl.dot(q, tl.trans(_int8_codes(k, q.dtype, INT8_MAGIC)), input_precision=DOT_PREC)
+        if not V_WORDS:  # (with V_WORDS k is float16 already)
+            if FOLD_OFFSET:
+                k = _int8_to_f16_biased(k, INT8_MAGIC).to(q.dtype)
+            else:
+                k = _int8_codes(k, q.dtype, INT8_MAGIC)
+        if FOLD_OFFSET:
+            s = tl.dot(q, tl.trans(k), q_bias, input_precision=DOT_PREC)
+        else:
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
         s = s * (ks * qk_scale)[None, :]
     else:
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
@@ -191,19 +250,16 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     alpha = tl.exp2(m_i - m_use)
     p = tl.exp2(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None]
+    if not FOLD_OFFSET:
+        acc = acc * alpha[:, None]
 
     if IS_INT8 and V_WORDS:
-        # the value codes as int32 words, 4 codes each (offsets in words: all multiples of 4 B)
-        offs_w = tl.arange(0, HEAD_DIM // 4)
-        vw_ptrs = (v_head_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-                   + (page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM // 4)
-                      + within * (HEAD_DIM // 4))[:, None] + offs_w[None, :])
+        vw_ptrs = v_head_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + w_off
         if MASKED:
             vw = tl.load(vw_ptrs, mask=kv_valid[:, None], other=0)
         else:
             vw = tl.load(vw_ptrs)
-        v = _int8_words_to_f16(vw, INT8_MAGIC == 2).to(q.dtype)
+        v = _int8_words_to_f16(vw, INT8_MAGIC == 2, FOLD_OFFSET).to(q.dtype)
     elif MASKED:
         v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)  # masked keys: V rows are 0
     else:
@@ -214,7 +270,12 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
         else:
             vs = tl.load(vs_head_ptr + s_off)
         pv = (p * vs[None, :]).to(q.dtype)
-        if not V_WORDS:
+        if FOLD_OFFSET:
+            if not V_WORDS:
+                v = _int8_to_f16_biased(v, INT8_MAGIC).to(q.dtype)
+            pv_sum = tl.sum(pv.to(tl.float32), axis=1)  # exactly the values the dot sees
+            acc = acc * alpha[:, None] - (1152.0 * pv_sum)[:, None]
+        elif not V_WORDS:
             v = _int8_codes(v, q.dtype, INT8_MAGIC)
         acc = tl.dot(pv, v, acc, input_precision=DOT_PREC)
     else:
@@ -341,6 +402,7 @@ def _decode_split_kernel(
     MERGE_BLOCK_S: tl.constexpr,
     SWAP_AB: tl.constexpr,
     USE_PDL: tl.constexpr,
+    FOLD_OFFSET: tl.constexpr,
 ):
     if USE_PDL:
         # launched early (programmatic dependent launch): wait until the previous kernel (the KV
@@ -394,16 +456,21 @@ def _decode_split_kernel(
         acc = tl.trans(acc_t)
     else:
         acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
+        if FOLD_OFFSET:  # the score dot starts from -1152 * sum_d q (see _attend_block)
+            q_bias = tl.broadcast_to((-1152.0 * tl.sum(q.to(tl.float32), axis=1))[:, None],
+                                     [ROWS, BLOCK_N])
+        else:
+            q_bias = 0.0
         for blk in range(start, tl.minimum(end, n_full)):
             acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+                acc, m_i, l_i, q, q_bias, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
                 ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-                False, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
+                False, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC, FOLD_OFFSET)
         for blk in range(tl.maximum(start, n_full), end):
             acc, m_i, l_i = _attend_block(
-                acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
+                acc, m_i, l_i, q, q_bias, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
                 ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-                True, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC)
+                True, IS_INT8, INT8_MAGIC, V_WORDS, DOT_PREC, FOLD_OFFSET)
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -433,7 +500,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      block_n: int | None = None, num_warps: int | None = None,
                      num_stages: int | None = None, int8_magic: int | None = None,
                      fuse_combine: bool | None = None, swap_ab: bool | None = None,
-                     pdl: bool | None = None) -> torch.Tensor:
+                     pdl: bool | None = None, int8_fold: bool | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -458,8 +525,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             two that divides or is a multiple of page_size); defaults from ``TILE_DEFAULTS`` on a
             GPU, ``block_n = page_size`` on a CPU.
         int8_magic: INT8 code conversion, 0 (cvt), 1 (magic number, integer ops), 2 (magic
-            number, packed inline PTX; 1 under the interpreter) or 3 (2, with the values loaded
-            as int32 words); default from ``TILE_DEFAULTS``.
+            number, packed inline PTX; 1 under the interpreter) or 3 (2, with keys and values
+            loaded as int32 words); default from ``TILE_DEFAULTS``.
         fuse_combine: merge the splits in stage 1 (the last program of each sequence and KV head;
             the workspace's counters) instead of a separate combine launch; default from
             ``TILE_DEFAULTS``. Same result up to float32 summation order.
@@ -473,6 +540,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             its own dependent launch, so the launch latency between kernels is hidden (also
             inside a CUDA graph). Results are unchanged; GPU only, default from
             ``TILE_DEFAULTS``.
+        int8_fold: INT8 with int8_magic 1-3, without swap_ab: feed the dots ``1152 + c`` and
+            remove the offset once per row (``-1152 * sum(q)`` as the score dot's accumulator,
+            ``-1152 * sum(pv)`` added to the output's), which drops the per-code subtraction;
+            same result up to float32 rounding; default from ``TILE_DEFAULTS``.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -492,7 +563,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
         block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic,
-        fuse_combine=fuse_combine, out=out, swap_ab=swap_ab, pdl=pdl)
+        fuse_combine=fuse_combine, out=out, swap_ab=swap_ab, pdl=pdl, int8_fold=int8_fold)
     if seq_lens.shape[0] == 0 or fuse_combine:
         return out
     if pdl is None:
@@ -503,7 +574,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
                    k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
                    num_warps=None, num_stages=None, int8_magic=None, fuse_combine=None, out=None,
-                   swap_ab=None, pdl=None):
+                   swap_ab=None, pdl=None, int8_fold=None):
     """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
 
     Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
@@ -574,6 +645,9 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         swap_ab = tiles["swap_ab"]
     if pdl is None:
         pdl = tiles["pdl"]
+    if int8_fold is None:
+        int8_fold = tiles["int8_fold"]
+    fold = bool(int8_fold) and is_int8 and int8_magic != 0 and not swap_ab
     if fuse_combine and out is None:
         raise ValueError("fuse_combine=True writes the output in stage 1: pass out")
     use_pdl = bool(pdl) and on_gpu
@@ -601,7 +675,8 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         V_WORDS=v_words,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", FUSE_COMBINE=bool(fuse_combine),
         MERGE_R=merge_r, MERGE_LSE_BLOCK=merge_lse_block, MERGE_BLOCK_S=merge_block_s,
-        SWAP_AB=bool(swap_ab), USE_PDL=use_pdl, **({"launch_pdl": True} if use_pdl else {}),
+        SWAP_AB=bool(swap_ab), USE_PDL=use_pdl, FOLD_OFFSET=fold,
+        **({"launch_pdl": True} if use_pdl else {}),
         num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
     )
     return o_part, lse

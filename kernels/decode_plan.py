@@ -78,9 +78,9 @@ class DecodeWorkspace:
 # 3.3 to 1.9 us per layer, so it is on.
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
-                  fuse_combine=False, swap_ab=False, pdl=True),
+                  fuse_combine=False, swap_ab=False, pdl=True, int8_fold=False),
     "int8": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=2,
-                 fuse_combine=False, swap_ab=False, pdl=True),
+                 fuse_combine=False, swap_ab=False, pdl=True, int8_fold=False),
 }
 _MAX_SPLITS = 512
 

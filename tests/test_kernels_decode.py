@@ -209,6 +209,22 @@ def test_decode_fused_repeats_and_matches_unfused(monkeypatch):
                                      case.page_table, num_queries=n, fuse_combine=True)
 
 
+@pytest.mark.parametrize("n,group,magic,dtype", [
+    (1, 4, 1, torch.float16), (2, 4, 3, torch.float16), (5, 1, 2, torch.float32),
+    (16, 5, 1, torch.float16)])
+def test_decode_int8_fold_offset_matches_reference(n, group, magic, dtype):
+    """int8_fold (the magic-number offset removed once per row, not per code) changes only the
+    float32 rounding: same output as the reference and as the unfolded kernel."""
+    case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
+                dtype=dtype, int8=True)
+    out = case.run(num_splits=3, block_n=16, int8_magic=magic, int8_fold=True)
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
+    plain = case.run(num_splits=3, block_n=16, int8_magic=magic, int8_fold=False)
+    torch.testing.assert_close(out, plain, **TOL[dtype])
+    assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
+    assert _nmse(out, case.expected_full()) < INT8_NMSE
+
+
 @pytest.mark.parametrize("magic", [0, 1, 2, 3])
 def test_decode_int8_conversions_agree(magic):
     """Each INT8 conversion (cvt, magic number, values as words; 2 and 3 use integer ops instead
@@ -343,7 +359,7 @@ def test_combine_matches_merge_partials(splits):
 # ----------------------------------------------------------------------------------------- GPU
 
 GPU_VARIANTS = {"combine": {}, "fused": dict(fuse_combine=True), "pdl": dict(pdl=True),
-                "swap": dict(swap_ab=True)}
+                "swap": dict(swap_ab=True), "fold": dict(int8_fold=True)}
 
 
 @pytest.mark.gpu
