@@ -500,7 +500,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      block_n: int | None = None, num_warps: int | None = None,
                      num_stages: int | None = None, int8_magic: int | None = None,
                      fuse_combine: bool | None = None, swap_ab: bool | None = None,
-                     pdl: bool | None = None, int8_fold: bool | None = None) -> torch.Tensor:
+                     pdl: bool | None = None, int8_fold: bool | None = None,
+                     maxnreg: int | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -544,6 +545,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             remove the offset once per row (``-1152 * sum(q)`` as the score dot's accumulator,
             ``-1152 * sum(pv)`` added to the output's), which drops the per-code subtraction;
             same result up to float32 rounding; default from ``TILE_DEFAULTS``.
+        maxnreg: cap on registers per thread for stage 1 (ptxas ``maxnreg``; GPU only, for
+            tuning: 128 keeps 4 programs of 4 warps per SM).
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -563,7 +566,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
         block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic,
-        fuse_combine=fuse_combine, out=out, swap_ab=swap_ab, pdl=pdl, int8_fold=int8_fold)
+        fuse_combine=fuse_combine, out=out, swap_ab=swap_ab, pdl=pdl, int8_fold=int8_fold,
+        maxnreg=maxnreg)
     if seq_lens.shape[0] == 0 or fuse_combine:
         return out
     if pdl is None:
@@ -574,7 +578,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
                    k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
                    num_warps=None, num_stages=None, int8_magic=None, fuse_combine=None, out=None,
-                   swap_ab=None, pdl=None, int8_fold=None):
+                   swap_ab=None, pdl=None, int8_fold=None, maxnreg=None):
     """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
 
     Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
@@ -677,6 +681,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         MERGE_R=merge_r, MERGE_LSE_BLOCK=merge_lse_block, MERGE_BLOCK_S=merge_block_s,
         SWAP_AB=bool(swap_ab), USE_PDL=use_pdl, FOLD_OFFSET=fold,
         **({"launch_pdl": True} if use_pdl else {}),
+        **({"maxnreg": maxnreg} if maxnreg and on_gpu else {}),
         num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
     )
     return o_part, lse
