@@ -75,7 +75,8 @@ class DecodeWorkspace:
 # merge is the tail), so it is off; swap_ab (keys on the MMA's M side, warpgroup MMA) was slower
 # too (32k BF16 54.0 against 42.1 us; INT8 mode 2: 54.7 against 38.9), so it is off; pdl
 # (programmatic dependent launch of stage 1 and the combine) cut the combine's in-graph cost from
-# 3.3 to 1.9 us per layer, so it is on.
+# 3.3 to 1.9 us per layer, so it is on. int8_fold (commit cdafe70): 168 registers, two waves,
+# 163 against 112 us at 128k; with maxnreg=128 within 1 % of the default, so it is off.
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
                   fuse_combine=False, swap_ab=False, pdl=True, int8_fold=False),
