@@ -628,8 +628,10 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         num_splits = default_num_splits(batch, kv_heads, q.device, k_cache.dtype)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    tile_rows = max(16, triton.next_power_of_2(rows))
+    big_tile = tile_rows > 16  # many rows (n * group > 16): the 4-warp, 64-key tile
     if block_n is None:
-        block_n = tiles["block_n"] if on_gpu else page_size
+        block_n = (64 if big_tile else tiles["block_n"]) if on_gpu else page_size
     if block_n & (block_n - 1) or (block_n % page_size and page_size % block_n):
         raise ValueError(f"block_n={block_n} must be a power of two dividing or a multiple of "
                          f"page_size={page_size}")
@@ -682,6 +684,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         SWAP_AB=bool(swap_ab), USE_PDL=use_pdl, FOLD_OFFSET=fold,
         **({"launch_pdl": True} if use_pdl else {}),
         **({"maxnreg": maxnreg} if maxnreg and on_gpu else {}),
-        num_warps=num_warps or tiles["num_warps"], num_stages=num_stages or tiles["num_stages"],
+        num_warps=num_warps or (max(4, tiles["num_warps"]) if big_tile else tiles["num_warps"]),
+        num_stages=num_stages or tiles["num_stages"],
     )
     return o_part, lse

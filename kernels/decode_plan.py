@@ -77,10 +77,15 @@ class DecodeWorkspace:
 # (programmatic dependent launch of stage 1 and the combine) cut the combine's in-graph cost from
 # 3.3 to 1.9 us per layer, so it is on. int8_fold (commit cdafe70): 168 registers, two waves,
 # 163 against 112 us at 128k; with maxnreg=128 within 1 % of the default, so it is off.
+# INT8 tile (commit 71b4200 sweep): one warp per program, 32-key blocks, 12 programs per SM (198
+# splits for 8 KV heads on 132 SMs, one wave at 168 registers): 94.5 against 111.1 us at 128k
+# with the earlier 4-warp 64-key 66-split tile (no cross-warp row max/sum, fewer barriers);
+# 39.8 against 38.4 us at 32k. Steps with more than 16 tile rows (n * group > 16) keep 4 warps
+# and 64-key blocks (one warp would hold a 64 x 128 float32 accumulator).
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
                   fuse_combine=False, swap_ab=False, pdl=True, int8_fold=False),
-    "int8": dict(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4, int8_magic=2,
+    "int8": dict(block_n=32, num_warps=1, num_stages=2, programs_per_sm=12, int8_magic=2,
                  fuse_combine=False, swap_ab=False, pdl=True, int8_fold=False),
 }
 _MAX_SPLITS = 512
