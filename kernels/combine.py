@@ -9,8 +9,10 @@ tile row r) where row ``r = t * group + g`` is query token ``t`` of the step and
 - ``lse[b, h, s, r]``: float32 natural log-sum-exp of the split's scaled scores, ``-inf`` when the
   split saw no key (an empty split: its ``o_part`` is ignored, whatever it holds).
 
-One program per (sequence, KV head, tile row) walks the splits ``BLOCK_S`` (<= 64) at a time, so
-hundreds of splits fit in registers. The merge subtracts the maximum lse first ("compute the
+One program per (sequence, KV head, tile row, ``BLOCK_D`` slice of head_dim) loads all splits at
+once up to 256 (one L2 round trip; more splits go ``BLOCK_S`` at a time), with ``BLOCK_S *
+BLOCK_D`` about 4096 float32 so the tile fits in registers and hundreds of splits still spread
+over many programs. The merge subtracts the maximum lse first ("compute the
 scale first"), so no exp overflows; a row whose splits are all empty (a padding sequence with
 ``seq_len = 0``) gives exact zeros, never NaN. Oracle: ``kernels.reference.merge_partials``.
 
@@ -48,6 +50,7 @@ def _combine_kernel(
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,  # head_dim slice of this program (grid axis 1)
     USE_PDL: tl.constexpr,
 ):
     rows: tl.constexpr = NUM_QUERIES * GROUP
@@ -57,7 +60,7 @@ def _combine_kernel(
     h = bh % NUM_KV_HEADS
     b = (bh // NUM_KV_HEADS).to(tl.int64)
     offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     lse_base = lse_ptr + b * stride_lb + h * stride_lh + r
     o_base = o_part_ptr + b * stride_ob + h * stride_oh + r * stride_or
     if USE_PDL:
@@ -66,7 +69,7 @@ def _combine_kernel(
 
     # The o_part loads never depend on the lse loads (empty splits are dropped after the load by
     # a select, so NaN or stale data there cannot leak): both round trips overlap.
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     if NUM_SPLITS <= BLOCK_S:  # one pass: every split in registers
         valid = offs_s < NUM_SPLITS
         lse = tl.load(lse_base + offs_s * stride_ls, mask=valid, other=float("-inf"))
@@ -211,7 +214,11 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
     if head_dim & (head_dim - 1) or head_dim < 16:
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
     assert o_part.stride(-1) == 1 and lse.stride(-1) == 1 and out.stride(-1) == 1
-    grid = (batch * kv_heads * rows,)
+    # all splits in one tile up to 256 (one round trip to L2); the head_dim split over programs
+    # so that a tile stays ~4096 float32 and hundreds of splits still spread over the SMs
+    block_s = min(256, triton.next_power_of_2(num_splits))
+    block_d = max(16, min(head_dim, 4096 // block_s))
+    grid = (batch * kv_heads * rows, head_dim // block_d)
     if grid[0] == 0:
         return out
     use_pdl = bool(pdl) and out.device.type == "cuda"
@@ -222,7 +229,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
         stride_lb=lse.stride(0), stride_lh=lse.stride(1), stride_ls=lse.stride(2),
         stride_tt=out.stride(0), stride_th=out.stride(1),
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, NUM_SPLITS=num_splits,
-        HEAD_DIM=head_dim, BLOCK_S=min(64, triton.next_power_of_2(num_splits)),
+        HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d,
         USE_PDL=use_pdl, num_warps=4, **({"launch_pdl": True} if use_pdl else {}),
     )
     return out

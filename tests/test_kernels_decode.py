@@ -334,7 +334,7 @@ def test_decode_rejects_bad_arguments():
         decode_attention(case.q, c.k, c.v, case.seq_lens.long(), case.page_table)
 
 
-@pytest.mark.parametrize("splits", [5, 150])
+@pytest.mark.parametrize("splits", [5, 150, 300])  # 300: the two-pass path
 def test_combine_matches_merge_partials(splits):
     """Random partials with empty splits (lse=-inf, o_part NaN) and an all-empty row; 150 splits
     take three chunks of 64."""
