@@ -13,10 +13,8 @@ the float32 scales for INT8) for ``seq_len`` positions x 8 KV heads x 128 dims. 
         --stages 1 2 4 --magic 0 1 2 --split-timing
 
 ``--magic`` (INT8 only) is the code conversion: 0 cvt, 1 magic number with integer ops, 2 magic
-number in packed inline PTX, 3 as 2 with the values loaded as int32 words.
-``--fuse-combine 0 1`` times the separate combine launch and the combine fused into stage 1
-(``stage1_us`` then includes the merge; no ``combine_us``). The last line is the best config
-per (dtype, seq_len) as JSON.
+number in packed inline PTX. ``--opts`` adds launcher options (e.g. ``'{"pdl": false}'``). The last
+line is the best config per (dtype, seq_len) as JSON.
 """
 
 from __future__ import annotations
@@ -90,9 +88,9 @@ def quick_configs() -> list[tuple]:
                      ((2, 132), (2, 264), (3, 132), (4, 264))]
             cfgs += [("bf16", seq, 128, 4, 2, 132, 0), ("bf16", seq, 64, 8, 2, 132, 0)]
         # int8: the conversion first, then programs per SM and block_n with the packed PTX one
-        cfgs += [("int8", seq, 128, 4, 2, 33, m) for m in (0, 1, 2, 3)]
-        cfgs += [("int8", seq, 128, 4, 2, 66, m) for m in (1, 2, 3)]
-        cfgs += [("int8", seq, 64, 4, 2, 66, m) for m in (2, 3)]
+        cfgs += [("int8", seq, 128, 4, 2, 33, m) for m in (0, 1, 2)]
+        cfgs += [("int8", seq, 128, 4, 2, 66, m) for m in (1, 2)]
+        cfgs += [("int8", seq, 32, 1, 2, sp, 2) for sp in (132, 198)]
         cfgs += [("int8", seq, 128, 4, 2, 132, 2), ("int8", seq, 64, 4, 2, 132, 2),
                  ("int8", seq, 256, 8, 2, 66, 2)]
         if seq == 32768:
@@ -114,10 +112,8 @@ def main() -> None:
     ap.add_argument("--stages", type=int, nargs="+", default=[2])
     ap.add_argument("--splits", type=int, nargs="+", default=[0, 66, 132],
                     help="0 = the launcher default for the cache dtype")
-    ap.add_argument("--magic", type=int, nargs="+", default=[2, 3], choices=[0, 1, 2, 3],
+    ap.add_argument("--magic", type=int, nargs="+", default=[1, 2], choices=[0, 1, 2],
                     help="INT8 conversion (bf16 runs ignore it)")
-    ap.add_argument("--fuse-combine", type=int, nargs="+", default=[0], choices=[0, 1],
-                    help="0 = separate combine launch, 1 = merged by stage 1's last program")
     ap.add_argument("--opts", nargs="+", default=["{}"],
                     help="JSON dicts of extra decode_attention options, each crossed with every "
                          "config (e.g. '{}' '{\"swap_ab\": true}')")
@@ -146,8 +142,8 @@ def main() -> None:
     pools: dict[tuple, tuple] = {}
     best: dict[str, dict] = {}
     extras = [json.loads(o) for o in args.opts]
-    configs = [(*c, fuse, ex) for c in configs for fuse in args.fuse_combine for ex in extras]
-    for dtype, seq_len, block_n, warps, stages, splits, magic, fuse, extra in configs:
+    configs = [(*c, ex) for c in configs for ex in extras]
+    for dtype, seq_len, block_n, warps, stages, splits, magic, extra in configs:
         int8 = dtype == "int8"
         if (dtype, seq_len) not in pools:
             pools.clear()  # one pool at a time (128k bf16 is 512 MiB)
@@ -159,24 +155,23 @@ def main() -> None:
         ws = DecodeWorkspace.allocate(1, KV_HEADS, GROUP, splits, HEAD_DIM, dev)
         out = torch.empty_like(pool["q"])
         cfg = dict(num_splits=splits, workspace=ws, block_n=block_n, num_warps=warps,
-                   num_stages=stages, int8_magic=magic, fuse_combine=bool(fuse), **extra)
+                   num_stages=stages, int8_magic=magic, **extra)
         cfg.update(pool)
         fn = lambda cfg=cfg, out=out: decode_attention(**cfg, out=out)
         row = dict(dtype=dtype, seq_len=seq_len, block_n=block_n, num_warps=warps,
                    num_stages=stages, num_splits=splits, magic=magic if int8 else None,
-                   fuse_combine=bool(fuse), **extra)
+                   **extra)
         try:
             out.fill_(float("nan"))
             fn()
             err = (out.float() - ref).abs().max().item()
             us = bench_graph(fn, rep) * 1e3
             if split_timing:
-                parts = _decode_stage1(**cfg, out=out)
-                stage1 = lambda cfg=cfg, out=out: _decode_stage1(**cfg, out=out)
+                parts = _decode_stage1(**cfg)
+                stage1 = lambda cfg=cfg: _decode_stage1(**cfg)
                 merge = lambda parts=parts, out=out: combine(*parts, out)
                 row["stage1_us"] = round(bench_graph(stage1, rep) * 1e3, 2)
-                if not fuse:
-                    row["combine_us"] = round(bench_graph(merge, rep) * 1e3, 2)
+                row["combine_us"] = round(bench_graph(merge, rep) * 1e3, 2)
         except Exception as e:  # a config that fails to compile (e.g. out of shared memory)
             print(json.dumps({**row, "error": repr(e)[:300]}), flush=True)
             continue

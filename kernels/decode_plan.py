@@ -21,9 +21,6 @@ class DecodeWorkspace:
     Attributes:
         o_part: float32 [max_batch, kv_heads, max_splits, max_rows, head_dim].
         lse: float32 [max_batch, kv_heads, max_splits, max_rows].
-        counters: int32 [max_batch, kv_heads], zeros: the arrival counters of the fused combine
-            (``fuse_combine=True``). Each call leaves them at zero again, so they are allocated
-            zeroed once and never cleared on the host (a captured CUDA graph may replay freely).
 
     A call with ``B <= max_batch``, ``num_splits <= max_splits`` and ``n * group <= max_rows``
     uses the slice ``[:B, :, :num_splits, :n * group]`` (a view: no allocation, so a CUDA graph
@@ -34,7 +31,6 @@ class DecodeWorkspace:
 
     o_part: torch.Tensor
     lse: torch.Tensor
-    counters: torch.Tensor
 
     @classmethod
     def allocate(cls, max_batch: int, kv_heads: int, max_rows: int, max_splits: int,
@@ -42,8 +38,7 @@ class DecodeWorkspace:
         """Scratch for up to ``max_batch`` sequences x ``max_rows`` (= n * group) tile rows."""
         shape = (max_batch, kv_heads, max_splits, max_rows)
         return cls(torch.empty(*shape, head_dim, dtype=torch.float32, device=device),
-                   torch.empty(shape, dtype=torch.float32, device=device),
-                   torch.zeros(max_batch, kv_heads, dtype=torch.int32, device=device))
+                   torch.empty(shape, dtype=torch.float32, device=device))
 
     def views(self, batch: int, kv_heads: int, num_splits: int, rows: int,
               head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,37 +51,23 @@ class DecodeWorkspace:
         return (self.o_part[:batch, :, :num_splits, :rows],
                 self.lse[:batch, :, :num_splits, :rows])
 
-    def counter_view(self, batch: int) -> torch.Tensor:
-        """The int32 [batch, kv_heads] arrival counters of a fused-combine call (contiguous)."""
-        if batch > self.counters.shape[0]:
-            raise ValueError(f"decode workspace counters {tuple(self.counters.shape)} cannot hold "
-                             f"batch {batch}: allocate it for the largest step")
-        return self.counters[:batch]
-
 
 # Default tiles per KV-cache kind on a GPU, set from benchmarks/sweep_decode.py on an H200 (Qwen3-8B
 # shape, batch 1; commit 4618394, see BENCHMARKS.md: bf16 block 128 x 33 splits was fastest at 32k
 # and 128k; int8 block 64 x 66 splits with the packed magic-number dequant). programs_per_sm sets
 # the default split count; it must not depend on the context length (the grid is fixed when a
-# CUDA graph is captured). int8_magic: see kernels/decode_attention.py (3, values as int32 words,
-# measured no faster than 2). Measured on the H200 at commit 29c2a66 (sweep_decode.py, single
-# graph replays): fuse_combine (the last split program merges the partials) was slower than the
-# separate combine at every length (e.g. 32k BF16 46.3 against 43.5 us: one program's serial
-# merge is the tail), so it is off; swap_ab (keys on the MMA's M side, warpgroup MMA) was slower
-# too (32k BF16 54.0 against 42.1 us; INT8 mode 2: 54.7 against 38.9), so it is off; pdl
-# (programmatic dependent launch of stage 1 and the combine) cut the combine's in-graph cost from
-# 3.3 to 1.9 us per layer, so it is on. int8_fold (commit cdafe70): 168 registers, two waves,
-# 163 against 112 us at 128k; with maxnreg=128 within 1 % of the default, so it is off.
-# INT8 tile (commit 71b4200 sweep): one warp per program, 32-key blocks, 12 programs per SM (198
-# splits for 8 KV heads on 132 SMs, one wave at 168 registers): 94.5 against 111.1 us at 128k
-# with the earlier 4-warp 64-key 66-split tile (no cross-warp row max/sum, fewer barriers);
-# 39.8 against 38.4 us at 32k. Steps with more than 16 tile rows (n * group > 16) keep 4 warps
-# and 64-key blocks (one warp would hold a 64 x 128 float32 accumulator).
+# CUDA graph is captured). int8_magic: see kernels/decode_attention.py. pdl (programmatic
+# dependent launch of stage 1 and the combine) cut the combine's in-graph cost from 3.3 to 1.3 us
+# per layer (BF16; BENCHMARKS.md). INT8 tile (sweep at commit 71b4200): one warp per program,
+# 32-key blocks, 12 programs per SM (198 splits for 8 KV heads on 132 SMs: one wave at 168
+# registers): 94.5 against 111.1 us at 128k with the earlier 4-warp, 64-key, 66-split tile (no
+# cross-warp row max and sum, fewer barriers). Steps with more than 16 tile rows (n * group > 16)
+# use 4 warps and 64-key blocks (one warp would hold a 64 x 128 float32 accumulator).
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
-                  fuse_combine=False, swap_ab=False, pdl=True, int8_fold=False),
+                  pdl=True),
     "int8": dict(block_n=32, num_warps=1, num_stages=2, programs_per_sm=12, int8_magic=2,
-                 fuse_combine=False, swap_ab=False, pdl=True, int8_fold=False),
+                 pdl=True),
 }
 _MAX_SPLITS = 512
 
