@@ -407,7 +407,7 @@ def table(records: list) -> str:
             cfg = f"{bm}x{bn} w{nw} s{st}{' tma' if tma else ''}{' ws' if ws else ''}"
         timing = r.get("timing", "")
         if timing == "graph_layers":
-            timing += f" x{r['layers']}"
+            timing += f" x{r.get('layers', '?')}"
         cfg = f"{cfg} {timing}".strip()
         if "error" in r:
             rows.append(f"{r['what']:9} {r['impl']:11} {r['kv']:5} {r['positions']:>9} "

@@ -8,7 +8,7 @@ the float32 scales for INT8) for ``seq_len`` positions x 8 KV heads x 128 dims. 
 ``--split-timing`` (on in ``--quick``) stage 1 alone (``stage1_us``) and the combine alone
 (``combine_us``) are timed too.
 
-    PYTHONPATH=. python benchmarks/sweep_decode.py --quick    # ~45 chosen configs, < 3 minutes
+    PYTHONPATH=. python benchmarks/sweep_decode.py --quick    # ~47 chosen configs, < 3 minutes
     PYTHONPATH=. python benchmarks/sweep_decode.py --seq-lens 32768 --block-n 64 --splits 66 132 \
         --stages 1 2 4 --magic 0 1 2 --split-timing
 
@@ -76,7 +76,7 @@ def cache_bytes(seq_len: int, int8: bool) -> int:
 
 
 def quick_configs() -> list[tuple]:
-    """(dtype, seq_len, block_n, warps, stages, splits, magic): the most informative ~50."""
+    """(dtype, seq_len, block_n, warps, stages, splits, magic): the most informative ~47."""
     cfgs = []
     for seq in (32768, 131072):
         # bf16: programs per SM (splits 33/66/132/264 = 2/4/8/16 per SM), stages, block_n 32
@@ -116,7 +116,7 @@ def main() -> None:
                     help="INT8 conversion (bf16 runs ignore it)")
     ap.add_argument("--opts", nargs="+", default=["{}"],
                     help="JSON dicts of extra decode_attention options, each crossed with every "
-                         "config (e.g. '{}' '{\"swap_ab\": true}')")
+                         "config (e.g. '{}' '{\"pdl\": false}')")
     ap.add_argument("--split-timing", action="store_true",
                     help="also time stage 1 alone and the combine alone")
     ap.add_argument("--rep-ms", type=int, default=200)

@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.decode_plan import supports_pdl
+
 
 @triton.jit
 def _combine_kernel(
@@ -117,7 +119,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
             ``griddepcontrol.launch_dependents`` early) still runs, and waits for it to finish
             (``griddepcontrol.wait``) before its first load, which hides the launch latency
             between the two kernels; it signals its own dependents right after the wait.
-            Ignored on a CPU.
+            Ignored before sm_90 and on a CPU.
 
     Returns:
         ``out``. Allocates nothing (safe under CUDA graph capture).
@@ -149,7 +151,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
     grid = (batch * kv_heads * rows, head_dim // block_d)
     if grid[0] == 0:
         return out
-    use_pdl = bool(pdl) and out.device.type == "cuda"
+    use_pdl = bool(pdl) and supports_pdl(out.device)
     _combine_kernel[grid](
         o_part_ptr=o_part, lse_ptr=lse, out_ptr=out,
         stride_ob=o_part.stride(0), stride_oh=o_part.stride(1), stride_os=o_part.stride(2),

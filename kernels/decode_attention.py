@@ -56,6 +56,7 @@ from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's pu
     TILE_DEFAULTS,
     DecodeWorkspace,
     default_num_splits,
+    supports_pdl,
     tile_defaults,
 )
 
@@ -278,11 +279,13 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out: [B * n, num_q_heads, head_dim] in q's dtype; allocated if None.
         block_n, num_warps, num_stages: tile overrides for tuning (keys per iteration, a power of
             two that divides or is a multiple of page_size); defaults from ``TILE_DEFAULTS`` on a
-            GPU, ``block_n = page_size`` on a CPU.
+            GPU (INT8 steps of more than 16 tile rows: 64-key blocks, 4 warps), ``block_n =
+            page_size`` on a CPU.
         int8_magic: INT8 code conversion, 0 (cvt), 1 (magic number, integer ops) or 2 (magic
             number, packed inline PTX; 1 under the interpreter); default from ``TILE_DEFAULTS``.
         pdl: launch stage 1 and the combine with programmatic dependent launch (see the module
-            docstring). Results are unchanged; GPU only, default from ``TILE_DEFAULTS``.
+            docstring). Results are unchanged; used on sm_90+ only (ignored elsewhere), default
+            from ``TILE_DEFAULTS``.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -305,7 +308,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         return out
     if pdl is None:
         pdl = tile_defaults(k_cache.dtype)["pdl"]
-    return combine(o_part, lse, out, pdl=pdl and q.device.type == "cuda")
+    return combine(o_part, lse, out, pdl=pdl)
 
 
 def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
@@ -359,7 +362,9 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         num_splits = default_num_splits(batch, kv_heads, q.device, k_cache.dtype)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    big_tile = max(16, triton.next_power_of_2(rows)) > 16  # n * group > 16: the 4-warp tile
+    # a one-warp default tile (INT8) with more than 16 rows (n * group > 16) would hold a 64 x D
+    # float32 accumulator in one warp: such steps take 4 warps and 64-key blocks
+    big_tile = max(16, triton.next_power_of_2(rows)) > 16 and tiles["num_warps"] < 4
     if block_n is None:
         block_n = (64 if big_tile else tiles["block_n"]) if on_gpu else page_size
     if block_n & (block_n - 1) or (block_n % page_size and page_size % block_n):
@@ -373,7 +378,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         int8_magic = 1  # the interpreter runs no inline PTX; 1 computes the same codes
     if pdl is None:
         pdl = tiles["pdl"]
-    use_pdl = bool(pdl) and on_gpu
+    use_pdl = bool(pdl) and supports_pdl(q.device)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:
@@ -392,7 +397,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
-        num_warps=num_warps or (max(4, tiles["num_warps"]) if big_tile else tiles["num_warps"]),
+        num_warps=num_warps or (4 if big_tile else tiles["num_warps"]),
         num_stages=num_stages or tiles["num_stages"],
         **({"launch_pdl": True} if use_pdl else {}),
     )

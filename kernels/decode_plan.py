@@ -52,17 +52,18 @@ class DecodeWorkspace:
                 self.lse[:batch, :, :num_splits, :rows])
 
 
-# Default tiles per KV-cache kind on a GPU, set from benchmarks/sweep_decode.py on an H200 (Qwen3-8B
-# shape, batch 1; commit 4618394, see BENCHMARKS.md: bf16 block 128 x 33 splits was fastest at 32k
-# and 128k; int8 block 64 x 66 splits with the packed magic-number dequant). programs_per_sm sets
-# the default split count; it must not depend on the context length (the grid is fixed when a
-# CUDA graph is captured). int8_magic: see kernels/decode_attention.py. pdl (programmatic
-# dependent launch of stage 1 and the combine) cut the combine's in-graph cost from 3.3 to 1.3 us
-# per layer (BF16; BENCHMARKS.md). INT8 tile (sweep at commit 71b4200): one warp per program,
-# 32-key blocks, 12 programs per SM (198 splits for 8 KV heads on 132 SMs: one wave at 168
-# registers): 94.5 against 111.1 us at 128k with the earlier 4-warp, 64-key, 66-split tile (no
-# cross-warp row max and sum, fewer barriers). Steps with more than 16 tile rows (n * group > 16)
-# use 4 warps and 64-key blocks (one warp would hold a 64 x 128 float32 accumulator).
+# Default tiles per KV-cache kind on a GPU, set from benchmarks/sweep_decode.py on an H200
+# (Qwen3-8B shape, batch 1; see BENCHMARKS.md): bf16 block 128 x 33 splits was fastest at 32k and
+# 128k (commit 4618394). programs_per_sm sets the default split count; it must not depend on the
+# context length (the grid is fixed when a CUDA graph is captured). int8_magic: see
+# kernels/decode_attention.py. pdl (programmatic dependent launch of stage 1 and the combine, used
+# on sm_90+ only: ``supports_pdl``) cut the combine's in-graph cost from 3.3 to 1.0-1.2 us per
+# layer (BF16, commits c0c0453 and 74e1889). INT8 tile (sweep at commit 71b4200): one warp per
+# program, 32-key blocks, 12 programs per SM (198 splits for 8 KV heads on 132 SMs: one wave at
+# 168 registers): 94.5 against 111.1 us at 128k with the earlier 4-warp, 64-key, 66-split tile (no
+# cross-warp row max and sum, fewer barriers). INT8 steps with more than 16 tile rows (n * group >
+# 16) use 4 warps and 64-key blocks (one warp would hold a 64 x 128 float32 accumulator; not
+# timed).
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
                   pdl=True),
@@ -75,6 +76,21 @@ _MAX_SPLITS = 512
 def tile_defaults(kv_dtype: torch.dtype | None) -> dict:
     """The ``TILE_DEFAULTS`` entry for a cache of ``kv_dtype`` (None: the 16-bit entry)."""
     return TILE_DEFAULTS["int8" if kv_dtype == torch.int8 else "16bit"]
+
+
+@functools.lru_cache(maxsize=8)
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def supports_pdl(device: torch.device | str) -> bool:
+    """Whether kernels on ``device`` may use programmatic dependent launch (``griddepcontrol``
+    exists from sm_90, Hopper, on; older GPUs and the CPU interpreter: False)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index)[0] >= 9
 
 
 @functools.lru_cache(maxsize=8)

@@ -191,7 +191,7 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device,
 
     On Hopper (sm_90+) K/V tiles come through TMA descriptors with 4 warps: BLOCK_M 128 for 16-bit
     pools and 64 for INT8 (the fastest configs of ``benchmarks/attention.py --what prefill --sweep``
-    on an H200 at 4k and 32k, commit 29c2a66: BF16 394 / 439 TFLOP/s against 356 / 354 with the
+    on an H200 at 4k and 32k, commit fe210ce: BF16 394 / 439 TFLOP/s against 356 / 354 with the
     earlier 8-warp pointer loads; INT8 247 / 271 against 228 / 239). Older GPUs: pointer loads.
     """
     if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
@@ -206,6 +206,20 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device,
     return block_m, 64, num_warps, 3 if hopper else 2, False
 
 
+def _pool_rows(cache: torch.Tensor) -> int:
+    """Rows of a [num_pages, Hkv, P, D] pool viewed as [rows, D] (its TMA extent)."""
+    num_pages, hkv, page_size, d = cache.shape
+    return ((num_pages - 1) * cache.stride(0) + (hkv - 1) * cache.stride(1)) // d + page_size
+
+
+def _tma_ok(cache: torch.Tensor) -> bool:
+    """Whether ``_pool_descriptor`` can describe ``cache``: page and head strides multiples of D,
+    a 16-byte aligned base and fewer than 2^31 rows (int32 coordinates)."""
+    d = cache.shape[-1]
+    return (cache.stride(0) % d == 0 and cache.stride(1) % d == 0 and cache.data_ptr() % 16 == 0
+            and _pool_rows(cache) < 2**31)
+
+
 def _pool_descriptor(cache: torch.Tensor, block_n: int):
     """A host TMA descriptor viewing a [num_pages, Hkv, P, D] pool as [rows, D] rows.
 
@@ -213,10 +227,10 @@ def _pool_descriptor(cache: torch.Tensor, block_n: int):
     kernel, so the pool must span fewer than 2^31 rows)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    num_pages, hkv, page_size, d = cache.shape
+    d = cache.shape[-1]
     if cache.stride(0) % d or cache.stride(1) % d:
         raise ValueError("prefill_attention: TMA needs page/head strides that are multiples of D")
-    rows = ((num_pages - 1) * cache.stride(0) + (hkv - 1) * cache.stride(1)) // d + page_size
+    rows = _pool_rows(cache)
     if rows >= 2**31:
         raise ValueError(f"prefill_attention: a pool of {rows} rows is too large for TMA loads "
                          "(int32 coordinates); use use_tma=False")
@@ -240,7 +254,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         q: [T, Hq, D] bfloat16/float16/float32, queries of all sequences flattened (after q-norm and
             RoPE); the last dim contiguous. D a power of two >= 16.
         k_cache, v_cache: [num_pages, Hkv, page_size, D], q's dtype or int8 (INT8 pool); the last
-            two dims contiguous (the page and head strides may be anything). Hq % Hkv == 0.
+            two dims contiguous (the page and head strides may be anything; the default TMA
+            loads need them multiples of D, or they fall back to pointer loads). Hq % Hkv == 0.
         seq_lens: int32 [B], positions cached per sequence including this step's new tokens.
         query_start_loc: int32 [B + 1], row offsets into T: sequence b owns rows
             ``query_start_loc[b] .. query_start_loc[b+1]`` (n_b rows, n_b may be 0).
@@ -315,8 +330,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
           "block_m and block_n must be powers of two")
     check(q.device.type != "cuda" or min(block_m, block_n) >= 16,
           "tensor-core tiles need block_m, block_n >= 16")
-    if use_tma is None:
-        use_tma = dt and block_n <= page_size
+    if use_tma is None:  # the default: TMA where the pools allow it, else pointer loads
+        use_tma = dt and block_n <= page_size and _tma_ok(k_cache) and _tma_ok(v_cache)
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
     if use_tma:
         desc_k = _pool_descriptor(k_cache, block_n)

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check_int8_scales
+from kernels.decode_plan import supports_pdl
 
 # 1.5 * 2^23: adding and subtracting it rounds a float32 |x| < 2^22 to the nearest integer, ties to
 # even (the hardware rounding mode), exactly like torch.round.
@@ -156,6 +157,6 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         stride_sp=scale_strides[0], stride_sh=scale_strides[1],
         NUM_KV_HEADS=kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
-        IS_INT8=is_int8, SIGNAL_DEPENDENTS=k.device.type == "cuda",
+        IS_INT8=is_int8, SIGNAL_DEPENDENTS=supports_pdl(k.device),
         num_warps=4,
     )

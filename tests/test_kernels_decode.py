@@ -320,3 +320,10 @@ def test_decode_gpu_cuda_graph(pdl):
     graph.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
+
+
+def test_pdl_is_never_used_off_hopper():
+    """griddepcontrol exists from sm_90 on: the CPU (and pre-Hopper GPUs) never get it."""
+    from kernels.decode_plan import supports_pdl
+
+    assert supports_pdl("cpu") is False

@@ -235,3 +235,16 @@ def test_gpu_long_context(kv, cached, new, tma):
         e = nmse(out, full)
         print(f"{name}: NMSE vs full precision = {e:.2e}")
         assert e < INT8_NMSE_BOUND
+
+
+def test_tma_default_falls_back_where_a_descriptor_cannot_describe_the_pool():
+    """The default TMA loads need page/head strides that are multiples of D and an aligned base;
+    other pools take pointer loads instead of failing (the check is host-side, CPU-testable)."""
+    from kernels.prefill_attention import _tma_ok
+
+    pool = torch.zeros(4, 2, 16, 32, dtype=torch.float16)
+    assert _tma_ok(pool)
+    odd = torch.zeros(5000, dtype=torch.float16).as_strided((4, 2, 16, 32), (1040, 512, 32, 1))
+    assert not _tma_ok(odd)  # a page stride of 1040 elements is not a multiple of D = 32
+    shifted = torch.zeros(4 * 2 * 16 * 32 + 1, dtype=torch.float16)[1:].view(4, 2, 16, 32)
+    assert not _tma_ok(shifted)  # base 2 bytes past an aligned address
