@@ -236,11 +236,13 @@ def test_decode_rejects_bad_arguments():
         decode_attention(case.q, c.k, c.v, case.seq_lens.long(), case.page_table)
 
 
-@pytest.mark.parametrize("splits", [5, 150, 300])  # 300: the two-pass path
-def test_combine_matches_merge_partials(splits):
-    """Random partials with empty splits (lse=-inf, o_part NaN) and an all-empty row; 5 and 150
-    splits take one pass, 300 two passes of 256."""
-    bsz, kv_heads, n, group, head_dim = 2, 2, 3, 2, 16
+@pytest.mark.parametrize("splits,head_dim", [(5, 16), (150, 16), (300, 16), (33, 128),
+                                             (198, 128)])
+def test_combine_matches_merge_partials(splits, head_dim):
+    """Random partials with empty splits (lse=-inf, o_part NaN) and an all-empty row. Up to 256
+    splits take one pass, 300 two passes; head_dim 128 is split over 2 (33 splits) or 8 (198,
+    the INT8 default on an H200) programs per row."""
+    bsz, kv_heads, n, group = 2, 2, 3, 2
     rows = n * group
     o_part = torch.randn(bsz, kv_heads, splits, rows, head_dim)
     lse = torch.randn(bsz, kv_heads, splits, rows) * 20

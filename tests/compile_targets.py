@@ -1,0 +1,72 @@
+"""Compile the decode-path kernels for one GPU target on a CPU; run as a script (the test suite
+runs under TRITON_INTERPRET=1, where kernels cannot be compiled):
+
+    python3 tests/compile_targets.py ARCH     # e.g. 80 or 90; prints one JSON line
+
+For each kernel, the constexprs its launcher would pick on a GPU of that compute capability
+(``kernels.decode_plan.supports_pdl`` decides programmatic dependent launch), and whether the PTX
+holds ``griddepcontrol`` (which exists from sm_90 on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, compile  # noqa: E402
+
+from kernels import decode_plan  # noqa: E402
+from kernels.combine import _combine_kernel  # noqa: E402
+from kernels.decode_attention import _decode_split_kernel  # noqa: E402
+from kernels.store_kv import _store_kv_kernel  # noqa: E402
+
+POINTERS = {"k_ptr": "*bf16", "v_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
+            "q_ptr": "*bf16", "out_ptr": "*bf16", "seq_lens_ptr": "*i32",
+            "page_table_ptr": "*i32", "slot_ptr": "*i64"}
+
+
+def compile_for(kernel, constexprs: dict, arch: int, **options):
+    """Pointers float32 unless named in POINTERS (stage 1 reads int8 codes through k_ptr/v_ptr:
+    see ``main``), scalars int32 (float32 for ``qk_scale``)."""
+    signature, consts = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in constexprs:
+            signature[name], consts[(i,)] = "constexpr", constexprs[name]
+        elif name.endswith("_ptr"):
+            signature[name] = POINTERS.get(name, "*fp32")
+        else:
+            signature[name] = "fp32" if name == "qk_scale" else "i32"
+    return compile(ASTSource(kernel, signature, constexprs=consts),
+                   target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def main() -> None:
+    arch = int(sys.argv[1])
+    decode_plan._capability = lambda index: (arch // 10, arch % 10)
+    pdl = decode_plan.supports_pdl(torch.device("cuda", 0))
+    POINTERS.update(k_ptr="*i8", v_ptr="*i8")  # stage 1 on an INT8 pool
+    stage1 = compile_for(_decode_split_kernel, dict(
+        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_N=32, ROWS=16,
+        NUM_SPLITS=198, IS_INT8=True, INT8_MAGIC=2, DOT_PREC="tf32", USE_PDL=pdl), arch,
+        num_warps=1, num_stages=2, launch_pdl=pdl)
+    combine = compile_for(_combine_kernel, dict(
+        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, NUM_SPLITS=198, HEAD_DIM=128, BLOCK_S=256,
+        BLOCK_D=16, USE_PDL=pdl), arch, num_warps=4, launch_pdl=pdl)
+    POINTERS.update(k_ptr="*bf16", v_ptr="*bf16")  # the store's new K/V rows
+    store = compile_for(_store_kv_kernel, dict(
+        NUM_KV_HEADS=8, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_H=8, BLOCK_D=128, IS_INT8=True,
+        SIGNAL_DEPENDENTS=pdl), arch, num_warps=4)
+    print(json.dumps({"arch": arch, "pdl": pdl, **{
+        name: "griddepcontrol" in k.asm["ptx"]
+        for name, k in (("stage1", stage1), ("combine", combine), ("store_kv", store))}}))
+
+
+if __name__ == "__main__":
+    main()
