@@ -36,6 +36,21 @@ def _run(k, v, cache, slots):
     store_kv(k, v, cache.k, cache.v, slots, cache.k_scale, cache.v_scale)
 
 
+def _cpu(cache):
+    return LayerCache(*(None if t is None else t.cpu()
+                        for t in (cache.k, cache.v, cache.k_scale, cache.v_scale)))
+
+
+def _assert_matches_cpu_oracle(k, v, cache, before, slots):
+    """``cache`` (after the kernel stored k, v at slots) equals the reference store applied to
+    ``before`` (the cache's prior contents). The oracle runs on the CPU: CUDA torch divides by a
+    Python scalar as a multiply by its reciprocal (1 ulp off IEEE division), which can move a
+    code by one at a rounding tie."""
+    expect = _clone(_cpu(before))
+    reference.store_kv(k.cpu(), v.cpu(), expect, slots.cpu())
+    _assert_same(_cpu(cache), expect)
+
+
 def _assert_same(a, b):
     for x, y in zip((a.k, a.v, a.k_scale, a.v_scale), (b.k, b.v, b.k_scale, b.v_scale),
                     strict=True):
@@ -56,13 +71,7 @@ def test_store_matches_reference(cache_dtype, kv_heads, head_dim):
     v = torch.randn(len(slots), kv_heads, head_dim).to(src_dtype)
     k[1, 0] = 0.0  # an all-zero row: scale must be 1e-8 / 127, codes 0
     _run(k, v, cache, slots)
-    # The oracle runs on the CPU: CUDA torch divides by a Python scalar as a multiply by its
-    # reciprocal (1 ulp off IEEE division), which can move a code by one at a rounding tie.
-    expect = _clone(LayerCache(*(None if x is None else x.cpu()
-                                 for x in (expect.k, expect.v, expect.k_scale, expect.v_scale))))
-    reference.store_kv(k.cpu(), v.cpu(), expect, slots.cpu())
-    _assert_same(LayerCache(*(None if x is None else x.cpu()
-                              for x in (cache.k, cache.v, cache.k_scale, cache.v_scale))), expect)
+    _assert_matches_cpu_oracle(k, v, cache, expect, slots)
 
 
 def test_store_int8_rounds_half_to_even():
@@ -76,13 +85,7 @@ def test_store_int8_rounds_half_to_even():
     v = -k * 0.25  # scale 0.25: v / scale = -k, the same ties mirrored
     slots = torch.tensor([1, 6, 3])
     _run(k, v, cache, slots)
-    # The oracle runs on the CPU: CUDA torch divides by a Python scalar as a multiply by its
-    # reciprocal (1 ulp off IEEE division), which can move a code by one at a rounding tie.
-    expect = _clone(LayerCache(*(None if x is None else x.cpu()
-                                 for x in (expect.k, expect.v, expect.k_scale, expect.v_scale))))
-    reference.store_kv(k.cpu(), v.cpu(), expect, slots.cpu())
-    _assert_same(LayerCache(*(None if x is None else x.cpu()
-                              for x in (cache.k, cache.v, cache.k_scale, cache.v_scale))), expect)
+    _assert_matches_cpu_oracle(k, v, cache, expect, slots)
     got = cache.k[1, 0, 2, 1:11].float()
     assert torch.equal(got, torch.round(ties))
 
@@ -153,10 +156,4 @@ def test_store_gpu_matches_reference(cache_dtype):
     k = torch.randn(t, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16) * 4
     v = torch.randn(t, kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
     _run(k, v, cache, slots)
-    # The oracle runs on the CPU: CUDA torch divides by a Python scalar as a multiply by its
-    # reciprocal (1 ulp off IEEE division), which can move a code by one at a rounding tie.
-    expect = _clone(LayerCache(*(None if x is None else x.cpu()
-                                 for x in (expect.k, expect.v, expect.k_scale, expect.v_scale))))
-    reference.store_kv(k.cpu(), v.cpu(), expect, slots.cpu())
-    _assert_same(LayerCache(*(None if x is None else x.cpu()
-                              for x in (cache.k, cache.v, cache.k_scale, cache.v_scale))), expect)
+    _assert_matches_cpu_oracle(k, v, cache, expect, slots)
