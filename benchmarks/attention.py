@@ -151,6 +151,7 @@ def make_pool(seq_len: int, kv: str):
     ks = vs = None
     if kv == "int8":
         (k, ks), (v, vs) = quantize_int8(k), quantize_int8(v)
+        v = v.transpose(2, 3).contiguous()  # INT8 pools store V pages transposed
     table = torch.randperm(num_pages, device=DEVICE)[:n_pages].to(torch.int32)[None, :]
     seq_lens = torch.tensor([seq_len], dtype=torch.int32, device=DEVICE)
     return k, v, ks, vs, table, seq_lens

@@ -49,7 +49,7 @@ def make_pool(seq_len: int, int8: bool, device="cuda"):
     if int8:
         kc, ks = reference.quantize_int8(k)
         vc, vs = reference.quantize_int8(v)
-        k, v = kc, vc
+        k, v = kc, vc.transpose(2, 3).contiguous()  # INT8 pools: V pages transposed
         scales = dict(k_scale=ks.contiguous(), v_scale=vs.contiguous())
     table = torch.randperm(num_pages, device=device).to(torch.int32)[None]
     seq_lens = torch.tensor([seq_len], dtype=torch.int32, device=device)
@@ -64,7 +64,7 @@ def reference_out(pool) -> torch.Tensor:
     k, v = pool["k_cache"][pages], pool["v_cache"][pages]
     if "k_scale" in pool:
         k = reference.dequantize_int8(k, pool["k_scale"][pages])
-        v = reference.dequantize_int8(v, pool["v_scale"][pages])
+        v = reference.dequantize_int8(v.transpose(2, 3), pool["v_scale"][pages])
     k = k.float().permute(0, 2, 1, 3).reshape(-1, KV_HEADS, HEAD_DIM)[:seq_len]
     v = v.float().permute(0, 2, 1, 3).reshape(-1, KV_HEADS, HEAD_DIM)[:seq_len]
     return reference.dense_causal_attention(pool["q"], k, v, q_offset=seq_len - 1)

@@ -5,6 +5,28 @@ from __future__ import annotations
 import torch
 
 
+def check_pool_pair(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """Check that K and V form one layer of the pool (``infer/kv_pool.py``).
+
+    Args:
+        k_cache: [num_pages, kv_heads, page_size, head_dim], 16-bit/float32 or int8.
+        v_cache: the same shape and dtype as ``k_cache``; for int8, transposed pages
+            ``[num_pages, kv_heads, head_dim, page_size]``.
+
+    Raises:
+        ValueError: naming the expected layout.
+    """
+    if k_cache.dim() != 4 or v_cache.dim() != 4 or k_cache.dtype != v_cache.dtype:
+        raise ValueError("k_cache and v_cache must share a dtype, each [num_pages, kv_heads, "
+                         "page_size, head_dim]")
+    p, h, s, d = k_cache.shape
+    want = (p, h, d, s) if k_cache.dtype == torch.int8 else (p, h, s, d)
+    if tuple(v_cache.shape) != want:
+        what = ("[num_pages, kv_heads, head_dim, page_size] (INT8 pools store V pages "
+                "transposed)" if k_cache.dtype == torch.int8 else "the shape of k_cache")
+        raise ValueError(f"v_cache must be {what}: expected {want}, got {tuple(v_cache.shape)}")
+
+
 def check_int8_scales(k_cache: torch.Tensor, k_scale: torch.Tensor,
                       v_scale: torch.Tensor) -> None:
     """Check the per-(position, KV head) scales of an INT8 pool.

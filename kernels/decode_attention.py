@@ -13,11 +13,14 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
 - The split's blocks are ``[s * nb // S, (s + 1) * nb // S)`` of the ``nb = cdiv(seq_len, BLOCK_N)``
   blocks, computed on device from ``seq_lens``: the grid ``(B * kv_heads, NUM_SPLITS)`` never
   depends on the context length, so a captured CUDA graph stays valid as sequences grow.
-- Blocks wholly before the first query's position (``seq_len - n``) run without any mask; only the
-  last block(s) mask keys by ``pos <= seq_len - n + t`` (causal) and loads by ``pos < seq_len``,
-  so stale data or NaN in unused slots of the last page is never read.
-- INT8 pools: int8 codes are loaded and converted in registers; each key's scale multiplies its
-  score column and each value's scale its probability before P.V (no dequantized copy). The
+- Blocks wholly before the first query's position (``seq_len - n``) hold only keys of earlier
+  steps and run without any mask; only the last block(s) mask keys by ``pos <= seq_len - n + t``
+  (causal) and loads by ``pos < seq_len``, so stale data or NaN in unused slots of the last page is
+  never read. (INT8 code loads need no mask: codes are finite, and masked keys get scale 0.)
+- INT8 pools (V pages transposed, ``[num_pages, kv_heads, head_dim, page_size]``: the value codes
+  reach the P.V operand with word-wide shared-memory loads; with V laid out like K every code took
+  a one-byte load): int8 codes are loaded and converted in registers; each key's scale multiplies
+  its score column and each value's scale its probability before P.V (no dequantized copy). The
   conversion (``INT8_MAGIC``) is 0: ``cvt`` to the query dtype (a low-throughput instruction: the
   kernel was issue-bound, not memory-bound); 1: the "magic number" trick of FasterTransformer /
   Marlin with integer ops only: ``(uint8(c) ^ 0x6480)`` is the fp16 bit pattern of ``1152 + c``,
@@ -30,8 +33,13 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   ``lse = -inf`` and zeros.
 - Programmatic dependent launch (``pdl``, CUDA sm_90+, ``griddepcontrol``): stage 1 and the
   combine are launched so that each may be scheduled while its predecessor in the stream (the KV
-  store, stage 1) still runs; each waits (``gdc_wait``) before its first load and then lets its
-  own dependent launch, which hides the launch gap between kernels, also in a CUDA graph.
+  store, stage 1) still runs, which hides the launch gap between kernels, also in a CUDA graph.
+  The combine waits (``gdc_wait``) before its first load. Stage 1 lets its dependent launch at
+  once and walks the blocks of earlier steps' keys BEFORE it waits: only the blocks holding this
+  step's keys (written by the KV store, its predecessor) and the workspace stores come after the
+  wait. This is safe because everything read before the wait (q, ``seq_lens``, the page table,
+  earlier keys) was written by kernels that finished before the predecessor started (the KV store
+  is launched without PDL); a caller must keep it so.
 
 Measured and removed (figures and commits in BENCHMARKS.md): merging the splits in stage 1's
 last program (slower: one program's merge is a serial tail), swapped operands for a warpgroup MMA
@@ -50,7 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check_int8_scales
+from kernels.checks import check_int8_scales, check_pool_pair
 from kernels.combine import combine
 from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's public helpers)
     TILE_DEFAULTS,
@@ -114,14 +122,19 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
         page = page.to(tl.int64)
     within = pos % PAGE_SIZE
     # contiguous pool: page stride KV_HEADS * PAGE_SIZE * HEAD_DIM elements (scales: no HEAD_DIM)
-    kv_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM) + within * HEAD_DIM  # (BLOCK_N,) int64
+    page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)  # int64
+    kv_off = page_off + within * HEAD_DIM  # (BLOCK_N,)
     k_ptrs = k_head_ptr + kv_off[:, None] + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
-    v_ptrs = v_head_ptr + kv_off[:, None] + offs_d[None, :]
+    if IS_INT8:  # transposed V pages: code (slot, d) at d * PAGE_SIZE + slot
+        v_ptrs = v_head_ptr + (page_off + within)[:, None] + offs_d[None, :] * PAGE_SIZE
+    else:
+        v_ptrs = v_head_ptr + kv_off[:, None] + offs_d[None, :]
     if MASKED:
         kv_valid = pos < seq_len
+    if MASKED and not IS_INT8:  # int8 codes are finite: masked keys get scale 0 instead
         k = tl.load(k_ptrs, mask=kv_valid[:, None], other=0)
     else:
-        k = tl.load(k_ptrs)
+        k = tl.load(k_ptrs)  # page id 0 for a masked page-table entry: valid memory
 
     # scores in log2 units: (ROWS, BLOCK_N)
     if IS_INT8:
@@ -146,7 +159,7 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None]
 
-    if MASKED:
+    if MASKED and not IS_INT8:
         v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)  # masked keys: V rows are 0
     else:
         v = tl.load(v_ptrs)
@@ -166,7 +179,7 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
 def _decode_split_kernel(
     q_ptr,  # [B * NUM_QUERIES, Hq, D]
     k_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
-    v_ptr,  # [num_pages, Hkv, PAGE_SIZE, D]
+    v_ptr,  # [num_pages, Hkv, PAGE_SIZE, D]; int8: [num_pages, Hkv, D, PAGE_SIZE]
     k_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
     v_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
     seq_lens_ptr,  # int32 [B]
@@ -192,10 +205,7 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
 ):
     if USE_PDL:
-        # launched early (programmatic dependent launch): wait until the previous kernel (the KV
-        # store) has finished and its writes are visible, then let our own dependent (the
-        # combine) launch; it waits for us in turn
-        tl.extra.cuda.gdc_wait()
+        # our dependent (the combine) may launch now; it waits for us in turn
         tl.extra.cuda.gdc_launch_dependents()
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
@@ -216,8 +226,8 @@ def _decode_split_kernel(
     n_blocks = tl.cdiv(seq_len, BLOCK_N)
     start = split * n_blocks // NUM_SPLITS
     end = (split + 1) * n_blocks // NUM_SPLITS
-    # blocks whose keys all precede the first query: no mask needed
-    n_full = tl.maximum(seq_len - NUM_QUERIES + 1, 0) // BLOCK_N
+    # blocks whose keys all precede the first query (keys of earlier steps): no mask needed
+    n_old = tl.maximum(seq_len - NUM_QUERIES, 0) // BLOCK_N
 
     pt_row_ptr = page_table_ptr + b * stride_pt
     k_head_ptr = k_ptr + h * (PAGE_SIZE * HEAD_DIM)
@@ -228,12 +238,17 @@ def _decode_split_kernel(
     acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([ROWS], dtype=tl.float32)
-    for blk in range(start, tl.minimum(end, n_full)):
+    for blk in range(start, tl.minimum(end, n_old)):
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
             ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
             False, IS_INT8, INT8_MAGIC, DOT_PREC)
-    for blk in range(tl.maximum(start, n_full), end):
+    if USE_PDL:
+        # launched early (programmatic dependent launch): wait until the previous kernel (the KV
+        # store) has finished and its writes (this step's keys) are visible; the workspace
+        # stores below also wait for it (a previous combine may still read the workspace)
+        tl.extra.cuda.gdc_wait()
+    for blk in range(tl.maximum(start, n_old), end):
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
             ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
@@ -264,7 +279,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             ``b * n + t`` is query ``t`` of sequence ``b``, at position ``seq_lens[b] - n + t``);
             the last dim contiguous.
         k_cache, v_cache: contiguous [num_pages, kv_heads, page_size, head_dim] in q's dtype or
-            int8. The step's own K/V must already be stored (``kernels.store_kv``).
+            int8 (an int8 ``v_cache`` holds transposed pages, [num_pages, kv_heads, head_dim,
+            page_size]: ``infer/kv_pool.py``). The step's own K/V must already be stored
+            (``kernels.store_kv``).
         seq_lens: int32 [B] cached positions per sequence including this step's ``n``; a 0 marks
             a padding sequence, whose output rows are exact zeros.
         page_table: int32 [B, max_pages] page ids, row-contiguous; entries past
@@ -322,9 +339,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
                          f"{q.dtype} {tuple(q.shape)}")
-    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
-        raise ValueError("k_cache and v_cache must match, each [num_pages, kv_heads, page_size, "
-                         "head_dim]")
+    check_pool_pair(k_cache, v_cache)
     is_int8 = k_cache.dtype == torch.int8
     if not is_int8 and k_cache.dtype != q.dtype:
         raise ValueError(f"the cache holds {k_cache.dtype} but q is {q.dtype}: use the same dtype "

@@ -14,9 +14,10 @@ bounds check), then the few blocks that overlap the diagonal with a mask (phase 
 key beyond its last row's position. Masked loads fill with zeros, so stale data or NaN in unused
 slots of the last page cannot leak (0 * NaN would poison the P.V product).
 
-INT8 pools (``kernels/reference.quantize_int8`` layout): the codes are loaded and converted to the
-query dtype in registers; each key's scale multiplies its column of scores and each value's scale
-multiplies its column of probabilities before P.V. No dequantized copy is written.
+INT8 pools (``kernels/reference.quantize_int8`` layout; V pages transposed, ``[num_pages, Hkv, D,
+page_size]``, see ``infer/kv_pool.py``): the codes are loaded and converted to the query dtype in
+registers; each key's scale multiplies its column of scores and each value's scale multiplies its
+column of probabilities before P.V. No dequantized copy is written.
 
 Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
 KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
@@ -39,6 +40,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.checks import check_pool_pair
+
 LOG2E = 1.4426950408889634
 
 
@@ -46,7 +49,8 @@ LOG2E = 1.4426950408889634
 def _attend_blocks(acc, l_i, m_i, q,
                    k_ptr, v_ptr,            # pool base + KV-head offset, [pages, ., P, D]
                    ks_ptr, vs_ptr,          # scale base + KV-head offset, [pages, ., P]
-                   desc_k, desc_v,          # TMA descriptors over the pools as [rows, D]
+                   desc_k, desc_v,          # TMA descriptors: K as [rows, D], V as [rows, D]
+                                            # (INT8: [rows, P], transposed pages)
                    pt_row_ptr,              # int32 [max_pages], this sequence's page ids
                    stride_kp, stride_vp, stride_sp, k_head_row, v_head_row,
                    lo, hi, q_pos, kv_end, qk_scale,
@@ -71,17 +75,24 @@ def _attend_blocks(acc, l_i, m_i, q,
         if USE_TMA:
             # Row of (page, head, slot) in the [rows, D] view; the launcher checks < 2^31.
             k_row = page * (stride_kp // HEAD_DIM) + k_head_row + n0 % PAGE_SIZE
-            v_row = page * (stride_vp // HEAD_DIM) + v_head_row + n0 % PAGE_SIZE
             k = desc_k.load([k_row.to(tl.int32), 0])
-            v = desc_v.load([v_row.to(tl.int32), 0])
-            if MASKED:  # whole-page tiles: zero what lies past the last row's position
+            if IS_INT8:  # transposed V pages: a [D, BLOCK_N] tile at column n0 % PAGE_SIZE
+                v_row = page * (stride_vp // PAGE_SIZE) + v_head_row
+                v = tl.trans(desc_v.load([v_row.to(tl.int32), n0 % PAGE_SIZE]))
+            else:
+                v_row = page * (stride_vp // HEAD_DIM) + v_head_row + n0 % PAGE_SIZE
+                v = desc_v.load([v_row.to(tl.int32), 0])
+            if MASKED and not IS_INT8:  # whole-page tiles: zero what lies past the last row
+                # (int8 codes are finite and masked keys get scale 0: nothing to zero)
                 k = tl.where(kmask[:, None], k, 0)
                 v = tl.where(kmask[:, None], v, 0)
         else:
             k_off = page * stride_kp + slot * HEAD_DIM                  # int64
-            v_off = page * stride_vp + slot * HEAD_DIM
             k_off2 = k_off[:, None] + offs_d[None, :]                   # [BLOCK_N, D]
-            v_off2 = v_off[:, None] + offs_d[None, :]
+            if IS_INT8:  # transposed V pages: code (slot, d) at d * PAGE_SIZE + slot
+                v_off2 = (page * stride_vp + slot)[:, None] + offs_d[None, :] * PAGE_SIZE
+            else:
+                v_off2 = (page * stride_vp + slot * HEAD_DIM)[:, None] + offs_d[None, :]
             if MASKED:
                 k = tl.load(k_ptr + k_off2, mask=kmask[:, None], other=0)
                 v = tl.load(v_ptr + v_off2, mask=kmask[:, None], other=0)
@@ -119,7 +130,8 @@ def _attend_blocks(acc, l_i, m_i, q,
 @triton.jit
 def _prefill_kernel(
     q_ptr,                     # [T, Hq, D] queries (bf16/fp16/fp32)
-    k_ptr, v_ptr,              # [num_pages, Hkv, PAGE_SIZE, D] pool (q dtype or int8)
+    k_ptr, v_ptr,              # [num_pages, Hkv, PAGE_SIZE, D] pool (q dtype or int8; int8 V:
+                               # [num_pages, Hkv, D, PAGE_SIZE])
     ks_ptr, vs_ptr,            # float32 [num_pages, Hkv, PAGE_SIZE] scales (INT8 only)
     desc_k, desc_v,            # TMA descriptors over k/v as [rows, D] (USE_TMA only)
     o_ptr,                     # [T, Hq, D] output, q dtype
@@ -163,7 +175,7 @@ def _prefill_kernel(
     vs_base = vs_ptr + kv_head.to(tl.int64) * stride_sh
     pt_row = pt_ptr + b.to(tl.int64) * stride_pt
     k_head_row = kv_head * (stride_kh // HEAD_DIM)       # TMA row offsets of this KV head
-    v_head_row = kv_head * (stride_vh // HEAD_DIM)
+    v_head_row = kv_head * (stride_vh // (PAGE_SIZE if IS_INT8 else HEAD_DIM))
 
     full_end = ctx + m0 + 1                              # keys every row of the tile sees
     full_blocks_end = (full_end // BLOCK_N) * BLOCK_N
@@ -207,34 +219,39 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device,
 
 
 def _pool_rows(cache: torch.Tensor) -> int:
-    """Rows of a [num_pages, Hkv, P, D] pool viewed as [rows, D] (its TMA extent)."""
-    num_pages, hkv, page_size, d = cache.shape
-    return ((num_pages - 1) * cache.stride(0) + (hkv - 1) * cache.stride(1)) // d + page_size
+    """Rows of a [num_pages, Hkv, R, W] pool viewed as [rows, W] (its TMA extent); W is D for
+    K and 16-bit V, page_size for INT8 V (transposed pages)."""
+    num_pages, hkv, r, w = cache.shape
+    return ((num_pages - 1) * cache.stride(0) + (hkv - 1) * cache.stride(1)) // w + r
 
 
 def _tma_ok(cache: torch.Tensor) -> bool:
-    """Whether ``_pool_descriptor`` can describe ``cache``: page and head strides multiples of D,
-    a 16-byte aligned base and fewer than 2^31 rows (int32 coordinates)."""
-    d = cache.shape[-1]
-    return (cache.stride(0) % d == 0 and cache.stride(1) % d == 0 and cache.data_ptr() % 16 == 0
+    """Whether ``_pool_descriptor`` can describe ``cache``: page and head strides multiples of
+    the row width, a 16-byte aligned base and fewer than 2^31 rows (int32 coordinates)."""
+    w = cache.shape[-1]
+    return (cache.stride(0) % w == 0 and cache.stride(1) % w == 0 and cache.data_ptr() % 16 == 0
             and _pool_rows(cache) < 2**31)
 
 
-def _pool_descriptor(cache: torch.Tensor, block_n: int):
-    """A host TMA descriptor viewing a [num_pages, Hkv, P, D] pool as [rows, D] rows.
+def _pool_descriptor(cache: torch.Tensor, block_n: int, transposed: bool = False):
+    """A host TMA descriptor viewing a [num_pages, Hkv, R, W] pool as [rows, W] rows.
 
-    Row of (page, head, slot) = page * stride(0)/D + head * stride(1)/D + slot (int32 in the
-    kernel, so the pool must span fewer than 2^31 rows)."""
+    K and 16-bit V (R = page_size, W = D): row of (page, head, slot) = page * stride(0)/D + head *
+    stride(1)/D + slot, tiles [block_n, D]. INT8 V (``transposed``, R = D, W = page_size): row of
+    (page, head, d) = page * stride(0)/P + head * stride(1)/P + d, tiles [D, block_n]. Rows are
+    int32 in the kernel, so the pool must span fewer than 2^31 rows."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    d = cache.shape[-1]
-    if cache.stride(0) % d or cache.stride(1) % d:
-        raise ValueError("prefill_attention: TMA needs page/head strides that are multiples of D")
+    r, w = cache.shape[-2:]
+    if cache.stride(0) % w or cache.stride(1) % w:
+        raise ValueError("prefill_attention: TMA needs page/head strides that are multiples of "
+                         "the pool's last dim")
     rows = _pool_rows(cache)
     if rows >= 2**31:
         raise ValueError(f"prefill_attention: a pool of {rows} rows is too large for TMA loads "
                          "(int32 coordinates); use use_tma=False")
-    return TensorDescriptor(cache, [rows, d], [d, 1], [block_n, d])
+    block = [r, block_n] if transposed else [block_n, w]
+    return TensorDescriptor(cache, [rows, w], [w, 1], block)
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -253,9 +270,10 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     Args:
         q: [T, Hq, D] bfloat16/float16/float32, queries of all sequences flattened (after q-norm and
             RoPE); the last dim contiguous. D a power of two >= 16.
-        k_cache, v_cache: [num_pages, Hkv, page_size, D], q's dtype or int8 (INT8 pool); the last
-            two dims contiguous (the page and head strides may be anything; the default TMA
-            loads need them multiples of D, or they fall back to pointer loads). Hq % Hkv == 0.
+        k_cache, v_cache: [num_pages, Hkv, page_size, D], q's dtype or int8 (INT8 pool; its V
+            holds transposed pages, [num_pages, Hkv, D, page_size]); the last two dims contiguous
+            (the page and head strides may be anything; the default TMA loads need them
+            multiples of the last dim, or they fall back to pointer loads). Hq % Hkv == 0.
         seq_lens: int32 [B], positions cached per sequence including this step's new tokens.
         query_start_loc: int32 [B + 1], row offsets into T: sequence b owns rows
             ``query_start_loc[b] .. query_start_loc[b+1]`` (n_b rows, n_b may be 0).
@@ -287,15 +305,17 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     check(q.dtype in (torch.bfloat16, torch.float16, torch.float32),
           f"q must be bfloat16, float16 or float32, got {q.dtype}")
     t, hq, d = q.shape
-    check(k_cache.dim() == 4 and k_cache.shape == v_cache.shape,
-          "k_cache and v_cache must both be [num_pages, Hkv, page_size, D]")
+    try:
+        check_pool_pair(k_cache, v_cache)
+    except ValueError as e:
+        check(False, str(e))
     num_pages, hkv, page_size, dk = k_cache.shape
     check(dk == d and d >= 16 and d & (d - 1) == 0, f"head_dim {d} must match and be a power of 2")
     check(hq % hkv == 0, f"Hq={hq} is not a multiple of Hkv={hkv}")
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        check(c.stride(3) == 1 and c.stride(2) == d, f"{name}'s last two dims must be contiguous")
+        check(c.stride(3) == 1 and c.stride(2) == c.shape[3],
+              f"{name}'s last two dims must be contiguous")
     is_int8 = k_cache.dtype == torch.int8
-    check(v_cache.dtype == k_cache.dtype, "k_cache and v_cache dtypes differ")
     check(is_int8 or k_cache.dtype == q.dtype,
           f"a {k_cache.dtype} pool needs {k_cache.dtype} queries, got {q.dtype}")
     if is_int8:
@@ -335,7 +355,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
     if use_tma:
         desc_k = _pool_descriptor(k_cache, block_n)
-        desc_v = _pool_descriptor(v_cache, block_n)
+        desc_v = _pool_descriptor(v_cache, block_n, transposed=is_int8)
         check(block_n <= page_size, "TMA loads need block_n <= page_size")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)

@@ -42,7 +42,8 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, cache, slot_mapping: torch.Tensor
 
     Args:
         k, v: [T, kv_heads, head_dim] new keys/values (after k-norm and RoPE for keys).
-        cache: a ``LayerCache``; INT8 pools get codes plus per-(token, head) scales.
+        cache: a ``LayerCache``; INT8 pools get codes plus per-(token, head) scales, V codes in
+            transposed pages ``[num_pages, kv_heads, head_dim, page_size]``.
         slot_mapping: int64 [T], flat slot ``page * page_size + offset``; a negative slot means
             "skip this token" (padding).
     """
@@ -55,7 +56,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, cache, slot_mapping: torch.Tensor
         kc, ks = quantize_int8(k)
         vc, vs = quantize_int8(v)
         cache.k[page, :, off] = kc
-        cache.v[page, :, off] = vc
+        cache.v[page, :, :, off] = vc  # transposed pages: [page, H, D, slot]
         cache.k_scale[page, :, off] = ks
         cache.v_scale[page, :, off] = vs
     else:
@@ -70,7 +71,7 @@ def gather_kv(cache, pages: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, t
     idx = pages[:n_pages].long()
     if cache.k.dtype == torch.int8:
         k = dequantize_int8(cache.k[idx], cache.k_scale[idx])
-        v = dequantize_int8(cache.v[idx], cache.v_scale[idx])
+        v = dequantize_int8(cache.v[idx].transpose(2, 3), cache.v_scale[idx])  # [., H, P, D]
     else:
         k, v = cache.k[idx].float(), cache.v[idx].float()
     # [pages, H, P, D] -> [pages * P, H, D]

@@ -6,7 +6,9 @@ the token's slot from ``slot_mapping`` (negative = padding, nothing is written),
 ``cache[page, head, offset, :]``. For an INT8 pool the same program computes the per-(token, head)
 scale ``max(amax, 1e-8) / 127`` and the codes ``round_half_even(x / scale)`` clamped to +-127,
 bit-identical to ``kernels.reference.quantize_int8`` (IEEE division via ``div_rn``; rounding by
-the 1.5 * 2^23 trick, which rounds to nearest-even in float32 and also runs in the interpreter).
+the 1.5 * 2^23 trick, which rounds to nearest-even in float32 and also runs in the interpreter),
+and writes the value codes into the transposed V pages (``v[page, head, :, offset]``, see
+``infer/kv_pool.py``): one-byte stores ``page_size`` apart, a few hundred bytes per token.
 
 Design after nano-vllm's ``store_kvcache`` (layers/attention.py), with the INT8 quantization
 fused in as in vLLM's ``reshape_and_cache`` for quantized caches.
@@ -18,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check_int8_scales
+from kernels.checks import check_int8_scales, check_pool_pair
 from kernels.decode_plan import supports_pdl
 
 # 1.5 * 2^23: adding and subtracting it rounds a float32 |x| < 2^22 to the nearest integer, ties to
@@ -42,13 +44,14 @@ def _store_kv_kernel(
     k_ptr,  # [T, Hkv, D] new keys (model dtype)
     v_ptr,  # [T, Hkv, D] new values
     k_cache_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
-    v_cache_ptr,  # [num_pages, Hkv, PAGE_SIZE, D]
+    v_cache_ptr,  # [num_pages, Hkv, PAGE_SIZE, D]; int8: transposed [num_pages, Hkv, D, PAGE_SIZE]
     k_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
     v_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
     slot_ptr,  # int64 [T], page * PAGE_SIZE + offset; negative = skip
     stride_kt, stride_kh,
     stride_vt, stride_vh,
-    stride_cp, stride_ch,  # k/v cache page and head strides (elements)
+    stride_cp, stride_ch,  # k cache page and head strides (elements)
+    stride_vcp, stride_vch,  # v cache page and head strides
     stride_sp, stride_sh,  # scale page and head strides
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -87,7 +90,11 @@ def _store_kv_kernel(
         tl.store(k_cache_ptr + c_off, k_codes, mask=store_mask)
         tl.store(k_scale_ptr + s_off, k_sc, mask=s_mask)
         v_codes, v_sc = _quantize_rows(v)
-        tl.store(v_cache_ptr + c_off, v_codes, mask=store_mask)
+        # transposed V pages: code (h, d) of slot `off` at d * PAGE_SIZE + off
+        vt_off = (page * tl.cast(stride_vcp, tl.int64)
+                  + offs_h[:, None] * tl.cast(stride_vch, tl.int64)
+                  + offs_d[None, :] * PAGE_SIZE + off)
+        tl.store(v_cache_ptr + vt_off, v_codes, mask=store_mask)
         tl.store(v_scale_ptr + s_off, v_sc, mask=s_mask)
     else:
         tl.store(k_cache_ptr + c_off, k.to(k_cache_ptr.dtype.element_ty), mask=store_mask)
@@ -104,7 +111,8 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
             and values; the last dim must be contiguous (row strides are free, so views into a
             fused qkv tensor work).
         k_cache, v_cache: contiguous [num_pages, kv_heads, page_size, head_dim], the model dtype
-            (values are cast to it) or int8.
+            (values are cast to it) or int8; an int8 ``v_cache`` holds transposed pages,
+            [num_pages, kv_heads, head_dim, page_size] (``infer/kv_pool.py``).
         slot_mapping: int64 [T], flat slot ``page * page_size + offset`` per token; a negative slot
             skips the token (padding rows of a CUDA-graph bucket).
         k_scale, v_scale: contiguous float32 [num_pages, kv_heads, page_size], required exactly
@@ -122,9 +130,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
                          f"and {tuple(v.shape)}")
     if k.dtype not in (torch.float16, torch.bfloat16, torch.float32) or v.dtype != k.dtype:
         raise ValueError(f"k/v must share a float dtype, got {k.dtype} and {v.dtype}")
-    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
-        raise ValueError("k_cache and v_cache must match, each [num_pages, kv_heads, page_size, "
-                         "head_dim]")
+    check_pool_pair(k_cache, v_cache)
     num_tokens, kv_heads, head_dim = k.shape
     _, c_heads, page_size, c_dim = k_cache.shape
     if (c_heads, c_dim) != (kv_heads, head_dim):
@@ -139,7 +145,6 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
     assert k.stride(-1) == 1 and v.stride(-1) == 1, "k/v need a contiguous last dim"
-    assert k_cache.stride() == v_cache.stride()
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
         scale_strides = (k_scale.stride(0), k_scale.stride(1))
@@ -154,6 +159,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         stride_kt=k.stride(0), stride_kh=k.stride(1),
         stride_vt=v.stride(0), stride_vh=v.stride(1),
         stride_cp=k_cache.stride(0), stride_ch=k_cache.stride(1),
+        stride_vcp=v_cache.stride(0), stride_vch=v_cache.stride(1),
         stride_sp=scale_strides[0], stride_sh=scale_strides[1],
         NUM_KV_HEADS=kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from infer.kv_pool import LayerCache
+from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import AttnMeta
 from kernels import reference
 from kernels.combine import combine
@@ -55,7 +55,7 @@ class Case:
             ids, nan_page = perm[:used], int(perm[used])
             mk = lambda s, dt: torch.full(s, -1 if dt == torch.int8 else math.nan, dtype=dt,
                                           device=device)
-        self.cache = LayerCache(mk(shape, store), mk(shape, store),
+        self.cache = LayerCache(mk(shape, store), mk(int8_v_shape(shape) if int8 else shape, store),
                                 *((mk(shape[:3], torch.float32), mk(shape[:3], torch.float32))
                                   if int8 else ()))
         self._nan_fill(torch.tensor([nan_page]), int8)  # padding page-table entries

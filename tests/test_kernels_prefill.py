@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from infer.kv_pool import LayerCache
+from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import build_meta
 from kernels import reference as ref
 from kernels.prefill_attention import prefill_attention
@@ -41,7 +41,7 @@ def make_step(spec, *, page_size=16, hkv=1, group=1, head_dim=16, dtype=torch.fl
         pages = torch.randperm(num_pages).tolist()
     shape = (num_pages, hkv, page_size, head_dim)
     if kv == "int8":
-        def codes():
+        def codes(shape=shape):
             if fill_nan:
                 return torch.randint(-127, 128, shape, dtype=torch.int8, device=device)
             return torch.empty(shape, dtype=torch.int8, device=device)
@@ -50,7 +50,7 @@ def make_step(spec, *, page_size=16, hkv=1, group=1, head_dim=16, dtype=torch.fl
             s = torch.empty(shape[:3], dtype=torch.float32, device=device)
             return s.fill_(math.nan) if fill_nan else s
 
-        cache = LayerCache(codes(), codes(), scales(), scales())
+        cache = LayerCache(codes(), codes(int8_v_shape(shape)), scales(), scales())
     else:
         def values():
             x = torch.empty(shape, dtype=dtype, device=device)

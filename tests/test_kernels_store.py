@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infer.kv_pool import LayerCache
+from infer.kv_pool import LayerCache, int8_v_shape
 from kernels import reference
 from kernels.store_kv import store_kv
 
@@ -20,7 +20,8 @@ def _pool(num_pages, kv_heads, page_size, head_dim, dtype, device="cpu"):
     shape = (num_pages, kv_heads, page_size, head_dim)
     if dtype == torch.int8:
         return LayerCache(torch.randint(-127, 128, shape, dtype=torch.int8, device=device),
-                          torch.randint(-127, 128, shape, dtype=torch.int8, device=device),
+                          torch.randint(-127, 128, int8_v_shape(shape), dtype=torch.int8,
+                                        device=device),
                           torch.rand(shape[:3], device=device),
                           torch.rand(shape[:3], device=device))
     return LayerCache(torch.randn(shape, device=device).to(dtype),
@@ -113,7 +114,8 @@ def test_store_int64_offsets():
     per_page = kv_heads * page_size * head_dim
     num_pages = 2**31 // per_page + 8
     shape = (num_pages, kv_heads, page_size, head_dim)
-    cache = LayerCache(torch.empty(shape, dtype=torch.int8), torch.empty(shape, dtype=torch.int8),
+    cache = LayerCache(torch.empty(shape, dtype=torch.int8),
+                       torch.empty(int8_v_shape(shape), dtype=torch.int8),
                        torch.empty(shape[:3]), torch.empty(shape[:3]))
     pages = torch.tensor([num_pages - 1, num_pages - 5, 3])
     offs = torch.tensor([page_size - 1, 2, 7])
@@ -125,7 +127,7 @@ def test_store_int64_offsets():
     kc, ks = reference.quantize_int8(k)
     vc, vs = reference.quantize_int8(v)
     assert torch.equal(cache.k[pages, :, offs], kc)
-    assert torch.equal(cache.v[pages, :, offs], vc)
+    assert torch.equal(cache.v[pages, :, :, offs], vc)  # transposed V pages
     assert torch.equal(cache.k_scale[pages, :, offs], ks)
     assert torch.equal(cache.v_scale[pages, :, offs], vs)
 
