@@ -106,7 +106,8 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
                   pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, qk_scale,
                   NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
                   BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_INT8: tl.constexpr,
-                  INT8_MAGIC: tl.constexpr, DOT_PREC: tl.constexpr):
+                  INT8_MAGIC: tl.constexpr, DOT_PREC: tl.constexpr,
+                  LAZY_RESCALE: tl.constexpr):
     """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -154,10 +155,23 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     else:
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_use = m_new
-    alpha = tl.exp2(m_i - m_use)
-    p = tl.exp2(s - m_use[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None]
+    if LAZY_RESCALE and not MASKED:
+        # rescale only when some row's max grew by more than 2^8 (FlashAttention-4's
+        # conditional rescaling): otherwise keep the stale max, so p <= 256 (exact in fp16/bf16
+        # range) and the acc rescale (ROWS x HEAD_DIM multiplies) is skipped
+        if tl.max(m_new - m_i, axis=0) > 8.0:
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.exp2(s - m_i[:, None])
+        l_i = l_i + tl.sum(p, axis=1)
+        m_new = m_i
+    else:
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
 
     if MASKED and not IS_INT8:
         v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)  # masked keys: V rows are 0
@@ -203,6 +217,7 @@ def _decode_split_kernel(
     INT8_MAGIC: tl.constexpr,
     DOT_PREC: tl.constexpr,
     USE_PDL: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
 ):
     if USE_PDL:
         # our dependent (the combine) may launch now; it waits for us in turn
@@ -242,7 +257,7 @@ def _decode_split_kernel(
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
             ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            False, IS_INT8, INT8_MAGIC, DOT_PREC)
+            False, IS_INT8, INT8_MAGIC, DOT_PREC, LAZY_RESCALE)
     if USE_PDL:
         # launched early (programmatic dependent launch): wait until the previous kernel (the KV
         # store) has finished and its writes (this step's keys) are visible; the workspace
@@ -252,7 +267,7 @@ def _decode_split_kernel(
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
             ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            True, IS_INT8, INT8_MAGIC, DOT_PREC)
+            True, IS_INT8, INT8_MAGIC, DOT_PREC, LAZY_RESCALE)
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -271,7 +286,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
                      block_n: int | None = None, num_warps: int | None = None,
                      num_stages: int | None = None, int8_magic: int | None = None,
-                     pdl: bool | None = None) -> torch.Tensor:
+                     pdl: bool | None = None, lazy_rescale: bool | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -320,7 +335,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
         block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic,
-        pdl=pdl)
+        pdl=pdl, lazy_rescale=lazy_rescale)
     if seq_lens.shape[0] == 0:
         return out
     if pdl is None:
@@ -330,7 +345,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
                    k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
-                   num_warps=None, num_stages=None, int8_magic=None, pdl=None):
+                   num_warps=None, num_stages=None, int8_magic=None, pdl=None,
+                   lazy_rescale=None):
     """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
 
     Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
@@ -394,6 +410,8 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
     if pdl is None:
         pdl = tiles["pdl"]
     use_pdl = bool(pdl) and supports_pdl(q.device)
+    if lazy_rescale is None:
+        lazy_rescale = tiles.get("lazy_rescale", False)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:
@@ -412,6 +430,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
+        LAZY_RESCALE=bool(lazy_rescale),
         num_warps=num_warps or (4 if big_tile else tiles["num_warps"]),
         num_stages=num_stages or tiles["num_stages"],
         **({"launch_pdl": True} if use_pdl else {}),
