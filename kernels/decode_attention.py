@@ -28,6 +28,9 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   (one ``xor``, two ``prmt``, two ``sub.f16x2`` per four codes; GPU only, runs as 1 under the
   interpreter). With 1 and 2 the dots run in float16 (q converted once; P times the value scales
   in float16), unless q is float32.
+- Conditional rescaling (``LAZY_RESCALE``, FlashAttention-4, Zadouri et al. 2025): in unmasked
+  blocks the running max and the ``ROWS x HEAD_DIM`` accumulator rescale happen only when some
+  row's max grows by more than 2^8; after the first blocks of a split that is rare.
 - Output per split (contract in ``kernels/combine.py``): float32 ``o_part`` normalized within the
   split and natural-log ``lse``; an empty split (or a row whose keys are all masked) writes
   ``lse = -inf`` and zeros.
@@ -318,6 +321,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         pdl: launch stage 1 and the combine with programmatic dependent launch (see the module
             docstring). Results are unchanged; used on sm_90+ only (ignored elsewhere), default
             from ``TILE_DEFAULTS``.
+        lazy_rescale: in blocks without a mask, rescale the accumulator only when a row's running
+            max grows by more than 8 (log2 units, a factor 256), as FlashAttention-4 does;
+            otherwise probabilities are taken against the stale max (at most 256, far inside the
+            float16/bfloat16 range). The result differs only by rounding. Default from
+            ``TILE_DEFAULTS``.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -411,7 +419,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         pdl = tiles["pdl"]
     use_pdl = bool(pdl) and supports_pdl(q.device)
     if lazy_rescale is None:
-        lazy_rescale = tiles.get("lazy_rescale", False)
+        lazy_rescale = tiles["lazy_rescale"]
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:

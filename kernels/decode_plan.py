@@ -58,17 +58,19 @@ class DecodeWorkspace:
 # context length (the grid is fixed when a CUDA graph is captured). int8_magic: see
 # kernels/decode_attention.py. pdl (programmatic dependent launch of stage 1 and the combine, used
 # on sm_90+ only: ``supports_pdl``) cut the combine's in-graph cost from 3.3 to 1.0-1.2 us per
-# layer (BF16, commits c0c0453 and 74e1889). INT8 tile (sweep at commit 71b4200): one warp per
-# program, 32-key blocks, 12 programs per SM (198 splits for 8 KV heads on 132 SMs: one wave at
-# 168 registers): 94.5 against 111.1 us at 128k with the earlier 4-warp, 64-key, 66-split tile (no
-# cross-warp row max and sum, fewer barriers). INT8 steps with more than 16 tile rows (n * group >
-# 16) use 4 warps and 64-key blocks (one warp would hold a 64 x 128 float32 accumulator; not
-# timed).
+# layer (BF16, commits c0c0453 and 74e1889). INT8 tile: one warp per program (no cross-warp row
+# max and sum, fewer barriers; commit 71b4200); since the V pages are transposed (dc6fc3c), 64-key
+# blocks and 8 programs per SM (132 splits for 8 KV heads on 132 SMs, one wave at 254 registers):
+# 24.2 / 71.4 us per layer at 32k / 128k against 28.0 / 78.5 with 32-key blocks and 198 splits
+# (sweep at 94ef4f0, BENCHMARKS.md). lazy_rescale (FlashAttention-4's conditional rescaling) was
+# faster for both caches at every length in the same sweep (BF16 32k: 36.5 against 37.4 us). INT8
+# steps with more than 16 tile rows (n * group > 16) use 4 warps and 64-key blocks (one warp would
+# hold a 64 x 128 float32 accumulator; not timed).
 TILE_DEFAULTS = {
     "16bit": dict(block_n=128, num_warps=4, num_stages=2, programs_per_sm=2, int8_magic=0,
-                  pdl=True),
-    "int8": dict(block_n=32, num_warps=1, num_stages=2, programs_per_sm=12, int8_magic=2,
-                 pdl=True),
+                  pdl=True, lazy_rescale=True),
+    "int8": dict(block_n=64, num_warps=1, num_stages=2, programs_per_sm=8, int8_magic=2,
+                 pdl=True, lazy_rescale=True),
 }
 _MAX_SPLITS = 512
 

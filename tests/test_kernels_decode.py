@@ -155,6 +155,29 @@ def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
         assert _nmse(out, case.expected_full()) < INT8_NMSE
 
 
+@pytest.mark.parametrize("int8", [False, True], ids=["fp16", "int8"])
+@pytest.mark.parametrize("lazy", [False, True], ids=["rescale", "lazy"])
+@pytest.mark.parametrize("k_gain", [1.0, 8.0])
+def test_decode_lazy_rescale(lazy, k_gain, int8):
+    """Conditional rescaling (skip the rescale unless a row max grows by > 2^8) against the
+    reference, one split walking several blocks; k_gain 8 spreads the scores so both the skipped
+    and the taken rescale happen."""
+    case = Case(_lengths(1, 16) + [200], 1, kv_heads=2, group=4, head_dim=32, page_size=16,
+                dtype=torch.float16, int8=int8, k_gain=k_gain)
+    out = case.run(num_splits=1, block_n=16, lazy_rescale=lazy)
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
+
+
+def test_decode_rejects_untransposed_int8_v():
+    """An INT8 pool's V must hold transposed pages [pages, heads, head_dim, page_size]."""
+    case = Case([5], 1, kv_heads=2, group=2, head_dim=32, page_size=16, dtype=torch.float16,
+                int8=True)
+    c = case.cache
+    with pytest.raises(ValueError, match="transposed"):
+        decode_attention(case.q, c.k, c.v.transpose(2, 3).contiguous(), case.seq_lens,
+                         case.page_table, k_scale=c.k_scale, v_scale=c.v_scale)
+
+
 @pytest.mark.parametrize("magic", [0, 1, 2])
 def test_decode_int8_conversions_agree(magic):
     """Each INT8 conversion (cvt, magic number; 2 runs as 1 on a CPU) matches the reference."""
