@@ -70,7 +70,6 @@ from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's pu
     supports_pdl,
     tile_defaults,
 )
-from kernels.store_kv import _quantize_rows
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)
@@ -111,7 +110,7 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
                   NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
                   BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_INT8: tl.constexpr,
                   INT8_MAGIC: tl.constexpr, DOT_PREC: tl.constexpr,
-                  LAZY_RESCALE: tl.constexpr, PV_DT: tl.constexpr, QK_INT8: tl.constexpr):
+                  LAZY_RESCALE: tl.constexpr):
     """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -148,12 +147,8 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
             ks = tl.load(ks_head_ptr + s_off, mask=kv_valid, other=0.0)
         else:
             ks = tl.load(ks_head_ptr + s_off)
-        if QK_INT8:  # q holds int8 codes, qk_scale its per-row scale times sm_scale * log2(e)
-            s = tl.dot(q, tl.trans(k), out_dtype=tl.int32).to(tl.float32)
-            s = s * qk_scale[:, None] * ks[None, :]
-        else:
-            s = tl.dot(q, tl.trans(_int8_codes(k, PV_DT, INT8_MAGIC)), input_precision=DOT_PREC)
-            s = s * (ks * qk_scale)[None, :]
+        s = tl.dot(q, tl.trans(_int8_codes(k, q.dtype, INT8_MAGIC)), input_precision=DOT_PREC)
+        s = s * (ks * qk_scale)[None, :]
     else:
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
     if MASKED:
@@ -190,8 +185,8 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
             vs = tl.load(vs_head_ptr + s_off, mask=kv_valid, other=0.0)
         else:
             vs = tl.load(vs_head_ptr + s_off)
-        pv = (p * vs[None, :]).to(PV_DT)
-        acc = tl.dot(pv, _int8_codes(v, PV_DT, INT8_MAGIC), acc, input_precision=DOT_PREC)
+        pv = (p * vs[None, :]).to(q.dtype)
+        acc = tl.dot(pv, _int8_codes(v, q.dtype, INT8_MAGIC), acc, input_precision=DOT_PREC)
     else:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
     return acc, m_new, l_i
@@ -226,7 +221,6 @@ def _decode_split_kernel(
     DOT_PREC: tl.constexpr,
     USE_PDL: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
-    QK_INT8: tl.constexpr,
 ):
     if USE_PDL:
         # our dependent (the combine) may launch now; it waits for us in turn
@@ -245,14 +239,6 @@ def _decode_split_kernel(
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_valid[:, None], other=0.0)
     if IS_INT8 and INT8_MAGIC != 0 and q.dtype != tl.float32:
         q = q.to(tl.float16)  # the codes become exact float16: dot in float16
-    pv_dt: tl.constexpr = q.dtype  # P.V operand dtype
-    if IS_INT8 and QK_INT8:
-        # q quantized per row like the keys (SageAttention's INT8 Q.K^T): an int8 x int8 dot,
-        # no key conversion; qk_row folds q's scale into the logit scale
-        q, q_scale = _quantize_rows(q)
-        qk_row = q_scale * qk_scale
-    else:
-        qk_row = qk_scale
     qpos = seq_len - NUM_QUERIES + t  # (ROWS,) position of each row's query
 
     n_blocks = tl.cdiv(seq_len, BLOCK_N)
@@ -273,8 +259,8 @@ def _decode_split_kernel(
     for blk in range(start, tl.minimum(end, n_old)):
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
-            ks_head_ptr, vs_head_ptr, qk_row, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            False, IS_INT8, INT8_MAGIC, DOT_PREC, LAZY_RESCALE, pv_dt, QK_INT8)
+            ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+            False, IS_INT8, INT8_MAGIC, DOT_PREC, LAZY_RESCALE)
     if USE_PDL:
         # launched early (programmatic dependent launch): wait until the previous kernel (the KV
         # store) has finished and its writes (this step's keys) are visible; the workspace
@@ -283,8 +269,8 @@ def _decode_split_kernel(
     for blk in range(tl.maximum(start, n_old), end):
         acc, m_i, l_i = _attend_block(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
-            ks_head_ptr, vs_head_ptr, qk_row, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
-            True, IS_INT8, INT8_MAGIC, DOT_PREC, LAZY_RESCALE, pv_dt, QK_INT8)
+            ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
+            True, IS_INT8, INT8_MAGIC, DOT_PREC, LAZY_RESCALE)
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -303,8 +289,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
                      block_n: int | None = None, num_warps: int | None = None,
                      num_stages: int | None = None, int8_magic: int | None = None,
-                     pdl: bool | None = None, lazy_rescale: bool | None = None,
-                     qk_int8: bool | None = None, maxnreg: int | None = None) -> torch.Tensor:
+                     pdl: bool | None = None, lazy_rescale: bool | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -336,11 +321,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         pdl: launch stage 1 and the combine with programmatic dependent launch (see the module
             docstring). Results are unchanged; used on sm_90+ only (ignored elsewhere), default
             from ``TILE_DEFAULTS``.
-        qk_int8: INT8 pools only: quantize q per row (per query token and head, as
-            ``reference.quantize_int8``) and compute Q.K^T as an int8 x int8 dot (SageAttention,
-            Zhang et al. 2024): no key-code conversion (SASS sm_90: 27 % fewer instructions per
-            block). Adds q's rounding to the scores. Default from ``TILE_DEFAULTS``.
-        maxnreg: register cap per thread for stage 1 (tuning; None: the compiler's choice).
         lazy_rescale: in blocks without a mask, rescale the accumulator only when a row's running
             max grows by more than 8 (log2 units, a factor 256), as FlashAttention-4 does;
             otherwise probabilities are taken against the stale max (at most 256, far inside the
@@ -363,7 +343,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
         block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic,
-        pdl=pdl, lazy_rescale=lazy_rescale, qk_int8=qk_int8, maxnreg=maxnreg)
+        pdl=pdl, lazy_rescale=lazy_rescale)
     if seq_lens.shape[0] == 0:
         return out
     if pdl is None:
@@ -374,7 +354,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
                    k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
                    num_warps=None, num_stages=None, int8_magic=None, pdl=None,
-                   lazy_rescale=None, qk_int8=None, maxnreg=None):
+                   lazy_rescale=None):
     """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
 
     Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
@@ -440,8 +420,6 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
     use_pdl = bool(pdl) and supports_pdl(q.device)
     if lazy_rescale is None:
         lazy_rescale = tiles["lazy_rescale"]
-    if qk_int8 is None:
-        qk_int8 = tiles.get("qk_int8", False)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:
@@ -460,10 +438,9 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
-        LAZY_RESCALE=bool(lazy_rescale), QK_INT8=bool(qk_int8) and is_int8,
+        LAZY_RESCALE=bool(lazy_rescale),
         num_warps=num_warps or (4 if big_tile else tiles["num_warps"]),
         num_stages=num_stages or tiles["num_stages"],
         **({"launch_pdl": True} if use_pdl else {}),
-        **({"maxnreg": maxnreg} if maxnreg and on_gpu else {}),
     )
     return o_part, lse

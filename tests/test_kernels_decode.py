@@ -168,22 +168,6 @@ def test_decode_lazy_rescale(lazy, k_gain, int8):
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
 
 
-@pytest.mark.parametrize("n,group,dtype", [(1, 4, torch.float16), (2, 5, torch.float32),
-                                           (5, 1, torch.float16)])
-def test_decode_qk_int8(n, group, dtype):
-    """INT8 Q.K^T (q quantized per row like the keys): tight against the reference run on the
-    dequantized q, and within the INT8 NMSE bound of attention over the unquantized q, K, V."""
-    case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
-                dtype=dtype, int8=True)
-    out = case.run(num_splits=3, block_n=16, qk_int8=True)
-    qc, qs = reference.quantize_int8(case.q)
-    q_true, case.q = case.q, reference.dequantize_int8(qc, qs).to(dtype)
-    torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
-    case.q = q_true
-    assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
-    assert _nmse(out, case.expected_full()) < INT8_NMSE
-
-
 def test_decode_rejects_untransposed_int8_v():
     """An INT8 pool's V must hold transposed pages [pages, heads, head_dim, page_size]."""
     case = Case([5], 1, kv_heads=2, group=2, head_dim=32, page_size=16, dtype=torch.float16,
@@ -321,27 +305,6 @@ def test_decode_gpu_qwen3_8b_shape(positions, int8, pdl):
           f", NMSE {nmse:.2e}")
     torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
     assert nmse < (INT8_NMSE if int8 else 1e-4)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("qk_int8", [False, True], ids=["qk16", "qk8"])
-@pytest.mark.parametrize("positions", [32768, 131072])
-def test_decode_gpu_int8_qk(positions, qk_int8):
-    """INT8 pool, Qwen3-8B shape, with and without the int8 Q.K^T: against the float32 reference
-    on the (for qk8: quantized) q and within the NMSE bound of the unquantized q, K, V."""
-    case = Case([positions], 1, kv_heads=8, group=4, head_dim=128, page_size=64,
-                dtype=torch.bfloat16, int8=True, device="cuda", k_gain=2.0)
-    out = case.run(qk_int8=qk_int8)
-    full = case.expected_full()
-    if qk_int8:
-        qc, qs = reference.quantize_int8(case.q)
-        case.q = reference.dequantize_int8(qc, qs).to(torch.bfloat16)
-    ref = case.expected()
-    nmse = _nmse(out, full)
-    print(f"\ndecode int8 {'qk8' if qk_int8 else 'qk16'} @ {positions}: max |err| vs float32 "
-          f"reference {(out.float() - ref).abs().max():.3e}, NMSE vs unquantized {nmse:.2e}")
-    torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
-    assert nmse < INT8_NMSE
 
 
 @pytest.mark.gpu
