@@ -22,7 +22,8 @@ from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import AttnMeta
 from kernels import reference
 from kernels.combine import combine
-from kernels.decode_attention import DecodeWorkspace, _int8_to_f16, decode_attention
+from kernels.decode_attention import DecodeWorkspace, decode_attention
+from kernels.decode_block import _int8_to_f16
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}

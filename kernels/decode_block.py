@@ -1,0 +1,131 @@
+"""One key block of split-KV decode: the online-softmax step of stage 1 and the INT8 code
+conversions it uses (``kernels/decode_attention.py`` holds the kernel, its launcher and the design
+notes: GQA packing, INT8 layout and conversions, conditional rescaling, masking).
+
+The block step, per ``BLOCK_N`` keys of one (sequence, KV head): look the page up in the page
+table, load K (and, for INT8 pools, the key scales), score ``q . K^T`` in float32 on tensor cores,
+update the running max and sum (exp2, log2 units; FlashAttention-2), and accumulate ``P . V``.
+INT8 value codes come from transposed pages (``[num_pages, kv_heads, head_dim, page_size]``).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _int8_to_f16(c, MODE: tl.constexpr):
+    """Exact int8 -> float16 of a tile of codes: MODE 1 integer ops, MODE 2 packed inline PTX."""
+    if MODE == 2:
+        return tl.inline_asm_elementwise(
+            asm="""{
+            .reg .b32 t, m;
+            xor.b32 t, $2, 0x80808080;
+            prmt.b32 $0, t, 0x64646464, 0x4140;
+            prmt.b32 $1, t, 0x64646464, 0x4342;
+            mov.b32 m, 0x64806480;
+            sub.f16x2 $0, $0, m;
+            sub.f16x2 $1, $1, m;
+            }""",
+            constraints="=r,=r,r", args=[c], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        u = c.to(tl.uint8, bitcast=True).to(tl.uint16)
+        return (u ^ 0x6480).to(tl.float16, bitcast=True) - 1152.0
+
+
+@triton.jit
+def _int8_codes(c, dt: tl.constexpr, MODE: tl.constexpr):
+    """int8 codes as ``dt`` (the dot dtype): a plain convert (MODE 0) or via exact float16."""
+    if MODE == 0:
+        return c.to(dt)
+    else:
+        return _int8_to_f16(c, MODE).to(dt)  # a no-op for dt = float16
+
+
+@triton.jit
+def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
+                  pt_row_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, qk_scale,
+                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_INT8: tl.constexpr,
+                  INT8_MAGIC: tl.constexpr, DOT_PREC: tl.constexpr,
+                  LAZY_RESCALE: tl.constexpr):
+    """One BLOCK_N-key step of the online softmax; returns the updated (acc, m_i, l_i)."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    pos = blk * BLOCK_N + offs_n  # (BLOCK_N,) key positions
+    if BLOCK_N <= PAGE_SIZE:
+        # the block lies inside one page (blk < cdiv(seq_len, BLOCK_N): the entry is in use)
+        page = tl.load(pt_row_ptr + (blk * BLOCK_N) // PAGE_SIZE).to(tl.int64)
+    else:
+        if MASKED:
+            page = tl.load(pt_row_ptr + pos // PAGE_SIZE, mask=pos < seq_len, other=0)
+        else:
+            page = tl.load(pt_row_ptr + pos // PAGE_SIZE)
+        page = page.to(tl.int64)
+    within = pos % PAGE_SIZE
+    # contiguous pool: page stride KV_HEADS * PAGE_SIZE * HEAD_DIM elements (scales: no HEAD_DIM)
+    page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)  # int64
+    kv_off = page_off + within * HEAD_DIM  # (BLOCK_N,)
+    k_ptrs = k_head_ptr + kv_off[:, None] + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
+    if IS_INT8:  # transposed V pages: code (slot, d) at d * PAGE_SIZE + slot
+        v_ptrs = v_head_ptr + (page_off + within)[:, None] + offs_d[None, :] * PAGE_SIZE
+    else:
+        v_ptrs = v_head_ptr + kv_off[:, None] + offs_d[None, :]
+    if MASKED:
+        kv_valid = pos < seq_len
+    if MASKED and not IS_INT8:  # int8 codes are finite: masked keys get scale 0 instead
+        k = tl.load(k_ptrs, mask=kv_valid[:, None], other=0)
+    else:
+        k = tl.load(k_ptrs)  # page id 0 for a masked page-table entry: valid memory
+
+    # scores in log2 units: (ROWS, BLOCK_N)
+    if IS_INT8:
+        s_off = page * (NUM_KV_HEADS * PAGE_SIZE) + within
+        if MASKED:
+            ks = tl.load(ks_head_ptr + s_off, mask=kv_valid, other=0.0)
+        else:
+            ks = tl.load(ks_head_ptr + s_off)
+        s = tl.dot(q, tl.trans(_int8_codes(k, q.dtype, INT8_MAGIC)), input_precision=DOT_PREC)
+        s = s * (ks * qk_scale)[None, :]
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
+    if MASKED:
+        s = tl.where(pos[None, :] <= qpos[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: no NaN
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = m_new
+    if LAZY_RESCALE and not MASKED:
+        # rescale only when some row's max grew by more than 2^8 (FlashAttention-4's
+        # conditional rescaling): otherwise keep the stale max, so p <= 256 (exact in fp16/bf16
+        # range) and the acc rescale (ROWS x HEAD_DIM multiplies) is skipped
+        if tl.max(m_new - m_i, axis=0) > 8.0:
+            alpha = tl.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.exp2(s - m_i[:, None])
+        l_i = l_i + tl.sum(p, axis=1)
+        m_new = m_i
+    else:
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+
+    if MASKED and not IS_INT8:
+        v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)  # masked keys: V rows are 0
+    else:
+        v = tl.load(v_ptrs)
+    if IS_INT8:
+        if MASKED:
+            vs = tl.load(vs_head_ptr + s_off, mask=kv_valid, other=0.0)
+        else:
+            vs = tl.load(vs_head_ptr + s_off)
+        pv = (p * vs[None, :]).to(q.dtype)
+        acc = tl.dot(pv, _int8_codes(v, q.dtype, INT8_MAGIC), acc, input_precision=DOT_PREC)
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)
+    return acc, m_new, l_i
