@@ -66,7 +66,7 @@ class TritonAttention:
         sm_scale: logit scale; None means ``1 / sqrt(head_dim)``.
         max_batch: the most sequences one decode step holds (sizes the workspace).
         num_splits: split-KV splits per (sequence, KV head); None means the tile default's
-            programs per SM (``default_num_splits``: 2 for 16-bit caches, 12 for INT8). Fixed for
+            programs per SM (``default_num_splits``: 2 for 16-bit caches, 8 for INT8). Fixed for
             the life of the backend (CUDA-graph friendly).
         group: the GQA group (query heads per KV head); sizes the workspace rows.
     """

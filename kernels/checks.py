@@ -13,6 +13,10 @@ def check_pool_pair(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
         v_cache: the same shape and dtype as ``k_cache``; for int8, transposed pages
             ``[num_pages, kv_heads, head_dim, page_size]``.
 
+    The check is by shape only: when ``page_size == head_dim`` an INT8 V laid out like K has the
+    transposed shape too and passes, and the kernels would read it as transposed. Build INT8
+    pools with ``infer.kv_pool.KVPool`` or ``int8_v_shape`` and write them with ``store_kv``.
+
     Raises:
         ValueError: naming the expected layout.
     """

@@ -210,8 +210,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             from ``TILE_DEFAULTS``.
         lazy_rescale: in blocks without a mask, rescale the accumulator only when a row's running
             max grows by more than 8 (log2 units, a factor 256), as FlashAttention-4 does;
-            otherwise probabilities are taken against the stale max (at most 256, far inside the
-            float16/bfloat16 range). The result differs only by rounding. Default from
+            otherwise probabilities are taken against the stale max (at most 256). The result
+            differs only by rounding. INT8 pools with the float16 P.V (``int8_magic`` 1, 2) then
+            need ``256 * amax / 127 < 65504`` for each value row, i.e. values below ~32k in
+            magnitude (before: ~8e6); bfloat16 operands have no such limit. Default from
             ``TILE_DEFAULTS``.
 
     Returns:

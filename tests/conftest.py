@@ -14,26 +14,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def _patch_triton_interpreter_for_numpy_2_4() -> None:
-    """Triton 3.6's interpreter turns a loaded scalar (a 1-element array) into a Python int with
-    ``int(array)``, which numpy >= 2.4 rejects, so loops bounded by a loaded length fail. Same fix
-    as triton-lang/triton#9171: squeeze first."""
-    import triton.runtime.interpreter as interp
-
-    orig = interp._patch_lang_tensor
-    if getattr(orig, "_numpy24_fix", False):
-        return
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
-
-    patched._numpy24_fix = True
-    interp._patch_lang_tensor = patched
-
-
 if os.environ.get("TRITON_INTERPRET") == "1":
-    _patch_triton_interpreter_for_numpy_2_4()
+    import kernels  # noqa: E402, F401  (its __init__ patches the interpreter for numpy >= 2.4)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared")).resolve()

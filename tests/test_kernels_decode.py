@@ -169,6 +169,17 @@ def test_decode_lazy_rescale(lazy, k_gain, int8):
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_decode_int8_square_pages(n):
+    """page_size == head_dim (32): the transposed V page has K's shape, the index maths must
+    still tell the two apart."""
+    case = Case(_lengths(n, 32), n, kv_heads=2, group=4, head_dim=32, page_size=32,
+                dtype=torch.float16, int8=True)
+    out = case.run(num_splits=3, block_n=16)
+    torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
+    assert _nmse(out, case.expected_full()) < INT8_NMSE
+
+
 def test_decode_rejects_untransposed_int8_v():
     """An INT8 pool's V must hold transposed pages [pages, heads, head_dim, page_size]."""
     case = Case([5], 1, kv_heads=2, group=2, head_dim=32, page_size=16, dtype=torch.float16,
