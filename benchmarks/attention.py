@@ -24,6 +24,10 @@ ways (the ``timing`` field):
   (``_decode_stage1``, no combine): ``ours - ours_stage1`` is the combine's in-graph cost per
   layer. If L pools would exceed ``--layers-max-bytes`` (default 48e9 B) L is reduced for that
   case; the record's ``layers`` is the L used. Each case's pools are freed before the next.
+  ``impl=read`` is the plain-read peer in the same graph: ``torch.sum`` over L distinct bf16
+  tensors holding the case's cache bytes (``bytes`` below), i.e. what merely reading those bytes
+  costs per layer at this size, start-up and tail included. It is the peer for INT8, which SDPA
+  cannot read.
 
 Printed, one JSON line each (also written to ``--out``), then a short human table:
 
@@ -265,6 +269,8 @@ def bench_decode_layers(seq_len: int, kv: str, bw: float, splits: list, opts: di
             "timing": "graph_layers"}
     yield from _layers_ours(base, bw, splits, opts, layers, max_bytes, rep_ms)
     torch.cuda.empty_cache()
+    yield from _layers_read(base, bw, layers, max_bytes, rep_ms)
+    torch.cuda.empty_cache()
     if kv == "bf16":
         yield from _layers_sdpa(base, bw, layers, max_bytes, rep_ms)
         torch.cuda.empty_cache()
@@ -328,6 +334,26 @@ def _layers_sdpa(base: dict, bw: float, layers: int, max_bytes: float, rep_ms: i
         yield {**base, "impl": "sdpa", "layers": n, "error": err}
     else:
         yield _layer_record(base, "sdpa", n, ms, bw)
+
+
+def _layers_read(base: dict, bw: float, layers: int, max_bytes: float, rep_ms: int):
+    """The plain-read peer: ``torch.sum`` over L distinct bf16 tensors of the cache's byte count
+    (``cache_bytes``), one graph, figures per layer: what reading those bytes costs at this size
+    with no attention at all (start-up and tail included, as for ours)."""
+    nbytes = cache_bytes(base["positions"], base["kv"])
+    n = fit_layers(layers, nbytes, max_bytes)
+    err = None
+    try:
+        xs = [torch.randn(nbytes // 2, dtype=torch.bfloat16, device=DEVICE) for _ in range(n)]
+        outs = [torch.empty((), dtype=torch.bfloat16, device=DEVICE) for _ in range(n)]
+        fns = [lambda x=x, o=o: torch.sum(x, dim=0, out=o) for x, o in zip(xs, outs, strict=True)]
+        ms = bench_graph_many(fns, rep_ms)
+    except Exception as e:
+        err = error_text(e)
+    if err is not None:
+        yield {**base, "impl": "read", "layers": n, "error": err}
+    else:
+        yield _layer_record(base, "read", n, ms, bw)
 
 
 def causal_flops(n_new: int, seq_len: int) -> float:
