@@ -24,10 +24,10 @@ ways (the ``timing`` field):
   (``_decode_stage1``, no combine): ``ours - ours_stage1`` is the combine's in-graph cost per
   layer. If L pools would exceed ``--layers-max-bytes`` (default 48e9 B) L is reduced for that
   case; the record's ``layers`` is the L used. Each case's pools are freed before the next.
-  ``impl=read`` is the plain-read peer in the same graph: ``torch.sum`` over L distinct bf16
-  tensors holding the case's cache bytes (``bytes`` below), i.e. what merely reading those bytes
-  costs per layer at this size, start-up and tail included. It is the peer for INT8, which SDPA
-  cannot read.
+  ``impl=read`` is the plain-read peer, timed the same way (its own graph of L reads):
+  ``torch.sum`` over L distinct bf16 tensors holding the case's cache bytes (``bytes`` below),
+  i.e. what merely reading those bytes costs per layer at this size, start-up and tail included.
+  It is the peer for INT8, which SDPA cannot read.
 
 Printed, one JSON line each (also written to ``--out``), then a short human table:
 
@@ -191,9 +191,14 @@ def main() -> None:
         sys.exit(f"--decode-opts must be a JSON object, got {args.decode_opts!r}")
     if args.layers < 0 or args.layers_max_bytes <= 0:
         sys.exit("--layers must be >= 0 and --layers-max-bytes > 0")
+    try:
+        lengths = [int(x) for x in args.lengths.split(",") if x]
+    except ValueError:
+        sys.exit(f"--lengths must be comma-separated integers, got {args.lengths!r}")
+    if not lengths or min(lengths) < 1:
+        sys.exit(f"--lengths must be positive integers, got {args.lengths!r}")
     if not torch.cuda.is_available():
         sys.exit("benchmarks/attention.py needs a CUDA GPU")
-    lengths = [int(x) for x in args.lengths.split(",") if x]
     dtypes = [x for x in args.dtypes.split(",") if x]
     what = set(args.what.split(","))
     if bad := [d for d in dtypes if d not in ("bf16", "int8")]:

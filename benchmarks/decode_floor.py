@@ -15,8 +15,8 @@ the measured read bandwidth, ``bytes`` counted as in ``benchmarks/attention.py``
   fastest stream found).
 - ``empty``: a kernel on stage 1's grid that only reads ``seq_lens``: the cost of one kernel
   launch inside a graph.
-- ``timeline`` (``--timeline``): per program of the contiguous stream, ``%globaltimer`` at start
-  and end (256 ns ticks on an H200) over one cold replay; per layer, the quantiles of the end
+- ``timeline`` (``--timeline``): per program of the contiguous stream, ``%globaltimer`` (ns) at
+  start and end over one cold replay; per layer, the quantiles of the end
   times after the layer's first start, medians over the 36 layers. A spread of end times is time
   in which fewer and fewer programs keep the memory busy.
 
@@ -31,12 +31,15 @@ import json
 import math
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from benchmarks.timing import _flush_l2, bench_cold, bench_graph_many, capture_graph
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from benchmarks.timing import _flush_l2, bench_cold, bench_graph_many, capture_graph  # noqa: E402
 
 HKV, D, PAGE, LAYERS = 8, 128, 64, 36
 BLOCK_N = 64
@@ -123,10 +126,9 @@ def timeline(layers, seq_lens, table, out, splits) -> dict:
     torch.cuda.synchronize()
     qs = (0.1, 0.5, 0.9, 0.99, 1.0)
     per_layer = []
-    for r in recs.double().cpu():
-        start = r[:, 0].min()
-        per_layer.append([((r[:, 1] - start).quantile(q) / 1e3).item() for q in qs]
-                         + [((r[:, 0].max() - start) / 1e3).item()])
+    for r in recs.cpu():
+        r = (r - r[:, 0].min()).double() / 1e3  # subtract in int64: ns stamps are ~1e18
+        per_layer.append([r[:, 1].quantile(q).item() for q in qs] + [r[:, 0].max().item()])
     med = [statistics.median(col) for col in zip(*per_layer, strict=True)]
     ends = {str(q): round(x, 2) for q, x in zip(qs, med[:-1], strict=True)}
     return {"end_us_quantiles": ends,
@@ -174,11 +176,17 @@ def main() -> None:
     ap.add_argument("--lengths", default="4096,32768,131072", help="positions, comma-separated")
     ap.add_argument("--timeline", action="store_true", help="also record per-program times")
     args = ap.parse_args()
+    try:
+        lengths = [int(s) for s in args.lengths.split(",") if s]
+    except ValueError:
+        sys.exit(f"--lengths must be comma-separated integers, got {args.lengths!r}")
+    if not lengths or min(lengths) < 1:
+        sys.exit(f"--lengths must be positive integers, got {args.lengths!r}")
     if not torch.cuda.is_available():
         sys.exit("benchmarks/decode_floor.py needs a CUDA GPU")
     bw = read_bandwidth()
     print(json.dumps({"what": "bandwidth", "GB/s": round(bw, 1)}), flush=True)
-    for seq_len in (int(s) for s in args.lengths.split(",") if s):
+    for seq_len in lengths:
         bench_length(seq_len, bw, args.timeline)
         torch.cuda.empty_cache()
 
