@@ -245,8 +245,8 @@ class SamplingParams:
         top_p 0.95, top_k 20.
 
         Raises:
-            ValueError: if the file is not valid JSON, an override names no field, or a value is
-                out of range.
+            ValueError: if the file is not valid JSON or holds a value out of range (the message
+                names the file), an override names no field, or an override is out of range.
         """
         names = {f.name for f in fields(cls)}
         unknown = set(overrides) - names
@@ -264,5 +264,9 @@ class SamplingParams:
                     values[key] = gen[key]
             if gen.get("do_sample") is False:
                 values["temperature"] = 0.0
+            try:  # a bad value in the file: say which file
+                cls(**values)
+            except ValueError as e:
+                raise ValueError(f"{path}: {e}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

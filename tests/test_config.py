@@ -81,6 +81,11 @@ def test_from_generation_config(tmp_path):
     (tmp_path / "generation_config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         SamplingParams.from_generation_config(tmp_path)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": "hot"}))
+    with pytest.raises(ValueError, match=r"generation_config\.json: temperature must be"):
+        SamplingParams.from_generation_config(tmp_path)
+    with pytest.raises(ValueError, match="^top-p must be"):  # an override's error names no file
+        SamplingParams.from_generation_config(tmp_path / "absent", top_p=2.0)
 
 
 def test_from_generation_config_real_qwen3_and_missing(tmp_path):
