@@ -50,7 +50,9 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
 Measured and removed (figures and commits in BENCHMARKS.md): merging the splits in stage 1's
 last program (slower: one program's merge is a serial tail), swapped operands for a warpgroup MMA
 (slower), int8 codes loaded as int32 words and the magic-number offset folded into the dots (no
-gain).
+gain). Tried without gain: blocks handed to splits round-robin instead of in contiguous runs, and
+handed out at run time through an atomic counter (BENCHMARKS.md: for INT8 at 32k a plain read of
+the same bytes costs about as much as this kernel and the combine).
 
 Design after vLLM's ``triton_decode_attention.py`` (``_fwd_grouped_kernel_stage1``) and
 flash-decoding (Dao et al. 2023); online softmax from FlashAttention-2 (Dao 2023).

@@ -289,7 +289,9 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         use_tma: load K/V tiles through TMA tensor descriptors (Hopper+; needs block_n <= page_size
             and the pool's page/head strides multiples of D). None: the default for the device
             (on for sm_90+ when block_n <= page_size).
-        warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks).
+        warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks). With
+            Triton 3.6 on sm_90 the compiler aborts on this kernel with 4 warps and specializes
+            nothing with 8 (BENCHMARKS.md).
 
     Returns:
         [T, Hq, D] in q's dtype (``out`` if given). Rows are written only for real queries.
