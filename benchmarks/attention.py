@@ -85,7 +85,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.attention_common import DEVICE, bench, error_text  # noqa: E402
+from benchmarks.attention_common import (  # noqa: E402
+    DEVICE,
+    bench,
+    error_text,
+    parse_lengths,
+)
 from benchmarks.attention_decode import (  # noqa: E402
     SWEEP_SPLITS,
     bench_decode,
@@ -191,12 +196,7 @@ def main() -> None:
         sys.exit(f"--decode-opts must be a JSON object, got {args.decode_opts!r}")
     if args.layers < 0 or args.layers_max_bytes <= 0:
         sys.exit("--layers must be >= 0 and --layers-max-bytes > 0")
-    try:
-        lengths = [int(x) for x in args.lengths.split(",") if x]
-    except ValueError:
-        sys.exit(f"--lengths must be comma-separated integers, got {args.lengths!r}")
-    if not lengths or min(lengths) < 1:
-        sys.exit(f"--lengths must be positive integers, got {args.lengths!r}")
+    lengths = parse_lengths(args.lengths)
     if not torch.cuda.is_available():
         sys.exit("benchmarks/attention.py needs a CUDA GPU")
     dtypes = [x for x in args.dtypes.split(",") if x]

@@ -1,11 +1,13 @@
 """Shared pieces of the attention benchmark (``benchmarks/attention.py``): the Qwen3-8B attention
-shape, the scrambled paged pool both decode and prefill cases read, the eager timer and the one-line
-error text of a failed case's record.
+shape, the scrambled paged pool both decode and prefill cases read, the eager timer, the one-line
+error text of a failed case's record, and the ``--lengths`` parser (``benchmarks/decode_floor.py``
+uses it too).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -40,3 +42,14 @@ def make_pool(seq_len: int, kv: str):
     table = torch.randperm(num_pages, device=DEVICE)[:n_pages].to(torch.int32)[None, :]
     seq_lens = torch.tensor([seq_len], dtype=torch.int32, device=DEVICE)
     return k, v, ks, vs, table, seq_lens
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``--lengths`` ("4096,32768") as positive ints; exits with a one-line message otherwise."""
+    try:
+        lengths = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        sys.exit(f"--lengths must be comma-separated integers, got {text!r}")
+    if not lengths or min(lengths) < 1:
+        sys.exit(f"--lengths must be positive integers, got {text!r}")
+    return lengths

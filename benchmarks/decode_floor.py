@@ -39,6 +39,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from benchmarks.attention_common import parse_lengths  # noqa: E402
 from benchmarks.timing import _flush_l2, bench_cold, bench_graph_many, capture_graph  # noqa: E402
 
 HKV, D, PAGE, LAYERS = 8, 128, 64, 36
@@ -176,12 +177,7 @@ def main() -> None:
     ap.add_argument("--lengths", default="4096,32768,131072", help="positions, comma-separated")
     ap.add_argument("--timeline", action="store_true", help="also record per-program times")
     args = ap.parse_args()
-    try:
-        lengths = [int(s) for s in args.lengths.split(",") if s]
-    except ValueError:
-        sys.exit(f"--lengths must be comma-separated integers, got {args.lengths!r}")
-    if not lengths or min(lengths) < 1:
-        sys.exit(f"--lengths must be positive integers, got {args.lengths!r}")
+    lengths = parse_lengths(args.lengths)
     if not torch.cuda.is_available():
         sys.exit("benchmarks/decode_floor.py needs a CUDA GPU")
     bw = read_bandwidth()
