@@ -15,9 +15,19 @@ key beyond its last row's position. Masked loads fill with zeros, so stale data 
 slots of the last page cannot leak (0 * NaN would poison the P.V product).
 
 INT8 pools (``kernels/reference.quantize_int8`` layout; V pages transposed, ``[num_pages, Hkv, D,
-page_size]``, see ``infer/kv_pool.py``): the codes are loaded and converted to the query dtype in
-registers; each key's scale multiplies its column of scores and each value's scale multiplies its
-column of probabilities before P.V. No dequantized copy is written.
+page_size]``, see ``infer/kv_pool.py``): each key's scale multiplies its column of scores and each
+value's scale multiplies its column of probabilities before P.V. No dequantized copy is written.
+The value codes are converted to the query dtype in registers for P.V. The key codes feed the
+tensor cores as they are (``QK_INT8``, 16-bit queries): each program splits its query tile once
+into two int8 tiles and a float32 scale per row, ``q ~ q_scale * (q_hi + q_lo / 127)``
+(``_split_query_int8``; |error| <= row max / 32258, finer than bfloat16's rounding except for
+entries under ~1.6 % of the row max), and scores with two int8 dots summed exactly in int32,
+``127 * (q_hi . k) + q_lo . k``. Two int8 dots cost the tensor cores what one 16-bit dot does, and
+the key tile goes from TMA to the tensor cores with no conversion and no shared-memory round trip:
++10 % TFLOP/s at 32k on an H200 (BENCHMARKS.md). The split is our variant of SageAttention's int8
+Q.K^T (Zhang et al. 2024), which quantizes q once (one term) and so adds error; the second term
+keeps the scores as exact as the 16-bit path (measured NMSE 6.28e-6 against 6.26e-6, relative to
+a float32 reference on the dequantized cache). float32 queries keep the converting path.
 
 Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
 KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
@@ -46,7 +56,21 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attend_blocks(acc, l_i, m_i, q,
+def _split_query_int8(q):
+    """A query tile [M, D] as ``q_scale * (q_hi + q_lo / 127)``: int8 ``q_hi`` in [-127, 127],
+    int8 ``q_lo`` in [-64, 64], float32 ``q_scale`` [M] (row max / 127; 1 for an all-zero row).
+    Rounding is to nearest (ties up), so |q - q_scale * (q_hi + q_lo / 127)| <= q_scale / 254."""
+    qf = q.to(tl.float32)
+    amax = tl.max(tl.abs(qf), axis=1)
+    q_scale = tl.where(amax > 0, amax / 127.0, 1.0)
+    qn = qf / q_scale[:, None]
+    hi = tl.floor(qn + 0.5)
+    lo = tl.floor((qn - hi) * 127.0 + 0.5)
+    return hi.to(tl.int8), lo.to(tl.int8), q_scale
+
+
+@triton.jit
+def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
                    k_ptr, v_ptr,            # pool base + KV-head offset, [pages, ., P, D]
                    ks_ptr, vs_ptr,          # scale base + KV-head offset, [pages, ., P]
                    desc_k, desc_v,          # TMA descriptors: K as [rows, D], V as [rows, D]
@@ -56,11 +80,14 @@ def _attend_blocks(acc, l_i, m_i, q,
                    lo, hi, q_pos, kv_end, qk_scale,
                    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                    IS_INT8: tl.constexpr, MASKED: tl.constexpr, DOT_PREC: tl.constexpr,
-                   USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr):
-    """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N)."""
+                   USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, QK_INT8: tl.constexpr,
+                   dt: tl.constexpr):
+    """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N).
+
+    ``dt`` is the P.V dtype (the query's). With ``QK_INT8``, ``q`` and ``q_lo`` are the int8
+    halves of the query tile and ``q_scale`` its row scales (``_split_query_int8``)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    dt = q.dtype
     for n0 in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         kpos = n0 + offs_n                                              # [BLOCK_N]
         kmask = kpos < kv_end
@@ -99,7 +126,14 @@ def _attend_blocks(acc, l_i, m_i, q,
             else:
                 k = tl.load(k_ptr + k_off2)
                 v = tl.load(v_ptr + v_off2)
-        qk = tl.dot(q, tl.trans(k.to(dt)), input_precision=DOT_PREC)   # fp32 [BLOCK_M, BLOCK_N]
+        if QK_INT8:
+            # exact in int32: |127 q_hi.k + q_lo.k| <= D * 127 * (127 * 127 + 64) < 2^31 (D <= 1024)
+            t = tl.dot(q, tl.trans(k), out_dtype=tl.int32) * 127
+            t = tl.dot(q_lo, tl.trans(k), t, out_dtype=tl.int32)
+            qk = t.to(tl.float32)                                       # x q_scale * 127 later
+        else:
+            # fp32 [BLOCK_M, BLOCK_N]
+            qk = tl.dot(q, tl.trans(k.to(dt)), input_precision=DOT_PREC)
         if IS_INT8:
             s_off = page * stride_sp + slot
             if MASKED:
@@ -108,15 +142,23 @@ def _attend_blocks(acc, l_i, m_i, q,
             else:
                 ks = tl.load(ks_ptr + s_off)
                 vs = tl.load(vs_ptr + s_off)
-            qk = qk * (ks * qk_scale)[None, :]
+            if QK_INT8:
+                qk = qk * (ks * (qk_scale / 127.0))[None, :]
+            else:
+                qk = qk * (ks * qk_scale)[None, :]
         else:
             qk = qk * qk_scale
         if MASKED:
             keep = (kpos[None, :] <= q_pos[:, None]) & kmask[None, :]
             qk = tl.where(keep, qk, float("-inf"))
         # NOTE: every row sees key 0 in its first block, so m_new is finite from the start.
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
+        if QK_INT8:
+            # the row scale (> 0) commutes with the max and folds into exp2's argument (one FFMA)
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * q_scale)
+            p = tl.math.exp2(qk * q_scale[:, None] - m_new[:, None])
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.math.exp2(qk - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -144,6 +186,7 @@ def _prefill_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.constexpr,
     DOT_PREC: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
+    QK_INT8: tl.constexpr,
 ):
     head = tl.program_id(0)
     tile = tl.num_programs(1) - 1 - tl.program_id(1)     # last (longest) tiles first
@@ -164,6 +207,11 @@ def _prefill_kernel(
     q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0)          # [BLOCK_M, D]
     q_pos = ctx + offs_m                                 # [BLOCK_M]
+    dt: tl.constexpr = q_ptr.dtype.element_ty            # the P.V dtype
+    if QK_INT8:
+        q, q_lo, q_scale = _split_query_int8(q)
+    else:
+        q_lo, q_scale = q, tl.full([BLOCK_M], 1.0, tl.float32)  # unused
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -181,17 +229,17 @@ def _prefill_kernel(
     full_blocks_end = (full_end // BLOCK_N) * BLOCK_N
     kv_end = ctx + tl.minimum(m0 + BLOCK_M, n_b)          # one past the last row's position
     # Phase 1: blocks wholly below the diagonal: no mask, no bounds check.
-    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base,
-                                   desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
+    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale, k_base, v_base, ks_base,
+                                   vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
                                    k_head_row, v_head_row, 0, full_blocks_end, q_pos, kv_end,
                                    qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, False,
-                                   DOT_PREC, USE_TMA, WARP_SPEC)
+                                   DOT_PREC, USE_TMA, WARP_SPEC, QK_INT8, dt)
     # Phase 2: the blocks that overlap the diagonal (or the sequence end).
-    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, k_base, v_base, ks_base, vs_base,
-                                   desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
+    acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale, k_base, v_base, ks_base,
+                                   vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
                                    k_head_row, v_head_row, full_blocks_end, kv_end, q_pos, kv_end,
                                    qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, True,
-                                   DOT_PREC, USE_TMA, False)
+                                   DOT_PREC, USE_TMA, False, QK_INT8, dt)
     out = acc / l_i[:, None]
     tl.store(o_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -261,7 +309,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                       out: torch.Tensor | None = None, block_m: int | None = None,
                       block_n: int | None = None, num_warps: int | None = None,
                       num_stages: int | None = None, use_tma: bool | None = None,
-                      warp_specialize: bool = False) -> torch.Tensor:
+                      warp_specialize: bool = False, qk_int8: bool | None = None) -> torch.Tensor:
     """Causal attention of a step's new queries to their sequences' paged K/V (prefill chunks).
 
     The step's own K/V must already be in the pool (``kernels/store_kv.py``). Oracle:
@@ -292,6 +340,9 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks). With
             Triton 3.6 on sm_90 the compiler aborts on this kernel with 4 warps and specializes
             nothing with 8 (BENCHMARKS.md).
+        qk_int8: for an INT8 pool, score with two int8 dots on the raw key codes (module notes).
+            None: the default, on for 16-bit queries (on CUDA: sm_80+ and head_dim 32 to 1024);
+            float32 queries always convert the codes.
 
     Returns:
         [T, Hq, D] in q's dtype (``out`` if given). Rows are written only for real queries.
@@ -361,6 +412,13 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         check(block_n <= page_size, "TMA loads need block_n <= page_size")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
+    qk_int8_ok = (is_int8 and q.dtype != torch.float32 and d <= 1024
+                  and (q.device.type != "cuda"
+                       or (d >= 32 and torch.cuda.get_device_capability(q.device) >= (8, 0))))
+    if qk_int8 is None:
+        qk_int8 = qk_int8_ok
+    check(not qk_int8 or qk_int8_ok, "qk_int8 needs an INT8 pool and 16-bit queries (CUDA: sm_80+, "
+          "head_dim 32 to 1024)")
     grid = (hq, triton.cdiv(max_query_len, block_m), b)
     _prefill_kernel[grid](
         q, k_cache, v_cache, k_scale, v_scale, desc_k, desc_v, out, seq_lens, query_start_loc,
@@ -371,7 +429,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         sm_scale * LOG2E,
         GROUP=hq // hkv, HEAD_DIM=d, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=block_n,
         IS_INT8=is_int8, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
-        USE_TMA=use_tma, WARP_SPEC=warp_specialize,
+        USE_TMA=use_tma, WARP_SPEC=warp_specialize, QK_INT8=qk_int8,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -14,11 +14,13 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import build_meta
 from kernels import reference as ref
-from kernels.prefill_attention import prefill_attention
+from kernels.prefill_attention import _split_query_int8, prefill_attention
 
 # INT8 (per-vector, scale = amax/127) output error relative to full precision, as NMSE
 # sum((o - o_ref)^2) / sum(o_ref^2). Measured ~5e-5 on the CPU cases (random data); 10x margin.
@@ -152,13 +154,51 @@ def test_oversized_grid_and_empty_sequence():
     assert (out[12:] == 7.0).all()
 
 
+@pytest.mark.parametrize("qk_int8", [True, False], ids=["qk_int8", "convert"])
 @pytest.mark.parametrize("group,tma", [(1, False), (4, False), (4, True)])
-def test_int8_against_dequantized_and_full_precision(group, tma):
+def test_int8_against_dequantized_and_full_precision(group, tma, qk_int8):
     q, cache, meta, kvs = make_step([(29, 24), (0, 18)], hkv=2, group=group, kv="int8")
-    out = check(q, cache, meta, use_tma=tma)  # vs the reference on the dequantized pool
+    # vs the reference on the dequantized pool
+    out = check(q, cache, meta, use_tma=tma, qk_int8=qk_int8)
     full = full_precision_reference(q, meta, kvs)
     err = nmse(out, full)
     assert err < INT8_NMSE_BOUND, f"INT8 NMSE {err:.2e} vs full precision"
+
+
+def test_int8_query_split_scores_like_the_16_bit_query():
+    # Scores from the two int8 query halves against scores from the converted codes: same
+    # inputs, outputs within float16 rounding of each other (a one-term split would not be).
+    q, cache, meta, _ = make_step([(40, 50), (0, 33)], hkv=2, group=2, kv="int8")
+    split = run_kernel(q, cache, meta, qk_int8=True).float()
+    convert = run_kernel(q, cache, meta, qk_int8=False).float()
+    torch.testing.assert_close(split, convert, **TOL[torch.float16])
+
+
+@triton.jit
+def _split_query_kernel(q_ptr, hi_ptr, lo_ptr, scale_ptr, M: tl.constexpr, D: tl.constexpr):
+    offs = tl.arange(0, M)[:, None] * D + tl.arange(0, D)[None, :]
+    hi, lo, scale = _split_query_int8(tl.load(q_ptr + offs))
+    tl.store(hi_ptr + offs, hi)
+    tl.store(lo_ptr + offs, lo)
+    tl.store(scale_ptr + tl.arange(0, M), scale)
+
+
+def test_split_query_int8_error_bound():
+    # q ~ scale * (hi + lo / 127), |error| <= scale / 254 (+ float16 input rounding is exact here:
+    # the split reads q as float32); ranges hi in [-127, 127], lo in [-64, 64]; a zero row -> 0s.
+    m, d = 16, 32
+    q = (3 * torch.randn(m, d)).to(torch.float16)
+    q[3] = 0
+    q[5, 7] = -60000.0  # one large entry: the row's other entries fall into lo
+    hi, lo = (torch.empty(m, d, dtype=torch.int8) for _ in range(2))
+    scale = torch.empty(m, dtype=torch.float32)
+    _split_query_kernel[(1,)](q, hi, lo, scale, M=m, D=d)
+    assert hi.abs().max() <= 127 and lo.abs().max() <= 64
+    assert (hi[3] == 0).all() and (lo[3] == 0).all() and scale[3] == 1
+    torch.testing.assert_close(scale, q.float().abs().amax(1).where(scale != 1, 127.0) / 127)
+    approx = scale[:, None] * (hi.float() + lo.float() / 127)
+    err = (approx - q.float()).abs()
+    assert (err <= scale[:, None] / 254 * (1 + 1e-5)).all(), (err / scale[:, None]).max()
 
 
 @pytest.mark.parametrize("kv,dtype,tma", [("int8", torch.float16, False),
@@ -186,6 +226,10 @@ def test_rejects_unsupported_inputs():
     with pytest.raises(ValueError, match="k_scale and v_scale"):
         prefill_attention(qi, ci.k, ci.v, mi.seq_lens, mi.query_start_loc, mi.page_table,
                           max_query_len=4, sm_scale=None)
+    with pytest.raises(ValueError, match="qk_int8 needs"):
+        run_kernel(qi.float(), ci, mi, qk_int8=True)  # float32 queries keep the converting path
+    with pytest.raises(ValueError, match="qk_int8 needs"):
+        run_kernel(q, cache, meta, qk_int8=True)  # a 16-bit pool
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,19 +257,23 @@ def chunked_reference(q, meta, kvs):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tma", [False, True], ids=["ptr", "tma"])
-@pytest.mark.parametrize("kv", ["bf16", "int8"])
+@pytest.mark.parametrize("kv", ["bf16", "int8", "int8-convert"])
 @pytest.mark.parametrize("cached,new", [(0, 1024), (0, 32768), (131072, 512)])
 def test_gpu_long_context(kv, cached, new, tma):
+    # int8: the default (scores from int8 query halves); int8-convert: key codes converted
     torch.manual_seed(1)
+    convert = kv == "int8-convert"
+    kv = "int8" if convert else kv
     q, cache, meta, kvs = make_step([(cached, new)], page_size=64, hkv=8, group=4, head_dim=128,
                                     dtype=torch.bfloat16, kv="int8" if kv == "int8" else "float",
                                     device="cuda")
-    out = run_kernel(q, cache, meta, use_tma=tma)
+    out = run_kernel(q, cache, meta, use_tma=tma, **({"qk_int8": False} if convert else {}))
     torch.cuda.synchronize()
     pooled = [ref.gather_kv(cache, meta.page_table[0], cached + new)]
     expect = chunked_reference(q, meta, pooled)
     err = (out.float() - expect).abs().max().item()
-    name = f"prefill {kv} {'tma' if tma else 'ptr'} cached={cached} new={new}"
+    name = (f"prefill {kv}{'-convert' if convert else ''} {'tma' if tma else 'ptr'} "
+            f"cached={cached} new={new}")
     print(f"\n{name}: max |err| vs float32 reference of the pool = {err:.3e}, "
           f"NMSE = {nmse(out, expect):.2e}")
     assert torch.isfinite(out).all()
