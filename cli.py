@@ -391,7 +391,9 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(e.exit_code)
         ctx = getattr(e, "ctx", None)
         where = ctx.command_path if ctx is not None else "infer"
-        msg = " ".join(e.format_message().split()) + f" (see {where} --help)"
+        # click 8.2+ words a bad enum choice "Value error, 'x' is not one of ...": drop the prefix
+        text = " ".join(e.format_message().split()).replace("Value error, ", "")
+        msg = text + f" (see {where} --help)"
         as_json = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
         print_error(msg, e.exit_code, as_json)
         sys.exit(e.exit_code)

@@ -395,7 +395,7 @@ def test_main_prints_usage_errors_as_one_line(argv, needle, capsys):
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], err
-    assert "--help" in lines[0] and "╭" not in err
+    assert "--help" in lines[0] and "╭" not in err and "Value error" not in err
 
 
 def test_main_keeps_help_and_exit_codes(capsys, monkeypatch):
