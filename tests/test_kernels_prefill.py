@@ -165,13 +165,36 @@ def test_int8_against_dequantized_and_full_precision(group, tma, qk_int8):
     assert err < INT8_NMSE_BOUND, f"INT8 NMSE {err:.2e} vs full precision"
 
 
-def test_int8_query_split_scores_like_the_16_bit_query():
+@pytest.mark.parametrize("head_dim", [16, 32])
+def test_int8_query_split_scores_like_the_16_bit_query(head_dim):
     # Scores from the two int8 query halves against scores from the converted codes: same
     # inputs, outputs within float16 rounding of each other (a one-term split would not be).
-    q, cache, meta, _ = make_step([(40, 50), (0, 33)], hkv=2, group=2, kv="int8")
+    # The default for 16-bit queries is the split (head_dim 32: the smallest it takes on CUDA).
+    q, cache, meta, _ = make_step([(40, 50), (0, 33)], hkv=2, group=2, head_dim=head_dim,
+                                  kv="int8")
     split = run_kernel(q, cache, meta, qk_int8=True).float()
     convert = run_kernel(q, cache, meta, qk_int8=False).float()
     torch.testing.assert_close(split, convert, **TOL[torch.float16])
+    assert torch.equal(run_kernel(q, cache, meta).float(), split)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on the interpreter's NaN math
+@pytest.mark.parametrize("qk_int8", [True, False], ids=["qk_int8", "convert"])
+def test_int8_non_finite_query_rows_give_nan_rows(qk_int8):
+    # A NaN or inf in a query poisons that (token, head) row only, on both INT8 paths (the split
+    # must not turn it into a finite code).
+    q, cache, meta, _ = make_step([(20, 30)], hkv=2, group=2, kv="int8")
+    q[3, 1, 5] = float("nan")
+    q[7, 2, 0] = float("inf")
+    out = run_kernel(q, cache, meta, qk_int8=qk_int8).float()
+    assert out[3, 1].isnan().all() and out[7, 2].isnan().all()
+    bad = torch.zeros(out.shape[:2], dtype=torch.bool)
+    bad[3, 1] = bad[7, 2] = True
+    assert torch.isfinite(out[~bad]).all()
+    good = q.clone()
+    good[3, 1] = good[7, 2] = 0
+    expect = run_kernel(good, cache, meta, qk_int8=qk_int8).float()
+    torch.testing.assert_close(out[~bad], expect[~bad], atol=0, rtol=0)
 
 
 @triton.jit
@@ -195,7 +218,8 @@ def test_split_query_int8_error_bound():
     _split_query_kernel[(1,)](q, hi, lo, scale, M=m, D=d)
     assert hi.abs().max() <= 127 and lo.abs().max() <= 64
     assert (hi[3] == 0).all() and (lo[3] == 0).all() and scale[3] == 1
-    torch.testing.assert_close(scale, q.float().abs().amax(1).where(scale != 1, 127.0) / 127)
+    amax = q.float().abs().amax(1)
+    torch.testing.assert_close(scale, torch.where(amax > 0, amax / 127, 1.0))
     approx = scale[:, None] * (hi.float() + lo.float() / 127)
     err = (approx - q.float()).abs()
     assert (err <= scale[:, None] / 254 * (1 + 1e-5)).all(), (err / scale[:, None]).max()
