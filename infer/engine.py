@@ -14,11 +14,18 @@ A ``Session`` is one conversation: it owns a list of pages and the token ids who
    With ``engine.cuda_graphs`` the feed-and-sample step after the first token is a CUDA graph
    replay (``infer/graphs.py``, one ``GraphRunner`` per engine, one reply at a time); the first
    token is sampled eagerly with the runner's generator, so seeded replies do not depend on it.
+   The graph steps run one token ahead of the host: the step that feeds a token is enqueued
+   before the host reads that token, so the GPU decodes while the host checks, yields and
+   renders it (the CPU time per token no longer adds to the GPU's). A step that fed a stop id
+   is dropped from the cache afterwards; no step is enqueued for a token that must be the last
+   (``max_new_tokens``, a full context).
 
 NOTE: invariant: ``session.cached_ids`` are exactly the tokens whose K/V are stored in the
-session's pages, at positions ``0 .. len(cached_ids) - 1``. The ids are appended only after a
-forward step completes, so closing the generator (Ctrl-C in the CLI) at any point leaves the
-session consistent; a sampled but not yet fed token is not cached.
+session's pages, at positions ``0 .. len(cached_ids) - 1`` (for graph steps: enqueued; later work
+on the stream runs after them). The ids are appended only once the step that stores them has
+completed or been enqueued, so closing the generator (Ctrl-C in the CLI) at any point leaves the
+session consistent. Eagerly, a sampled but not yet fed token is not cached; with graphs, a
+yielded token is already fed, so it is cached unless it was the reply's last.
 
 Design after nano-vllm's ``LLMEngine`` / ``BlockManager`` and nanochat's ``Engine.generate``.
 """
@@ -271,16 +278,45 @@ class Session:
         self._ids.extend(ids)
         return last
 
-    def _step_graph(self, runner, ticket: int, tok: int, tok_t: torch.Tensor) -> torch.Tensor:
-        """Feed ``tok`` (host) / ``tok_t`` (device) through the runner; return the next sampled
-        token (device int64 [1]). Extends ``cached_ids`` once the step is enqueued."""
-        start = len(self._ids)
-        need = self.engine.pool.pages_for(start + 1) - len(self._pages)
-        if need > 0:
-            self._pages.extend(self.engine.pool.allocate(need))
-        nxt = runner.step(ticket, tok_t, self._pages, start)
-        self._ids.append(tok)
-        return nxt
+    def _decode_ahead(self, runner, ticket: int, tok_t: torch.Tensor, sp: SamplingParams,
+                      stats: GenerationStats, t0: float, stop_ids: set[int]) -> Iterator[int]:
+        """Graph decode after the eagerly sampled first token ``tok_t`` (device int64 [1]): each
+        token is fed (its step enqueued) before the host reads it, so the GPU runs one step ahead
+        of the host. Yields tokens and sets ``stats`` like the eager loop."""
+        eng = self.engine
+        t_first = 0.0
+        while True:
+            pos = len(self._ids)
+            # a step for this token is needed only if another token may follow it
+            feed = pos < eng.ctx and (sp.max_new_tokens is None
+                                      or stats.new_tokens + 1 < sp.max_new_tokens)
+            runner.token_to_host(tok_t)  # before the next step overwrites it
+            if feed:
+                need = eng.pool.pages_for(pos + 1) - len(self._pages)
+                if need > 0:
+                    self._pages.extend(eng.pool.allocate(need))
+                nxt_t = runner.step(ticket, tok_t, self._pages, pos)
+            tok = runner.host_token()  # the one device->host sync per token
+            now = time.perf_counter()
+            if stats.new_tokens == 0 and t_first == 0.0:
+                t_first = now
+                stats.ttft_s = now - t0
+            else:
+                stats.decode_s = now - t_first
+            if tok in stop_ids:
+                if feed:
+                    self._truncate(pos)  # the step that fed the stop id: not cached
+                stats.stop_reason = "stop"
+                return
+            if feed:
+                self._ids.append(tok)
+            stats.new_tokens += 1
+            yield tok
+            if not feed:
+                limit = sp.max_new_tokens is not None and stats.new_tokens >= sp.max_new_tokens
+                stats.stop_reason = "length" if limit else "context"
+                return
+            tok_t = nxt_t
 
     def _generate(self, prompt: list[int], sp: SamplingParams) -> Iterator[int]:
         eng = self.engine
@@ -298,20 +334,23 @@ class Session:
         try:
             for s in range(reuse, len(prompt), chunk):
                 hidden = self._forward(prompt[s:s + chunk])
-            if runner is None:
-                gen = None if sp.greedy else make_generator(sp.seed, eng.device)
-                seen = None
-                if sp.presence_penalty:
-                    seen = torch.zeros(self.engine.model_config.vocab_size, dtype=torch.bool,
-                                       device=eng.device)
-            else:  # captures the step on first use of this sampling mode
+            if runner is not None:  # captures the step on first use of this sampling mode
                 ticket, gen, seen = runner.begin(sp, self._pages)
+                with torch.inference_mode():  # the first token: eager, with the runner's state
+                    logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
+                    tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
+                yield from self._decode_ahead(runner, ticket, tok_t, sp, stats, t0, stop_ids)
+                return
+            gen = None if sp.greedy else make_generator(sp.seed, eng.device)
+            seen = None
+            if sp.presence_penalty:
+                seen = torch.zeros(self.engine.model_config.vocab_size, dtype=torch.bool,
+                                   device=eng.device)
             t_first = 0.0
             while True:
-                if hidden is not None:  # eager: the first token, and every token without graphs
-                    with torch.inference_mode():
-                        logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
-                        tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
+                with torch.inference_mode():
+                    logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
+                    tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
                 tok = int(tok_t.item())  # the one device->host sync per token
                 now = time.perf_counter()
                 if stats.new_tokens == 0 and t_first == 0.0:
@@ -330,9 +369,6 @@ class Session:
                 if len(self._ids) >= eng.ctx:
                     stats.stop_reason = "context"
                     return
-                if runner is not None:
-                    hidden, tok_t = None, self._step_graph(runner, ticket, tok, tok_t)
-                    continue
                 if seen is not None:
                     seen[tok_t] = True
                 hidden = self._forward([tok], tok_t.view(1))

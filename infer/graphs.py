@@ -78,6 +78,8 @@ class StaticBuffers:
         presence: bool [vocab], tokens generated so far in the reply (presence penalty).
         next_token: int64 [1], the sampled token.
         host_step: int64 [2] on the host (pinned on CUDA), staging for ``step``.
+        host_token: int64 [1] on the host (pinned on CUDA), where ``token_to_host`` copies a
+            sampled token.
     """
 
     input_ids: torch.Tensor
@@ -90,6 +92,7 @@ class StaticBuffers:
     presence: torch.Tensor
     next_token: torch.Tensor
     host_step: torch.Tensor
+    host_token: torch.Tensor
 
     @classmethod
     def allocate(cls, vocab_size: int, max_pages: int, device: torch.device) -> StaticBuffers:
@@ -103,7 +106,8 @@ class StaticBuffers:
             page_table=torch.zeros(1, max_pages, **i32),
             presence=torch.zeros(vocab_size, dtype=torch.bool, device=device),
             next_token=torch.zeros(1, **i64),
-            host_step=torch.zeros(2, dtype=torch.int64, pin_memory=device.type == "cuda"))
+            host_step=torch.zeros(2, dtype=torch.int64, pin_memory=device.type == "cuda"),
+            host_token=torch.zeros(1, dtype=torch.int64, pin_memory=device.type == "cuda"))
 
     def meta(self, page_size: int) -> AttnMeta:
         """The step's ``AttnMeta`` over these buffers (``max_seq_len`` is the capacity bound)."""
@@ -156,6 +160,7 @@ class GraphRunner:
         self.generator = torch.Generator(device=self.device)
         self._host = self.bufs.host_step.numpy()  # fast scalar writes into the pinned buffer
         self._copied = torch.cuda.Event() if self.device.type == "cuda" else None
+        self._token_copied = torch.cuda.Event() if self.device.type == "cuda" else None
         self._mempool = torch.cuda.graph_pool_handle() if capture else None
         self._stream: torch.cuda.Stream | None = None  # warm-up side stream
         self._graphs: OrderedDict[SamplingParams, _Captured] = OrderedDict()
@@ -254,6 +259,20 @@ class GraphRunner:
             with torch.inference_mode():
                 self._out = self._run(self._params, self._gen)
         return b.next_token
+
+    def token_to_host(self, token: torch.Tensor) -> None:
+        """Start copying ``token`` (device int64 [1]) to the host, in stream order: the copy
+        reads it before any step enqueued later overwrites it. ``host_token`` waits for it."""
+        self.bufs.host_token.copy_(token.view(1), non_blocking=True)
+        if self._token_copied is not None:
+            self._token_copied.record()
+
+    def host_token(self) -> int:
+        """The token of the latest ``token_to_host``, once copied (the host waits for it; steps
+        enqueued after that copy keep running)."""
+        if self._token_copied is not None:
+            self._token_copied.synchronize()
+        return int(self.bufs.host_token[0])
 
     # ------------------------------------------------------------------ internals
 

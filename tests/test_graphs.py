@@ -106,13 +106,40 @@ def test_runner_multi_turn_close_and_switching_modes():
     gen = s.generate(p2, GREEDY.replace(max_new_tokens=30))
     got = [next(gen) for _ in range(4)]
     gen.close()
-    assert s.stats.stop_reason == "interrupted" and s.cached_ids == p2 + got[:3]
+    # graph steps run one token ahead: the 4th token was fed before it was yielded
+    assert s.stats.stop_reason == "interrupted" and s.cached_ids == p2 + got
     eng.cuda_graphs = False  # the same session and cache, eager
     p3 = p2 + got + prompt_of(5, seed=2)
     assert list(s.generate(p3, GREEDY.replace(max_new_tokens=6))) == expected(p3, 6)
     eng.cuda_graphs = True
     p4 = p3 + prompt_of(3, seed=3)
     assert list(s.generate(p4, GREEDY.replace(max_new_tokens=20))) == expected(p4, 20)
+
+
+def test_runner_runs_one_step_ahead_and_drops_a_fed_stop_id():
+    p = prompt_of(11, seed=1)
+    free = expected(p, 40)
+    stop = free[5]  # the 6th token (not among the first 5); position 16, the first of page 2
+    assert stop not in free[:5]
+    eng = graph_mock_engine(page_size=16, stop={stop})
+    s = eng.new_session()
+    gen = s.generate(p, GREEDY)
+    first = next(gen)
+    # the step that feeds the first token ran before the host got that token
+    assert first == free[0] and eng.model.calls == [11, 1] and s.cached_ids == p + [first]
+    out = [first, *gen]
+    assert out == expected(p, 40, {stop}) and s.stats.stop_reason == "stop"
+    # the stop id was fed at position len(p) + len(out) (a new page) by the step run ahead;
+    # afterwards it is neither cached nor holding that page
+    n = len(p) + len(out)
+    assert eng.model.calls[1:] == [1] * (len(out) + 1)
+    assert s.cached_ids == p + out and len(s._pages) == eng.pool.pages_for(n)
+    assert eng.pool.num_free_pages == eng.pool.num_pages - eng.pool.pages_for(n)
+    # the next turn reuses the cache and continues exactly as a fresh session would
+    p2 = p + out + prompt_of(4, seed=6)
+    fresh = graph_mock_engine(page_size=16, stop={stop}).new_session()
+    assert list(s.generate(p2, GREEDY.replace(max_new_tokens=9))) == \
+        list(fresh.generate(p2, GREEDY.replace(max_new_tokens=9)))
 
 
 def test_runner_interrupt_inside_a_step_keeps_session_consistent():
