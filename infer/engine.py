@@ -282,20 +282,35 @@ class Session:
                       stats: GenerationStats, t0: float, stop_ids: set[int]) -> Iterator[int]:
         """Graph decode after the eagerly sampled first token ``tok_t`` (device int64 [1]): each
         token is fed (its step enqueued) before the host reads it, so the GPU runs one step ahead
-        of the host. Yields tokens and sets ``stats`` like the eager loop."""
+        of the host. Yields tokens and sets ``stats`` like the eager loop.
+
+        A token is fed ahead only if the page its step may need is free; otherwise the host
+        reads the token first, so that a stop id never fails for want of a page (as eagerly).
+
+        Raises:
+            RuntimeError: another reply began on the runner (``GraphRunner.check_ticket``).
+            OutOfPages: the pool has no page for a token that must be fed (as eagerly).
+        """
         eng = self.engine
         t_first = 0.0
+
+        def feed_step(pos: int) -> torch.Tensor:
+            need = eng.pool.pages_for(pos + 1) - len(self._pages)
+            if need > 0:
+                self._pages.extend(eng.pool.allocate(need))
+            return runner.step(ticket, tok_t, self._pages, pos)
+
         while True:
+            runner.check_ticket(ticket)  # tok_t lives in the runner's buffers
             pos = len(self._ids)
             # a step for this token is needed only if another token may follow it
             feed = pos < eng.ctx and (sp.max_new_tokens is None
                                       or stats.new_tokens + 1 < sp.max_new_tokens)
+            need = eng.pool.pages_for(pos + 1) - len(self._pages)
+            ahead = feed and need <= eng.pool.num_free_pages
             runner.token_to_host(tok_t)  # before the next step overwrites it
-            if feed:
-                need = eng.pool.pages_for(pos + 1) - len(self._pages)
-                if need > 0:
-                    self._pages.extend(eng.pool.allocate(need))
-                nxt_t = runner.step(ticket, tok_t, self._pages, pos)
+            if ahead:
+                nxt_t = feed_step(pos)
             tok = runner.host_token()  # the one device->host sync per token
             now = time.perf_counter()
             if stats.new_tokens == 0 and t_first == 0.0:
@@ -304,10 +319,12 @@ class Session:
             else:
                 stats.decode_s = now - t_first
             if tok in stop_ids:
-                if feed:
+                if ahead:
                     self._truncate(pos)  # the step that fed the stop id: not cached
                 stats.stop_reason = "stop"
                 return
+            if feed and not ahead:
+                nxt_t = feed_step(pos)  # no page free: raises OutOfPages, as eagerly
             if feed:
                 self._ids.append(tok)
             stats.new_tokens += 1

@@ -237,10 +237,7 @@ class GraphRunner:
         Raises:
             RuntimeError: another reply began on this runner since ``ticket`` was issued.
         """
-        if ticket != self._ticket:
-            raise RuntimeError("CUDA-graph decode runs one reply at a time per engine: another "
-                               "reply began since this one; finish or close it first (or build "
-                               "the engine with cuda_graphs=False)")
+        self.check_ticket(ticket)
         b, ps = self.bufs, self.page_size
         for i in range(self._loaded, len(pages)):  # a new page: at most one per step
             b.page_table[0, i].fill_(pages[i])
@@ -259,6 +256,14 @@ class GraphRunner:
             with torch.inference_mode():
                 self._out = self._run(self._params, self._gen)
         return b.next_token
+
+    def check_ticket(self, ticket: int) -> None:
+        """Raise ``RuntimeError`` unless ``ticket`` is the latest ``begin``'s (the static buffers,
+        ``next_token`` included, belong to that reply)."""
+        if ticket != self._ticket:
+            raise RuntimeError("CUDA-graph decode runs one reply at a time per engine: another "
+                               "reply began since this one; finish or close it first (or build "
+                               "the engine with cuda_graphs=False)")
 
     def token_to_host(self, token: torch.Tensor) -> None:
         """Start copying ``token`` (device int64 [1]) to the host, in stream order: the copy

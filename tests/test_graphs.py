@@ -142,6 +142,22 @@ def test_runner_runs_one_step_ahead_and_drops_a_fed_stop_id():
         list(fresh.generate(p2, GREEDY.replace(max_new_tokens=9)))
 
 
+def test_runner_stop_id_on_a_full_pool_needs_no_page():
+    # Session a's stop id falls on a new page while session b holds every other page: the
+    # step is not run ahead (no page), the host reads the stop id first, as the eager loop does.
+    p = prompt_of(11, seed=1)
+    stop = expected(p, 40)[5]  # position 16: the first of a second page
+    for graphs in (True, False):
+        eng = mock_engine(ctx=32, page_size=16, stop={stop})  # 3 pages
+        eng.cuda_graphs = graphs
+        a, b = eng.new_session(), eng.new_session()
+        assert len(list(b.generate(prompt_of(20, seed=7), GREEDY.replace(max_new_tokens=1)))) == 1
+        assert eng.pool.num_free_pages == 1
+        out = list(a.generate(p, GREEDY))
+        assert out == expected(p, 40, {stop}) and a.stats.stop_reason == "stop", graphs
+        assert eng.pool.num_free_pages == 0 and a.cached_ids == p + out
+
+
 def test_runner_interrupt_inside_a_step_keeps_session_consistent():
     model = SumModel(fail_on_call=5)  # prefill 20 in chunks of 7 = 3 calls; decode call 2
     eng = graph_mock_engine(chunk=7, model=model)
@@ -169,6 +185,15 @@ def test_runner_context_full_and_two_sessions():
         next(ga)
     assert a.stats.stop_reason == "interrupted"
     assert [next(gb) for _ in range(3)] == expected(pb, 4)[1:]
+    # also when the paused reply's next token is its last (no step left to run): its token
+    # would be read from the runner's buffers, which the other reply now owns
+    gb.close()
+    a.reset()
+    ga, gb = a.generate(pa, GREEDY.replace(max_new_tokens=2)), b.generate(pb, GREEDY)
+    next(ga)
+    next(gb)
+    with pytest.raises(RuntimeError, match="one reply at a time"):
+        next(ga)
 
 
 @pytest.fixture(scope="module")
