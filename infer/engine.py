@@ -88,6 +88,18 @@ class GenerationStats:
         return d
 
 
+def _token_arrived(stats: GenerationStats, t0: float, t_first: float) -> float:
+    """Time a token that just reached the host: ``ttft_s`` for the reply's first (``t_first`` is
+    0.0 until then), else ``decode_s`` since the first. ``t0`` and the return value are
+    ``time.perf_counter()`` seconds; returns the first token's time."""
+    now = time.perf_counter()
+    if t_first == 0.0:
+        stats.ttft_s = now - t0
+        return now
+    stats.decode_s = now - t_first
+    return t_first
+
+
 class Engine:
     """A loaded model, its tokenizer and one KV pool sized for ``config.ctx``.
 
@@ -312,12 +324,7 @@ class Session:
             if ahead:
                 nxt_t = feed_step(pos)
             tok = runner.host_token()  # the one device->host sync per token
-            now = time.perf_counter()
-            if stats.new_tokens == 0 and t_first == 0.0:
-                t_first = now
-                stats.ttft_s = now - t0
-            else:
-                stats.decode_s = now - t_first
+            t_first = _token_arrived(stats, t0, t_first)
             if tok in stop_ids:
                 if ahead:
                     self._truncate(pos)  # the step that fed the stop id: not cached
@@ -369,12 +376,7 @@ class Session:
                     logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
                     tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
                 tok = int(tok_t.item())  # the one device->host sync per token
-                now = time.perf_counter()
-                if stats.new_tokens == 0 and t_first == 0.0:
-                    t_first = now
-                    stats.ttft_s = now - t0
-                else:
-                    stats.decode_s = now - t_first
+                t_first = _token_arrived(stats, t0, t_first)
                 if tok in stop_ids:
                     stats.stop_reason = "stop"
                     return
