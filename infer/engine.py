@@ -306,8 +306,7 @@ class Session:
         eng = self.engine
         t_first = 0.0
 
-        def feed_step(pos: int) -> torch.Tensor:
-            need = eng.pool.pages_for(pos + 1) - len(self._pages)
+        def feed_step(pos: int, need: int) -> torch.Tensor:
             if need > 0:
                 self._pages.extend(eng.pool.allocate(need))
             return runner.step(ticket, tok_t, self._pages, pos)
@@ -322,7 +321,7 @@ class Session:
             ahead = feed and need <= eng.pool.num_free_pages
             runner.token_to_host(tok_t)  # before the next step overwrites it
             if ahead:
-                nxt_t = feed_step(pos)
+                nxt_t = feed_step(pos, need)
             tok = runner.host_token()  # the one device->host sync per token
             t_first = _token_arrived(stats, t0, t_first)
             if tok in stop_ids:
@@ -331,7 +330,7 @@ class Session:
                 stats.stop_reason = "stop"
                 return
             if feed and not ahead:
-                nxt_t = feed_step(pos)  # no page free: raises OutOfPages, as eagerly
+                nxt_t = feed_step(pos, need)  # no page free: raises OutOfPages, as eagerly
             if feed:
                 self._ids.append(tok)
             stats.new_tokens += 1
