@@ -158,6 +158,20 @@ def _layer_record(base: dict, impl: str, n: int, ms: float, bw: float, **extra) 
             "replay_us": ms * 1e3}
 
 
+def _timed_layers(base: dict, impl: str, n: int, bw: float, make_fns, rep_ms: int) -> dict:
+    """``make_fns()`` builds the L layers' calls (and may run one); their one-graph replay as a
+    ``graph_layers`` record, or an ``error`` record if building or timing raised (the error is
+    returned after the ``except`` block, so no traceback keeps the tensors alive)."""
+    err = None
+    try:
+        ms = bench_graph_many(make_fns(), rep_ms)
+    except Exception as e:
+        err = error_text(e)
+    if err is not None:
+        return {**base, "impl": impl, "layers": n, "error": err}
+    return _layer_record(base, impl, n, ms, bw)
+
+
 def _layers_ours(base: dict, bw: float, splits: list, opts: dict, layers: int,
                  max_bytes: float, rep_ms: int):
     """Ours and ours_stage1 on L pools; per split count one workspace shared by the L layers."""
@@ -194,21 +208,17 @@ def _layers_sdpa(base: dict, bw: float, layers: int, max_bytes: float, rep_ms: i
     """SDPA on L contiguous bf16 caches [1, 8, S, 128], each with its own q and output."""
     seq_len = base["positions"]
     n = fit_layers(layers, cache_bytes(seq_len, "bf16"), max_bytes)
-    caches, err = [], None
-    try:
+
+    def make_fns():
+        fns = []
         for _ in range(n):
             kc = torch.randn(1, HKV, seq_len, D, dtype=torch.bfloat16, device=DEVICE)
             q4 = torch.randn(1, HQ, 1, D, dtype=torch.bfloat16, device=DEVICE)
-            caches.append((q4, kc, torch.randn_like(kc), torch.empty_like(q4)))
-        fns = [sdpa_fn(*c) for c in caches]
+            fns.append(sdpa_fn(q4, kc, torch.randn_like(kc), torch.empty_like(q4)))
         fns[0]()
-        ms = bench_graph_many(fns, rep_ms)
-    except Exception as e:
-        err = error_text(e)
-    if err is not None:
-        yield {**base, "impl": "sdpa", "layers": n, "error": err}
-    else:
-        yield _layer_record(base, "sdpa", n, ms, bw)
+        return fns
+
+    yield _timed_layers(base, "sdpa", n, bw, make_fns, rep_ms)
 
 
 def _layers_read(base: dict, bw: float, layers: int, max_bytes: float, rep_ms: int):
@@ -217,15 +227,10 @@ def _layers_read(base: dict, bw: float, layers: int, max_bytes: float, rep_ms: i
     with no attention at all (start-up and tail included, as for ours)."""
     nbytes = cache_bytes(base["positions"], base["kv"])
     n = fit_layers(layers, nbytes, max_bytes)
-    err = None
-    try:
+
+    def make_fns():
         xs = [torch.randn(nbytes // 2, dtype=torch.bfloat16, device=DEVICE) for _ in range(n)]
         outs = [torch.empty((), dtype=torch.bfloat16, device=DEVICE) for _ in range(n)]
-        fns = [lambda x=x, o=o: torch.sum(x, dim=0, out=o) for x, o in zip(xs, outs, strict=True)]
-        ms = bench_graph_many(fns, rep_ms)
-    except Exception as e:
-        err = error_text(e)
-    if err is not None:
-        yield {**base, "impl": "read", "layers": n, "error": err}
-    else:
-        yield _layer_record(base, "read", n, ms, bw)
+        return [lambda x=x, o=o: torch.sum(x, dim=0, out=o) for x, o in zip(xs, outs, strict=True)]
+
+    yield _timed_layers(base, "read", n, bw, make_fns, rep_ms)
