@@ -264,11 +264,16 @@ class Session:
     # ------------------------------------------------------------------ internals
 
     def _truncate(self, n: int) -> None:
-        """Keep the first ``n`` cached positions; free the pages past them."""
+        """Keep the first ``n`` cached positions; free the pages past them.
+
+        The pages leave the session before they go back to the pool: a Ctrl-C in between can
+        leak them, never leave one page both free and owned (a later step would share it).
+        """
         keep = self.engine.pool.pages_for(n)
-        self.engine.pool.free(self._pages[keep:])
+        tail = self._pages[keep:]
         del self._pages[keep:]
         del self._ids[n:]
+        self.engine.pool.free(tail)
 
     def _forward(self, ids: list[int], ids_t: torch.Tensor | None = None) -> torch.Tensor:
         """Run the model on new tokens after the cached ones; return the last row's hidden [1, H].

@@ -120,6 +120,28 @@ def test_edited_conversation_truncates_and_frees_pages():
     assert eng.pool.num_free_pages == free_before + 3
 
 
+def test_interrupt_right_after_freeing_pages_leaves_no_page_both_free_and_owned(monkeypatch):
+    eng = mock_engine(page_size=16)
+    s = eng.new_session()
+    p1 = prompt_of(70)
+    list(s.generate(p1, GREEDY.replace(max_new_tokens=3)))  # 72 cached -> 5 pages
+    real_free = eng.pool.free
+
+    def free_then_ctrl_c(pages):
+        real_free(pages)
+        raise KeyboardInterrupt  # a Ctrl-C arriving just after the pool took the pages back
+
+    monkeypatch.setattr(eng.pool, "free", free_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        list(s.generate(p1[:20] + prompt_of(4, seed=2), GREEDY.replace(max_new_tokens=4)))
+    monkeypatch.undo()
+    owned = set(s._pages)
+    assert len(owned) == 2 and not any(eng.pool._is_free[p] for p in owned)
+    assert eng.pool.num_free_pages == eng.pool.num_pages - 2
+    p3 = p1[:20] + prompt_of(9, seed=5)  # the session still works on what it kept
+    assert list(s.generate(p3, GREEDY.replace(max_new_tokens=5))) == expected(p3, 5)
+
+
 def test_same_prompt_twice_prefills_one_token():
     eng = mock_engine()
     s = eng.new_session()
