@@ -229,8 +229,7 @@ class Session:
 
     def reset(self) -> None:
         """Forget the conversation and return its pages to the pool."""
-        self.engine.pool.free(self._pages)
-        self._pages, self._ids = [], []
+        self._truncate(0)
 
     close = reset
 
