@@ -18,7 +18,8 @@ SWEEP_PREFILL = [(128, 64, 8, 3, False, False), (128, 128, 8, 3, False, False),
                  (128, 64, 8, 3, True, False), (128, 64, 8, 4, True, False),
                  (64, 64, 4, 3, True, False), (128, 64, 4, 3, True, False),
                  (128, 64, 4, 4, True, False), (128, 64, 4, 2, True, False),
-                 (64, 64, 4, 4, True, False)]
+                 (64, 64, 4, 4, True, False), (64, 64, 4, 6, True, False),
+                 (128, 64, 8, 5, True, False), (128, 64, 8, 6, True, False)]
 # Warp-specialized key loop: opt-in (--warp-specialize). With Triton 3.6 on sm_90 the 4-warp
 # config aborts the compiler (an assertion ends the process) and the 8-warp one compiles to the
 # same SASS as without (BENCHMARKS.md, prefill).

@@ -255,13 +255,20 @@ def _prefill_kernel(
 
 
 def _default_config(max_query_len: int, page_size: int, device: torch.device,
-                    is_int8: bool) -> tuple:
+                    is_int8: bool, tma: bool = True) -> tuple:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads) for a step; deterministic.
 
-    On Hopper (sm_90+) K/V tiles come through TMA descriptors with 4 warps: BLOCK_M 128 for 16-bit
-    pools and 64 for INT8 (the fastest configs of ``benchmarks/attention.py --what prefill --sweep``
-    on an H200 at 4k and 32k, commit fe210ce: BF16 394 / 439 TFLOP/s against 356 / 354 with the
-    earlier 8-warp pointer loads; INT8 247 / 271 against 228 / 239). Older GPUs: pointer loads.
+    On Hopper (sm_90+) K/V tiles come through TMA descriptors: BLOCK_M 128 on 8 warps for 16-bit
+    pools and 64 on 4 warps for INT8, with 6 pipeline stages. The stage count matters because of
+    the page table: Triton's pipeliner (``AssignLatencies``) gives each pipelined load a latency
+    of ``(num_stages - 1) // (indirection levels + 1)`` iterations, and the K/V loads sit one
+    indirection below the page-id load. At 3 stages they are issued one iteration ahead (INT8 V
+    single-buffered); at 5-6, two. On an H200 (``.gpu`` A/B at b3c7276, identical outputs,
+    TFLOP/s at 4k / 32k): BF16 394 / 437 with 4 warps and 3 stages (the default since fe210ce) ->
+    438 / 485 with 8 warps and 6 stages (8 warps at 3 stages: 312 / 314; 4 warps at 5: 359 /
+    417); INT8 276 / 314 -> 276 / 331 (7 and 9 stages: no faster). With ``tma=False`` (a pool
+    that no descriptor can describe) Hopper keeps the earlier 4-warp, 3-stage tiles with pointer
+    loads. Older GPUs: pointer loads.
     """
     if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
         return 16, min(16, page_size), 4, 1, False
@@ -269,7 +276,9 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device,
     block_n = min(64, page_size)
     if hopper and block_n >= 16:
         block_m = min(64 if is_int8 else 128, max(16, triton.next_power_of_2(max_query_len)))
-        return block_m, block_n, 4, 3, True
+        if tma:
+            return block_m, block_n, 8 if block_m >= 128 else 4, 6, True
+        return block_m, block_n, 4, 3, False
     block_m = min(128, max(16, triton.next_power_of_2(max_query_len)))
     num_warps = 8 if block_m >= 128 else 4
     return block_m, 64, num_warps, 3 if hopper else 2, False
@@ -404,6 +413,12 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         return out
 
     dm, dn, dw, ds, dt = _default_config(max_query_len, page_size, q.device, is_int8)
+    if use_tma is None:  # the default: TMA where the pools allow it, else pointer loads
+        use_tma = (dt and (block_n or dn) <= page_size and _tma_ok(k_cache)
+                   and _tma_ok(v_cache))
+    if dt and not use_tma:  # pointer loads take their own default tiles
+        dm, dn, dw, ds, _ = _default_config(max_query_len, page_size, q.device, is_int8,
+                                            tma=False)
     block_m, block_n = block_m or dm, block_n or dn
     num_warps, num_stages = num_warps or dw, num_stages or ds
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
@@ -412,8 +427,6 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
           "block_m and block_n must be powers of two")
     check(q.device.type != "cuda" or min(block_m, block_n) >= 16,
           "tensor-core tiles need block_m, block_n >= 16")
-    if use_tma is None:  # the default: TMA where the pools allow it, else pointer loads
-        use_tma = dt and block_n <= page_size and _tma_ok(k_cache) and _tma_ok(v_cache)
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
     if use_tma:
         desc_k = _pool_descriptor(k_cache, block_n)
