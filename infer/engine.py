@@ -265,13 +265,15 @@ class Session:
     def _truncate(self, n: int) -> None:
         """Keep the first ``n`` cached positions; free the pages past them.
 
-        The pages leave the session before they go back to the pool: a Ctrl-C in between can
-        leak them, never leave one page both free and owned (a later step would share it).
+        Ids go first, then the pages leave the session, then they go back to the pool: a Ctrl-C
+        in between can leave the session owning a page it no longer needs (the next truncation
+        frees it) or leak pages, never list positions without a page or leave one page both
+        free and owned (a later step would share it).
         """
         keep = self.engine.pool.pages_for(n)
+        del self._ids[n:]
         tail = self._pages[keep:]
         del self._pages[keep:]
-        del self._ids[n:]
         self.engine.pool.free(tail)
 
     def _forward(self, ids: list[int], ids_t: torch.Tensor | None = None) -> torch.Tensor:

@@ -255,8 +255,12 @@ def _prefill_kernel(
 
 
 def _default_config(max_query_len: int, page_size: int, device: torch.device,
-                    is_int8: bool, tma: bool = True) -> tuple:
+                    is_int8: bool, tma: bool = True, elem_bytes: int = 2, head_dim: int = 128,
+                    block_m: int | None = None) -> tuple:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads) for a step; deterministic.
+
+    ``elem_bytes``: the widest of q's and the pool's element sizes; ``block_m``: a caller's
+    override (the warp count follows it).
 
     On Hopper (sm_90+) K/V tiles come through TMA descriptors: BLOCK_M 128 on 8 warps for 16-bit
     pools and 64 on 4 warps for INT8, with 6 pipeline stages. The stage count matters because of
@@ -266,20 +270,24 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device,
     single-buffered); at 5-6, two. On an H200 (``.gpu`` A/B at b3c7276, identical outputs,
     TFLOP/s at 4k / 32k): BF16 394 / 437 with 4 warps and 3 stages (the default since fe210ce) ->
     438 / 485 with 8 warps and 6 stages (8 warps at 3 stages: 312 / 314; 4 warps at 5: 359 /
-    417); INT8 276 / 314 -> 276 / 331 (7 and 9 stages: no faster). With ``tma=False`` (a pool
-    that no descriptor can describe) Hopper keeps the earlier 4-warp, 3-stage tiles with pointer
-    loads. Older GPUs: pointer loads.
+    417); INT8 276 / 314 -> 276 / 331 (7 stages: 271-274 / 333, 9: slower). The 6-stage tiles
+    need up to 132 KB of shared memory with 16-bit operands and head_dim 128; float32 operands or
+    head_dim 256 would need ~260 KB (over the 227 KB an H100/H200 CTA may use), so those keep
+    the earlier 4-warp, 3-stage tiles, as do pointer loads (``tma=False``: a pool no descriptor
+    can describe). ``tests/compile_prefill_tiles.py`` compiles the defaults for sm_90 and reports
+    their shared memory. Older GPUs: pointer loads.
     """
     if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
-        return 16, min(16, page_size), 4, 1, False
+        return block_m or 16, min(16, page_size), 4, 1, False
     hopper = torch.cuda.get_device_capability(device)[0] >= 9
     block_n = min(64, page_size)
     if hopper and block_n >= 16:
-        block_m = min(64 if is_int8 else 128, max(16, triton.next_power_of_2(max_query_len)))
-        if tma:
+        block_m = block_m or min(64 if is_int8 else 128,
+                                 max(16, triton.next_power_of_2(max_query_len)))
+        if tma and elem_bytes <= 2 and head_dim <= 128:
             return block_m, block_n, 8 if block_m >= 128 else 4, 6, True
-        return block_m, block_n, 4, 3, False
-    block_m = min(128, max(16, triton.next_power_of_2(max_query_len)))
+        return block_m, block_n, 4, 3, tma
+    block_m = block_m or min(128, max(16, triton.next_power_of_2(max_query_len)))
     num_warps = 8 if block_m >= 128 else 4
     return block_m, 64, num_warps, 3 if hopper else 2, False
 
@@ -351,10 +359,12 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
             INT8 pool (both with the same strides, last dim contiguous); None otherwise.
         out: optional [T, Hq, D] output in q's dtype (last dim contiguous); allocated if None.
         block_m, block_n, num_warps, num_stages: tile overrides for benchmarks; the defaults come
-            from a fixed heuristic. block_n must divide page_size or be a multiple of it.
+            from a fixed heuristic (``_default_config``; the default warp count follows
+            ``block_m``). block_n must divide page_size or be a multiple of it.
         use_tma: load K/V tiles through TMA tensor descriptors (Hopper+; needs block_n <= page_size
             and the pool's page/head strides multiples of D). None: the default for the device
-            (on for sm_90+ when block_n <= page_size).
+            (on for sm_90+ when block_n <= page_size). Without TMA the default tiles are the
+            pointer-load ones (on Hopper 4 warps and 3 stages instead of TMA's 6).
         warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks). With
             Triton 3.6 on sm_90 the compiler aborts on this kernel with 4 warps and specializes
             nothing with 8 (BENCHMARKS.md).
@@ -412,13 +422,16 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if t == 0 or b == 0:
         return out
 
-    dm, dn, dw, ds, dt = _default_config(max_query_len, page_size, q.device, is_int8)
+    widest = max(q.element_size(), k_cache.element_size())
+    dm, dn, dw, ds, dt = _default_config(max_query_len, page_size, q.device, is_int8,
+                                         elem_bytes=widest, head_dim=d, block_m=block_m)
     if use_tma is None:  # the default: TMA where the pools allow it, else pointer loads
         use_tma = (dt and (block_n or dn) <= page_size and _tma_ok(k_cache)
                    and _tma_ok(v_cache))
     if dt and not use_tma:  # pointer loads take their own default tiles
         dm, dn, dw, ds, _ = _default_config(max_query_len, page_size, q.device, is_int8,
-                                            tma=False)
+                                            tma=False, elem_bytes=widest, head_dim=d,
+                                            block_m=block_m)
     block_m, block_n = block_m or dm, block_n or dn
     num_warps, num_stages = num_warps or dw, num_stages or ds
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,

@@ -320,3 +320,44 @@ def test_tma_default_falls_back_where_a_descriptor_cannot_describe_the_pool():
     assert not _tma_ok(odd)  # a page stride of 1040 elements is not a multiple of D = 32
     shifted = torch.zeros(4 * 2 * 16 * 32 + 1, dtype=torch.float16)[1:].view(4, 2, 16, 32)
     assert not _tma_ok(shifted)  # base 2 bytes past an aligned address
+
+
+def test_default_tiles_on_hopper_and_older_gpus(monkeypatch):
+    """``_default_config``'s choices, without a GPU (capability faked): Hopper TMA tiles take 6
+    stages and 8 warps at 128 rows; pointer loads, float32 operands and head_dim 256 keep the
+    4-warp, 3-stage tiles; a caller's block_m sets the warp count; sm_80 is unchanged."""
+    from kernels.prefill_attention import _default_config
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert _default_config(32768, 64, cuda, False) == (128, 64, 8, 6, True)
+    assert _default_config(32768, 64, cuda, True) == (64, 64, 4, 6, True)
+    assert _default_config(40, 64, cuda, False) == (64, 64, 4, 6, True)  # a short chunk
+    assert _default_config(32768, 64, cuda, False, block_m=64) == (64, 64, 4, 6, True)
+    assert _default_config(32768, 64, cuda, True, block_m=128) == (128, 64, 8, 6, True)
+    assert _default_config(32768, 16, cuda, False) == (128, 16, 8, 6, True)
+    assert _default_config(32768, 64, cuda, False, tma=False) == (128, 64, 4, 3, False)
+    assert _default_config(32768, 64, cuda, False, elem_bytes=4) == (128, 64, 4, 3, True)
+    assert _default_config(32768, 64, cuda, True, head_dim=256) == (64, 64, 4, 3, True)
+    assert _default_config(32768, 8, cuda, False) == (128, 64, 8, 3, False)  # pages < 16
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert _default_config(32768, 64, cuda, False) == (128, 64, 8, 2, False)
+    assert _default_config(32768, 64, cuda, True) == (128, 64, 8, 2, False)
+    assert _default_config(32, 64, cuda, True) == (32, 64, 4, 2, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,head_dim,kv", [
+    (torch.float32, 128, "float"), (torch.float32, 128, "int8"), (torch.bfloat16, 256, "float"),
+    (torch.bfloat16, 256, "int8"), (torch.float16, 128, "float"), (torch.bfloat16, 64, "int8")])
+def test_gpu_default_tiles_launch_for_every_operand_width(dtype, head_dim, kv):
+    """The default tiles launch (fit in shared memory) and agree with the reference for float32
+    operands and head_dim 256, where the 6-stage Hopper tiles would not fit, and for the 16-bit
+    and INT8 pools that take them."""
+    # the 128k cases above leave tens of GB in torch's cache; without this, loading the float32
+    # kernel's module failed with "Triton Error [CUDA]: out of memory" on an H200
+    torch.cuda.empty_cache()
+    torch.manual_seed(3)
+    q, cache, meta, _ = make_step([(300, 200), (0, 77)], page_size=64, hkv=2, group=4,
+                                  head_dim=head_dim, dtype=dtype, kv=kv, device="cuda")
+    check(q, cache, meta)

@@ -1,0 +1,67 @@
+"""Compile the prefill kernel with its default Hopper tiles for sm_90 on a CPU; run as a script
+(the test suite runs under TRITON_INTERPRET=1, where kernels cannot be compiled):
+
+    python3 tests/compile_prefill_tiles.py      # one JSON line per case
+
+For each (query dtype, pool dtype, head_dim, page_size) case, the tiles ``_default_config``
+picks on an sm_90 GPU (TMA loads), the constexprs the launcher would pass, and the shared memory
+the compiled kernel needs (``metadata.shared``, bytes). A CTA on an H100/H200 may use 232448.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, compile  # noqa: E402
+
+from kernels import prefill_attention as pa  # noqa: E402
+
+# (q dtype, pool dtype, head_dim, page_size)
+CASES = [("bf16", "bf16", 128, 64), ("fp16", "fp16", 128, 16), ("fp32", "fp32", 128, 64),
+         ("bf16", "i8", 128, 64), ("fp32", "i8", 128, 64), ("bf16", "bf16", 256, 64),
+         ("bf16", "i8", 256, 64)]
+BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "i8": 1}
+
+
+def compile_case(qt: str, kt: str, d: int, page: int, max_query_len: int = 32768) -> dict:
+    is_int8 = kt == "i8"
+    widest = max(BYTES[qt], BYTES[kt])
+    bm, bn, warps, stages, tma = pa._default_config(max_query_len, page, torch.device("cuda", 0),
+                                                    is_int8, elem_bytes=widest, head_dim=d)
+    types = {"q_ptr": f"*{qt}", "k_ptr": f"*{kt}", "v_ptr": f"*{kt}", "o_ptr": f"*{qt}",
+             "ks_ptr": "*fp32", "vs_ptr": "*fp32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
+             "pt_ptr": "*i32", "qk_scale": "fp32",
+             "desc_k": f"tensordesc<{kt}[{bn},{d}]>",
+             "desc_v": f"tensordesc<{kt}[{d},{bn}]>" if is_int8 else f"tensordesc<{kt}[{bn},{d}]>"}
+    const = dict(GROUP=4, HEAD_DIM=d, PAGE_SIZE=page, BLOCK_M=bm, BLOCK_N=bn, IS_INT8=is_int8,
+                 DOT_PREC="ieee" if qt == "fp32" else "tf32", USE_TMA=tma, WARP_SPEC=False,
+                 QK_INT8=is_int8 and qt != "fp32")
+    kernel = pa._prefill_kernel
+    sig, consts = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in const:
+            sig[name], consts[(i,)] = "constexpr", const[name]
+        else:
+            sig[name] = types.get(name, "i32")
+    k = compile(ASTSource(kernel, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                options=dict(num_warps=warps, num_stages=stages))
+    return {"q": qt, "pool": kt, "head_dim": d, "page_size": page,
+            "tiles": [bm, bn, warps, stages, tma], "shared": k.metadata.shared}
+
+
+def main() -> None:
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)  # an H100/H200
+    for case in CASES:
+        print(json.dumps(compile_case(*case)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
