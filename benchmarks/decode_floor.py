@@ -11,13 +11,13 @@ the measured read bandwidth, ``bytes`` counted as in ``benchmarks/attention.py``
 - ``stream``: a kernel that reads exactly stage 1's bytes through the same page walk (same grid:
   one program per KV head and split, the default split count) and only xor-folds them: no dots, no
   softmax. ``contiguous`` gives each split a contiguous run of 64-key blocks, as stage 1 does, one
-  warp; ``round_robin`` gives split ``s`` the blocks ``s, s + S, s + 2S, ...``, four warps (the
-  fastest pointer-load stream).
+  warp; ``round_robin`` gives split ``s`` the blocks ``s, s + S, s + 2S, ...``, four warps.
 - ``stream_tma``: the same bytes, K and transposed V tiles of one page each through TMA
   descriptors (``cp.async.bulk.tensor``), multi-buffered over ``tl.range(num_stages=3)``; 66 splits
-  of one warp (4 programs per SM, 34 KB of shared memory each). The fastest stream found (32k:
-  19.2 us per layer against 20.0 us for ``stream_contiguous_w1``; a sweep of splits 33-198,
-  stages 2-6 and 1 or 4 warps at b3c7276).
+  of one warp (4 programs per SM, 34 KB of shared memory each). The fastest stream found: at
+  25075cd, 19.25 us per layer at 32k against 20.08 (``stream_contiguous_w1``) and 21.52
+  (``stream_round_robin_w4``) in the same run; no other TMA tiling was faster in a sweep of
+  splits 33-198, stages 2-6 and 1 or 4 warps at b3c7276.
 - ``empty``: a kernel on stage 1's grid that only reads ``seq_lens``: the cost of one kernel
   launch inside a graph.
 - ``timeline`` (``--timeline``): per program of the contiguous stream, ``%globaltimer`` (ns) at
