@@ -1,4 +1,4 @@
-"""``infer``: the command line. Chat with, summarize with, or prompt a Qwen3 model.
+"""``infer``: the command line. Chat with, summarize with, prompt, or benchmark a Qwen3 model.
 
 Design: this file parses flags, resolves the model (``models/hub.py``), reads input
 (``infer/textio.py``), builds an ``EngineConfig`` and hands the engine's token stream to
@@ -369,6 +369,48 @@ def chat(
         code = run_repl(ui, engine, system, load_s, check_fits=_check_fits, result=_result)
         if code and not sys.stdin.isatty():
             raise typer.Exit(code)
+
+
+@app.command()
+def bench(
+    model: ModelArg,
+    ctx: Ctx = "32k", kv_cache: KvCacheOpt = KVCache.bf16, page_size: PageSize = 64,
+    prefill_chunk: PrefillChunk = None, attention: AttentionOpt = Attention.auto,
+    cuda_graphs: CudaGraphs = None, device: Device = None,
+    tokens: Annotated[int, typer.Option(
+        help="Tokens decoded per length (greedy, past stop tokens).", rich_help_panel=_E)] = 128,
+    lengths: Annotated[str | None, typer.Option(
+        help="Prompt lengths, comma-separated: 4k,32k (default: 4k and the longest that fits "
+             "in --ctx with --tokens).", show_default=False, rich_help_panel=_E)] = None,
+    json: Json = False, debug: Debug = False,
+):
+    """Measure prefill and decode speed of MODEL at long context against the decode ceiling
+    (the GPU's read bandwidth over the bytes each token must read)."""
+    from infer.bench import parse_lengths, results_table, run_bench
+
+    ui = UI(Options(ctx=ctx, kv_cache=kv_cache, page_size=page_size, prefill_chunk=prefill_chunk,
+                    attention=attention, cuda_graphs=cuda_graphs, device=device,
+                    max_new_tokens=0, temperature=None, top_p=None, top_k=None, min_p=None,
+                    presence_penalty=None, seed=None, think=False, hide_thinking=False,
+                    json=json, debug=debug))
+    with errors(debug, json):
+        cfg, tok = _prepare(ui, model)
+        lens = parse_lengths(lengths, cfg.ctx, tokens)
+        engine, load_s = _load_engine(ui, cfg, tok)
+        results, runs = [], run_bench(engine, lens, tokens)
+        for n in lens:
+            with ui.status(f"{n:,} tokens: prefill, then {tokens} decode steps ..."):
+                results.append(next(runs))
+        if json:
+            ui.emit_json({"command": "bench", "model": str(cfg.model),
+                          "device": str(engine.device), "ctx": cfg.ctx,
+                          "kv_cache": cfg.kv_cache, "attention": engine.attention_kind,
+                          "cuda_graphs": engine.cuda_graphs, "page_size": cfg.page_size,
+                          "load_s": round(load_s, 3), "results": [r.to_dict() for r in results]})
+        else:
+            ui.out.print(results_table(results, f"{cfg.model}: {cfg.kv_cache} cache, "
+                                                f"{engine.attention_kind} attention on "
+                                                f"{engine.device}"))
 
 
 def main(argv: list[str] | None = None) -> None:

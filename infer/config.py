@@ -191,6 +191,8 @@ class SamplingParams:
             None draws a fresh seed per reply.
         max_new_tokens: the most tokens one reply yields; None means until a stop token or the
             context is full.
+        ignore_eos: keep generating past the tokenizer's stop ids (they are yielded like any
+            token); for benchmarks that must decode a fixed number of tokens (vLLM's name).
 
     Raises:
         ValueError: on an out-of-range value (the message names it and the allowed range).
@@ -203,6 +205,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     seed: int | None = None
     max_new_tokens: int | None = None
+    ignore_eos: bool = False
 
     def __post_init__(self):
         t = self.temperature

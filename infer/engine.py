@@ -356,7 +356,7 @@ class Session:
             reuse += 1
         self._truncate(reuse)
         stats = self.stats = GenerationStats(prompt_tokens=len(prompt), reused_tokens=reuse)
-        stop_ids = set(getattr(eng.tokenizer, "stop_ids", ()) or ())
+        stop_ids = set() if sp.ignore_eos else set(getattr(eng.tokenizer, "stop_ids", ()) or ())
         vocab_limit = getattr(eng.tokenizer, "vocab_limit", None)
         chunk = eng.config.chunk
         runner = eng.graph_runner() if eng.cuda_graphs else None

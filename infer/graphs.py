@@ -53,8 +53,8 @@ MAX_GRAPHS = 4  # captured sampling modes kept; the least recently begun one is 
 
 
 def graph_key(params: SamplingParams) -> SamplingParams:
-    """The part of ``params`` a captured step depends on (seed and token budget dropped;
-    greedy steps ignore temperature, top-k, top-p and min-p)."""
+    """The part of ``params`` a captured step depends on (seed, token budget and ``ignore_eos``,
+    which the host applies, dropped; greedy steps ignore temperature, top-k, top-p and min-p)."""
     if params.greedy:
         return SamplingParams(temperature=0.0, presence_penalty=params.presence_penalty)
     return SamplingParams(temperature=params.temperature, top_k=params.top_k,

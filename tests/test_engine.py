@@ -194,6 +194,21 @@ def test_stop_id_ends_reply_and_is_not_yielded():
     assert s.stats.stop_reason == "stop" and s.stats.new_tokens == 4
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "runner"])
+def test_ignore_eos_yields_stop_ids_and_goes_on(graphs):
+    p = prompt_of(10)
+    full = expected(p, 12)
+    stop = full[4]
+    assert stop not in full[:4]
+    eng = mock_engine(stop={stop})
+    eng.cuda_graphs = graphs  # the runner without capture on the CPU
+    s = eng.new_session()
+    out = list(s.generate(p, GREEDY.replace(max_new_tokens=12, ignore_eos=True)))
+    assert out == full and stop in out
+    assert s.stats.stop_reason == "length" and s.stats.new_tokens == 12
+    assert s.cached_ids == p + full[:-1]
+
+
 def test_context_full_stops_without_error():
     ctx, n = 48, 30
     eng = mock_engine(ctx=ctx, page_size=16)

@@ -80,6 +80,7 @@ def test_graph_key_drops_seed_budget_and_unused_greedy_fields():
     assert graph_key(a) == graph_key(SAMPLED.replace(seed=2)) != graph_key(GREEDY)
     assert graph_key(GREEDY.replace(top_k=5, top_p=0.5)) == graph_key(GREEDY)
     assert graph_key(GREEDY.replace(presence_penalty=1.0)) != graph_key(GREEDY)
+    assert graph_key(SAMPLED.replace(ignore_eos=True)) == graph_key(SAMPLED)  # host-side only
 
 
 # ---------------------------------------------------------------------------- runner, no capture

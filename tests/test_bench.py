@@ -1,0 +1,65 @@
+"""``infer bench`` (``infer/bench.py`` and its command) on a tiny random checkpoint on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import assert_one_line_error, invoke
+
+from infer.bench import bench_prompt, parse_lengths
+
+CPU = ["--device", "cpu", "--ctx", "1k"]
+
+
+def test_parse_lengths_default_sorted_and_errors():
+    assert parse_lengths(None, 32768, 128) == [4096, 32640]
+    assert parse_lengths(None, 2048, 128) == [1920]  # shorter than 4k: the longest only
+    assert parse_lengths("32k, 4k,4096", 65536, 128) == [4096, 32768]
+    with pytest.raises(ValueError, match="at least 2"):
+        parse_lengths(None, 4096, 1)
+    with pytest.raises(ValueError, match="no room"):
+        parse_lengths(None, 100, 100)
+    with pytest.raises(ValueError, match=r"--ctx 33k"):
+        parse_lengths("32k", 32768, 128)
+    with pytest.raises(ValueError, match="invalid length 'x'"):
+        parse_lengths("4k,x", 32768, 128)
+    with pytest.raises(ValueError, match="names no length"):
+        parse_lengths(" , ", 32768, 128)
+
+
+def test_bench_prompt_is_deterministic_and_in_range():
+    a = bench_prompt(500, 97)
+    assert a == bench_prompt(500, 97) and a != bench_prompt(500, 97, seed=1)
+    assert min(a) >= 0 and max(a) < 97 and len(set(a)) > 50
+
+
+def test_bench_json_reports_each_length(tiny_ckpt):
+    result = invoke("bench", tiny_ckpt, *CPU, "--lengths", "200,64", "--tokens", "5", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["command"] == "bench" and doc["device"] == "cpu" and doc["ctx"] == 1024
+    rows = doc["results"]
+    assert [r["prompt_tokens"] for r in rows] == [64, 200]
+    for r in rows:  # exactly --tokens decoded (past stop tokens), positive rates, no CPU ceiling
+        assert r["new_tokens"] == 5
+        assert r["ttft_s"] > 0 and r["decode_tokens_per_s"] > 0
+        assert r["prefill_tokens_per_s"] == pytest.approx(r["prompt_tokens"] / r["ttft_s"])
+        assert r["ceiling_tokens_per_s"] is None and r["fraction_of_ceiling"] is None
+
+
+def test_bench_table_on_stdout(tiny_ckpt):
+    result = invoke("bench", tiny_ckpt, *CPU, "--tokens", "3")
+    assert result.exit_code == 0, result.output
+    # default lengths at --ctx 1k: only the longest that fits, 1024 - 3
+    assert "1,021" in result.stdout and "tok/s" in result.stdout and "context" in result.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--tokens", "1"], "--tokens must be at least 2"),
+    (["--lengths", "4k"], "do not fit in --ctx 1024"),
+    (["--lengths", "many"], "invalid length 'many'"),
+    (["--ctx", "oops"], "invalid context size"),
+])
+def test_bench_bad_input_is_one_line_exit_2(tiny_ckpt, args, needle):
+    assert_one_line_error(invoke("bench", tiny_ckpt, *CPU, *args), 2, needle)
