@@ -382,7 +382,10 @@ def bench(
     lengths: Annotated[str | None, typer.Option(
         help="Prompt lengths, comma-separated: 4k,32k (default: 4k and the longest that fits "
              "in --ctx with --tokens).", show_default=False, rich_help_panel=_E)] = None,
-    json: Json = False, debug: Debug = False,
+    json: Annotated[bool, typer.Option(
+        "--json", help="Print the results as one JSON object on stdout.",
+        rich_help_panel=_O)] = False,
+    debug: Debug = False,
 ):
     """Measure prefill and decode speed of MODEL at long context against the decode ceiling
     (the GPU's read bandwidth over the bytes each token must read)."""
@@ -395,22 +398,29 @@ def bench(
                     json=json, debug=debug))
     with errors(debug, json):
         cfg, tok = _prepare(ui, model)
-        lens = parse_lengths(lengths, cfg.ctx, tokens)
+        lens = parse_lengths(lengths, cfg.ctx, tokens, max_ctx=QWEN3_MAX_CTX)
         engine, load_s = _load_engine(ui, cfg, tok)
-        results, runs = [], run_bench(engine, lens, tokens)
-        for n in lens:
-            with ui.status(f"{n:,} tokens: prefill, then {tokens} decode steps ..."):
-                results.append(next(runs))
+        results, runs, interrupted = [], run_bench(engine, lens, tokens), False
+        try:
+            for n in lens:
+                with ui.status(f"{n:,} tokens: prefill, then {tokens} decode steps ..."):
+                    results.append(next(runs))
+        except KeyboardInterrupt:  # keep the lengths already measured
+            interrupted = True
+            ui.err.print("[yellow]interrupted[/]")
         if json:
             ui.emit_json({"command": "bench", "model": str(cfg.model),
                           "device": str(engine.device), "ctx": cfg.ctx,
                           "kv_cache": cfg.kv_cache, "attention": engine.attention_kind,
                           "cuda_graphs": engine.cuda_graphs, "page_size": cfg.page_size,
-                          "load_s": round(load_s, 3), "results": [r.to_dict() for r in results]})
-        else:
+                          "load_s": round(load_s, 3), "interrupted": interrupted,
+                          "results": [r.to_dict() for r in results]})
+        elif results:
             ui.out.print(results_table(results, f"{cfg.model}: {cfg.kv_cache} cache, "
                                                 f"{engine.attention_kind} attention on "
                                                 f"{engine.device}"))
+        if interrupted:
+            raise typer.Exit(130)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -49,12 +49,13 @@ class BenchResult:
         return asdict(self)
 
 
-def parse_lengths(text: str | None, ctx: int, tokens: int) -> list[int]:
+def parse_lengths(text: str | None, ctx: int, tokens: int, max_ctx: int | None = None) -> list[int]:
     """Context lengths to benchmark, ascending and distinct.
 
     ``text``: comma-separated sizes as ``--ctx`` takes them (``"4k,32k"``), or None for the
     default: 4096 and the longest prompt that fits (``ctx - tokens``), or just the latter when
-    it is shorter than 4096.
+    it is shorter than 4096. ``max_ctx``: the most positions the model supports (a length
+    plus ``tokens`` past it is an error), None for no limit.
 
     Raises:
         ValueError: on a malformed size, a ``tokens`` below 2, or a length that does not leave
@@ -79,6 +80,9 @@ def parse_lengths(text: str | None, ctx: int, tokens: int) -> list[int]:
     lengths = sorted(lengths)
     if not lengths:
         raise ValueError(f"--lengths {text!r} names no length: give sizes such as 4k,32k")
+    if max_ctx is not None and lengths[-1] + tokens > max_ctx:
+        raise ValueError(f"--lengths {lengths[-1]} plus {tokens} new tokens (--tokens) are "
+                         f"beyond the largest context the model supports ({max_ctx} tokens)")
     if lengths[-1] > room:
         raise ValueError(f"--lengths {lengths[-1]} plus {tokens} new tokens (--tokens) do not fit "
                          f"in --ctx {ctx}: raise --ctx (e.g. --ctx "

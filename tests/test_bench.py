@@ -63,3 +63,30 @@ def test_bench_table_on_stdout(tiny_ckpt):
 ])
 def test_bench_bad_input_is_one_line_exit_2(tiny_ckpt, args, needle):
     assert_one_line_error(invoke("bench", tiny_ckpt, *CPU, *args), 2, needle)
+
+
+def test_bench_lengths_past_qwen3_largest_context_are_bad_input(tiny_ckpt):
+    result = invoke("bench", tiny_ckpt, "--device", "cpu", "--ctx", "256k", "--lengths", "200k")
+    assert result.exit_code == 2 and result.stdout == "" and "Traceback" not in result.output
+    last = result.stderr.strip().splitlines()[-1]  # after the --ctx past-40960 warning
+    assert last.startswith("error:") and "beyond the largest context" in last and "131072" in last
+
+
+def test_bench_ctrl_c_keeps_the_lengths_measured(tiny_ckpt, monkeypatch):
+    import infer.bench
+
+    real = infer.bench.BenchResult
+    made = []
+
+    def result_then_ctrl_c(**kw):  # the second length is cut by a Ctrl-C
+        if made:
+            raise KeyboardInterrupt
+        made.append(real(**kw))
+        return made[-1]
+
+    monkeypatch.setattr(infer.bench, "BenchResult", result_then_ctrl_c)
+    result = invoke("bench", tiny_ckpt, *CPU, "--lengths", "64,200", "--tokens", "3", "--json")
+    assert result.exit_code == 130, result.output
+    doc = json.loads(result.stdout)
+    assert doc["interrupted"] is True and [r["prompt_tokens"] for r in doc["results"]] == [64]
+    assert "interrupted" in result.stderr
