@@ -96,6 +96,17 @@ def bench_prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
     return [rng.randrange(vocab) for _ in range(n)]
 
 
+def _reply(engine, ids: list[int], sampling: SamplingParams):
+    """Run one reply to ``ids`` on a fresh session (closed afterwards); return its stats."""
+    session = engine.new_session()
+    try:
+        for _ in session.generate(ids, sampling):
+            pass
+        return session.stats
+    finally:
+        session.close()
+
+
 def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
     """Yield one ``BenchResult`` per length (ascending as given), each on a fresh session.
 
@@ -109,21 +120,9 @@ def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
     sampling = SamplingParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
     # warm-up, not timed: compiles the kernels a full prefill chunk and a decode step use and
     # captures the decode graph, which would otherwise land in the first length's figures
-    warm = engine.new_session()
-    try:
-        for _ in warm.generate(prompt[:min(WARMUP_TOKENS, max(lengths))],
-                               sampling.replace(max_new_tokens=2)):
-            pass
-    finally:
-        warm.close()
+    _reply(engine, prompt[:min(WARMUP_TOKENS, max(lengths))], sampling.replace(max_new_tokens=2))
     for n in lengths:
-        session = engine.new_session()
-        try:
-            for _ in session.generate(prompt[:n], sampling):
-                pass
-            st = session.stats
-        finally:
-            session.close()
+        st = _reply(engine, prompt[:n], sampling)
         ceiling = engine.ceiling_tokens_per_s(n + st.new_tokens // 2)
         decode = st.decode_tokens_per_s
         yield BenchResult(
@@ -131,7 +130,6 @@ def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
             prefill_tokens_per_s=n / st.ttft_s if st.ttft_s > 0 else 0.0,
             decode_tokens_per_s=decode, ceiling_tokens_per_s=ceiling,
             fraction_of_ceiling=decode / ceiling if ceiling else None)
-
 
 def results_table(results: list[BenchResult], title: str):
     """A ``rich.table.Table`` of the results, one row per length (units in the headers)."""
