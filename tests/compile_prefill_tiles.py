@@ -19,8 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.pop("TRITON_INTERPRET", None)
 
 import torch  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource, compile  # noqa: E402
+from compile_targets import compile_for  # noqa: E402
 
 from kernels import prefill_attention as pa  # noqa: E402
 
@@ -37,22 +36,14 @@ def compile_case(qt: str, kt: str, d: int, page: int, max_query_len: int = 32768
     bm, bn, warps, stages, tma = pa._default_config(max_query_len, page, torch.device("cuda", 0),
                                                     is_int8, elem_bytes=widest, head_dim=d)
     types = {"q_ptr": f"*{qt}", "k_ptr": f"*{kt}", "v_ptr": f"*{kt}", "o_ptr": f"*{qt}",
-             "ks_ptr": "*fp32", "vs_ptr": "*fp32", "seq_lens_ptr": "*i32", "qsl_ptr": "*i32",
-             "pt_ptr": "*i32", "qk_scale": "fp32",
+             "seq_lens_ptr": "*i32", "qsl_ptr": "*i32", "pt_ptr": "*i32",
              "desc_k": f"tensordesc<{kt}[{bn},{d}]>",
              "desc_v": f"tensordesc<{kt}[{d},{bn}]>" if is_int8 else f"tensordesc<{kt}[{bn},{d}]>"}
     const = dict(GROUP=4, HEAD_DIM=d, PAGE_SIZE=page, BLOCK_M=bm, BLOCK_N=bn, IS_INT8=is_int8,
                  DOT_PREC="ieee" if qt == "fp32" else "tf32", USE_TMA=tma, WARP_SPEC=False,
                  QK_INT8=is_int8 and qt != "fp32")
-    kernel = pa._prefill_kernel
-    sig, consts = {}, {}
-    for i, name in enumerate(kernel.arg_names):
-        if name in const:
-            sig[name], consts[(i,)] = "constexpr", const[name]
-        else:
-            sig[name] = types.get(name, "i32")
-    k = compile(ASTSource(kernel, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                options=dict(num_warps=warps, num_stages=stages))
+    k = compile_for(pa._prefill_kernel, const, 90, types=types, num_warps=warps,
+                    num_stages=stages)
     return {"q": qt, "pool": kt, "head_dim": d, "page_size": page,
             "tiles": [bm, bn, warps, stages, tma], "shared": k.metadata.shared}
 

@@ -32,13 +32,16 @@ POINTERS = {"k_ptr": "*bf16", "v_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_p
             "page_table_ptr": "*i32", "slot_ptr": "*i64"}
 
 
-def compile_for(kernel, constexprs: dict, arch: int, **options):
+def compile_for(kernel, constexprs: dict, arch: int, types: dict | None = None, **options):
     """Pointers float32 unless named in POINTERS (stage 1 reads int8 codes through k_ptr/v_ptr:
-    see ``main``), scalars int32 (float32 for ``qk_scale``)."""
+    see ``main``), scalars int32 (float32 for ``qk_scale``); ``types`` overrides any argument's
+    type (e.g. ``{"desc_k": "tensordesc<bf16[64,128]>"}``)."""
     signature, consts = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in constexprs:
             signature[name], consts[(i,)] = "constexpr", constexprs[name]
+        elif types and name in types:
+            signature[name] = types[name]
         elif name.endswith("_ptr"):
             signature[name] = POINTERS.get(name, "*fp32")
         else:
