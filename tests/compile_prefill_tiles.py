@@ -41,7 +41,7 @@ def compile_case(qt: str, kt: str, d: int, page: int, max_query_len: int = 32768
              "desc_v": f"tensordesc<{kt}[{d},{bn}]>" if is_int8 else f"tensordesc<{kt}[{bn},{d}]>"}
     const = dict(GROUP=4, HEAD_DIM=d, PAGE_SIZE=page, BLOCK_M=bm, BLOCK_N=bn, IS_INT8=is_int8,
                  DOT_PREC="ieee" if qt == "fp32" else "tf32", USE_TMA=tma, WARP_SPEC=False,
-                 QK_INT8=is_int8 and qt != "fp32")
+                 QK_INT8=is_int8 and qt != "fp32", STAGE_Q=is_int8 and qt != "fp32")
     k = compile_for(pa._prefill_kernel, const, 90, types=types, num_warps=warps,
                     num_stages=stages)
     return {"q": qt, "pool": kt, "head_dim": d, "page_size": page,

@@ -165,6 +165,18 @@ def test_int8_against_dequantized_and_full_precision(group, tma, qk_int8):
     assert err < INT8_NMSE_BOUND, f"INT8 NMSE {err:.2e} vs full precision"
 
 
+def test_int8_query_halves_staged_in_a_strided_out_stay_inside_it():
+    # The int8 query halves go through the tile's own slots of ``out`` before the output
+    # overwrites them: with ``out`` a strided view (heads 1..Hq of a wider buffer) the result
+    # matches a contiguous ``out`` bit for bit and the buffer's other heads keep their values.
+    q, cache, meta, _ = make_step([(29, 24), (0, 18)], hkv=2, group=2, kv="int8")
+    t, hq, d = q.shape
+    wide = torch.full((t, hq + 2, d), 7.0, dtype=q.dtype)
+    run_kernel(q, cache, meta, out=wide[:, 1:-1], qk_int8=True)
+    assert torch.equal(wide[:, 1:-1], run_kernel(q, cache, meta, qk_int8=True))
+    assert (wide[:, 0] == 7.0).all() and (wide[:, -1] == 7.0).all()
+
+
 @pytest.mark.parametrize("head_dim", [16, 32])
 def test_int8_query_split_scores_like_the_16_bit_query(head_dim):
     # Scores from the two int8 query halves against scores from the converted codes: same
