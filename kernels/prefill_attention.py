@@ -35,11 +35,11 @@ float32 queries keep the converting path.
 On Hopper the two int8 query tiles take a round trip through the program's own slots of ``out``
 (``STAGE_Q``: store, block barrier, load): Triton feeds a loaded tile to the warpgroup MMA from
 shared memory, while a computed one stays in registers and is re-read from shared memory at every
-key block (for sm_90 the kernel compiles to 7.4k SASS lines instead of 10.3k). On an H200 (BENCHMARKS.md) this moved INT8
-prefill from 278 / 331 to 283 / 336 TFLOP/s at 4k / 32k and was 1-3 % faster for chunks of
-64-256 and 1024-4096 tokens after 8k-128k cached positions, but 2 % slower for 512-token chunks.
-A separate pass writing the halves to their own buffers reached 302 / 340 in the kernel alone,
-but the pass itself (24 / 158 us) ate most of that.
+key block (for sm_90 the kernel compiles to 7.4k SASS lines instead of 10.3k). On an H200
+(BENCHMARKS.md) this moved INT8 prefill from 278 / 331 to 283 / 336 TFLOP/s at 4k / 32k and was 1-3
+% faster for chunks of 64-256 and 1024-4096 tokens after 8k-128k cached positions, but 2 % slower
+for 512-token chunks. A separate pass writing the halves to their own buffers reached 302 / 340 in
+the kernel alone, but the pass itself (24 / 158 us) ate most of that.
 
 Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
 KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
