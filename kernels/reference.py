@@ -193,3 +193,11 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
     return one(q, q_weight), one(k, k_weight)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's gate (Shazeer 2020): ``silu(gate) * up`` for ``gate_up = [gate | up]`` [T, 2I]
+    (reference for ``kernels/silu_mul.py``; the model's torch path). Returns [T, I] in the input
+    dtype; each op rounds to it, as transformers' Qwen3 MLP does."""
+    gate, up = gate_up.split(gate_up.shape[-1] // 2, dim=-1)
+    return torch.nn.functional.silu(gate) * up

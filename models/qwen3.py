@@ -17,7 +17,8 @@ run in the model dtype; logits are computed in the model dtype and returned as f
 On CUDA tensors (``FUSED_KERNELS`` and the model's ``use_fused_kernels``, both True by default) the
 norms, q/k-norm + RoPE and residual adds run as Triton kernels instead of ~20 small torch ops per
 layer: ``kernels/rmsnorm.py`` (fused residual add + RMSNorm, vLLM's residual flow: each layer
-takes the previous sublayer's output and the stream before it) and ``kernels/qk_norm_rope.py``.
+takes the previous sublayer's output and the stream before it), ``kernels/qk_norm_rope.py`` and
+``kernels/silu_mul.py`` (the MLP's silu(gate) * up).
 They follow the same numerics step by step (each rounding to the model dtype included); only the
 float32 reduction order differs. The CPU path is the torch code below, unchanged.
 """
@@ -28,12 +29,13 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from kernels import reference
 from kernels.qk_norm_rope import qk_norm_rope
 from kernels.reference import dense_causal_attention
 from kernels.rmsnorm import rmsnorm
+from kernels.silu_mul import silu_mul
 from models.config import Qwen3Config
 from models.rope import RotaryEmbedding, apply_rope
 
@@ -113,8 +115,11 @@ class Qwen3MLP(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(reference.silu_mul(self.gate_up_proj(x)))
+
+    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
+        """CUDA path: silu(gate) * up in one kernel. x: [T, hidden] -> [T, hidden]."""
+        return self.down_proj(silu_mul(self.gate_up_proj(x)))
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -140,7 +145,7 @@ class Qwen3DecoderLayer(nn.Module):
             h, residual = rmsnorm(h, norm.weight, eps, residual)
         h = self.self_attn.forward_fused(h, positions, rotary, attn, meta)
         h, residual = rmsnorm(h, self.post_attention_layernorm.weight, eps, residual)
-        return self.mlp(h), residual
+        return self.mlp.forward_fused(h), residual
 
 
 class Qwen3Model(nn.Module):
