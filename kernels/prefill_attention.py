@@ -36,10 +36,10 @@ On Hopper the two int8 query tiles take a round trip through the program's own s
 (``STAGE_Q``: store, block barrier, load): Triton feeds a loaded tile to the warpgroup MMA from
 shared memory, while a computed one stays in registers and is re-read from shared memory at every
 key block (for sm_90 the kernel compiles to 7.4k SASS lines instead of 10.3k). On an H200
-(BENCHMARKS.md) this moved INT8 prefill from 278 / 331 to 283 / 336 TFLOP/s at 4k / 32k and was 1-3
-% faster for chunks of 64-256 and 1024-4096 tokens after 8k-128k cached positions, but 2 % slower
-for 512-token chunks. A separate pass writing the halves to their own buffers reached 302 / 340 in
-the kernel alone, but the pass itself (24 / 158 us) ate most of that.
+(BENCHMARKS.md) this moved INT8 prefill from 278 / 331 to 283 / 336 TFLOP/s at 4k / 32k; chunks
+after cached positions gained 3.4-3.6 % at 64-256 tokens (after 32k) and 0.7-1.7 % at 1024-4096
+(after 8k-128k), but 512-token chunks lost 2 %. A separate pass writing the halves to their own
+buffers reached 302 / 340 in the kernel alone, but the pass itself (24 / 158 us) ate most of that.
 
 Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
 KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
@@ -233,8 +233,9 @@ def _prefill_kernel(
             # touches them until it writes its output). Loaded tiles are what Triton feeds to a
             # warpgroup MMA straight from shared memory; computed ones it keeps in registers and
             # re-reads from shared memory every key block (module notes).
+            tl.static_assert(o_ptr.dtype.element_ty.primitive_bitwidth == 16)
             o8 = o_ptr.to(tl.pointer_type(tl.int8))
-            q8_off = rows[:, None] * (2 * stride_ot) + head * (2 * stride_oh) + offs_d[None, :]
+            q8_off = rows[:, None] * stride_ot * 2 + head * (2 * stride_oh) + offs_d[None, :]
             tl.store(o8 + q8_off, q, mask=row_ok[:, None])
             tl.store(o8 + q8_off + HEAD_DIM, q_lo, mask=row_ok[:, None])
             tl.debug_barrier()  # the block's stores are visible to all its threads
@@ -357,7 +358,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                       out: torch.Tensor | None = None, block_m: int | None = None,
                       block_n: int | None = None, num_warps: int | None = None,
                       num_stages: int | None = None, use_tma: bool | None = None,
-                      warp_specialize: bool = False, qk_int8: bool | None = None) -> torch.Tensor:
+                      warp_specialize: bool = False, qk_int8: bool | None = None,
+                      stage_q: bool | None = None) -> torch.Tensor:
     """Causal attention of a step's new queries to their sequences' paged K/V (prefill chunks).
 
     The step's own K/V must already be in the pool (``kernels/store_kv.py``). Oracle:
@@ -380,6 +382,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         k_scale, v_scale: float32 [num_pages, Hkv, page_size] per-(position, KV head) scales for an
             INT8 pool (both with the same strides, last dim contiguous); None otherwise.
         out: optional [T, Hq, D] output in q's dtype (last dim contiguous); allocated if None.
+            It may be q itself but must not otherwise overlap q: with ``stage_q`` its slots
+            also hold the int8 query halves for a while.
         block_m, block_n, num_warps, num_stages: tile overrides for benchmarks; the defaults come
             from a fixed heuristic (``_default_config``; the default warp count follows
             ``block_m``). block_n must divide page_size or be a multiple of it.
@@ -393,6 +397,9 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         qk_int8: for an INT8 pool, score with two int8 dots on the raw key codes (module notes).
             None: the default, on for 16-bit queries (on CUDA: sm_80+ and head_dim 32 to 1024);
             float32 queries always convert the codes.
+        stage_q: with ``qk_int8``, pass the int8 query halves through ``out`` so that the MMA
+            reads them from shared memory (module notes). None: the default, on for Hopper
+            (sm_90, where it was measured) and in the interpreter; off elsewhere.
 
     Returns:
         [T, Hq, D] in q's dtype (``out`` if given). Rows are written only for real queries.
@@ -478,8 +485,9 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
           "head_dim 32 to 1024)")
     # the int8 query halves go through ``out`` (module notes): a gain where the dots are warpgroup
     # MMAs (Hopper+); the interpreter runs the same path so that CPU tests cover it
-    stage_q = qk_int8 and (q.device.type != "cuda"
-                           or torch.cuda.get_device_capability(q.device)[0] >= 9)
+    if stage_q is None:
+        stage_q = q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] == 9
+    stage_q = bool(stage_q and qk_int8)
     grid = (hq, triton.cdiv(max_query_len, block_m), b)
     _prefill_kernel[grid](
         q, k_cache, v_cache, k_scale, v_scale, desc_k, desc_v, out, seq_lens, query_start_loc,

@@ -2,10 +2,11 @@
 
 The torch path takes two kernels (``F.silu`` on the strided gate half, then the multiply); in a
 decode step each costs a launch for a few KB of work. One program covers ``BLOCK`` columns of one
-row. Numerics follow the torch ops step by step: ``gate * sigmoid(gate)`` in float32 rounded to
+row. Numerics follow the torch ops step by step: ``gate / (1 + exp(-gate))`` in float32 rounded to
 the model dtype, then the product with ``up`` in float32 rounded again
-(``kernels.reference.silu_mul``). The fused act-and-mul is vLLM's ``silu_and_mul``; SwiGLU is
-Shazeer 2020 ("GLU Variants Improve Transformer").
+(``kernels.reference.silu_mul``). On a GPU Triton's float32 ``exp`` and division are approximate (a
+few ulp), so a 16-bit result may differ from torch's by one unit in the last place. The fused kernel
+is vLLM's ``silu_and_mul``; SwiGLU is Shazeer 2020 ("GLU Variants Improve Transformer").
 """
 
 from __future__ import annotations
@@ -42,17 +43,19 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
     Returns:
         A new contiguous [T, I] tensor in ``gate_up``'s dtype (allocation only, no sync: safe
-        under CUDA graph capture). Matches ``kernels.reference.silu_mul`` up to the last bit of
-        float32 ``exp``.
+        under CUDA graph capture). Matches ``kernels.reference.silu_mul`` up to the rounding of
+        float32 ``exp`` and division (module notes).
 
     Raises:
-        ValueError: on a rank other than 2, an odd last dim or a non-float dtype.
+        ValueError: on a rank other than 2, an odd last dim, a non-float dtype or a
+            non-contiguous last dim.
     """
     if gate_up.dim() != 2 or gate_up.shape[1] % 2:
         raise ValueError(f"gate_up must be [T, 2 * I], got {tuple(gate_up.shape)}")
     if gate_up.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"gate_up must be float16/bfloat16/float32, got {gate_up.dtype}")
-    assert gate_up.stride(1) == 1, "gate_up needs a contiguous last dim"
+    if gate_up.stride(1) != 1 and gate_up.shape[1] > 1:
+        raise ValueError("gate_up needs a contiguous last dim")
     num_tokens, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty((num_tokens, inter), dtype=gate_up.dtype, device=gate_up.device)
     if num_tokens > 0 and inter > 0:

@@ -20,7 +20,8 @@ layer: ``kernels/rmsnorm.py`` (fused residual add + RMSNorm, vLLM's residual flo
 takes the previous sublayer's output and the stream before it), ``kernels/qk_norm_rope.py`` and
 ``kernels/silu_mul.py`` (the MLP's silu(gate) * up).
 They follow the same numerics step by step (each rounding to the model dtype included); only the
-float32 reduction order differs. The CPU path is the torch code below, unchanged.
+float32 reduction order differs (and, in silu_mul, Triton's approximate float32 ``exp`` and
+division). The CPU path is the torch code below, unchanged.
 """
 
 from __future__ import annotations

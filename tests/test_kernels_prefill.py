@@ -177,6 +177,14 @@ def test_int8_query_halves_staged_in_a_strided_out_stay_inside_it():
     assert (wide[:, 0] == 7.0).all() and (wide[:, -1] == 7.0).all()
 
 
+def test_int8_query_halves_unstaged_path_matches():
+    # Off Hopper the halves stay in registers (stage_q off by default): the same codes and
+    # dots, so the same output bit for bit, and right against the reference.
+    q, cache, meta, _ = make_step([(29, 24), (0, 18)], hkv=2, group=2, kv="int8")
+    unstaged = check(q, cache, meta, qk_int8=True, stage_q=False)
+    assert torch.equal(unstaged, run_kernel(q, cache, meta, qk_int8=True, stage_q=True))
+
+
 @pytest.mark.parametrize("head_dim", [16, 32])
 def test_int8_query_split_scores_like_the_16_bit_query(head_dim):
     # Scores from the two int8 query halves against scores from the converted codes: same
