@@ -484,7 +484,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     check(not qk_int8 or qk_int8_ok, "qk_int8 needs an INT8 pool and 16-bit queries (CUDA: sm_80+, "
           "head_dim 32 to 1024)")
     # the int8 query halves go through ``out`` (module notes): a gain where the dots are warpgroup
-    # MMAs (Hopper+); the interpreter runs the same path so that CPU tests cover it
+    # MMAs (measured on sm_90 only); the interpreter runs the same path so that CPU tests cover it
     if stage_q is None:
         stage_q = q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] == 9
     stage_q = bool(stage_q and qk_int8)
