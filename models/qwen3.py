@@ -34,7 +34,6 @@ from torch import nn
 
 from kernels import reference
 from kernels.qk_norm_rope import qk_norm_rope
-from kernels.reference import dense_causal_attention
 from kernels.rmsnorm import rmsnorm
 from kernels.silu_mul import silu_mul
 from models.config import Qwen3Config
@@ -102,7 +101,7 @@ class Qwen3Attention(nn.Module):
 
     def _attend(self, q, k, v, attn: AttnFn | None, meta) -> torch.Tensor:
         if attn is None:
-            o = dense_causal_attention(q, k, v, self.sm_scale).to(q.dtype)
+            o = reference.dense_causal_attention(q, k, v, self.sm_scale).to(q.dtype)
         else:
             o = attn(self.layer_idx, q, k, v, meta)
         return self.o_proj(o.reshape(q.shape[0], self.q_size))
