@@ -24,19 +24,47 @@ the traceback. A chat with piped input exits 2 (or 1) at its end if a turn faile
 chose to stop reading.
 """
 
+import contextlib
 import os
+import signal
 import sys
-import time
-from dataclasses import dataclass, fields
-from dataclasses import replace as dc_replace
-from enum import Enum
-from typing import Annotated
+import threading
 
-import typer
 
-from infer.console import UI, click_exceptions, errors, print_error, quiet_stdout
-from infer.render import ReplyView, format_stats
-from infer.repl import run_repl
+def _exit_on_ctrl_c(signum, frame) -> None:
+    """SIGINT during the start-up imports: one line and exit code 130 (SIGINT's), at once.
+
+    ``os._exit`` rather than a KeyboardInterrupt, which the module being imported may swallow or
+    turn into another error (a pybind11 module such as triton's raises ImportError
+    "initialization failed"); nothing is written or open yet that would need closing."""
+    with contextlib.suppress(OSError):  # no stderr: exit all the same
+        os.write(2, b"interrupted\n")
+    os._exit(130)
+
+
+# NOTE: the `infer` script runs `from cli import main` before `main`, so these imports (about 2 s:
+# torch and triton, through the infer package) are under no handler of main's or typer's: a Ctrl-C
+# in them would print a KeyboardInterrupt traceback. They run under `_exit_on_ctrl_c` instead,
+# unless SIGINT is ignored (a background job) or handled by whoever imports cli, or cli is imported
+# outside the main thread (where no handler can be set).
+_sigint = signal.getsignal(signal.SIGINT)
+if _sigint is signal.default_int_handler and threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGINT, _exit_on_ctrl_c)
+try:
+    import time
+    from dataclasses import dataclass, fields
+    from dataclasses import replace as dc_replace
+    from enum import Enum
+    from typing import Annotated
+
+    import typer
+
+    from infer.console import UI, click_exceptions, errors, print_error, quiet_stdout
+    from infer.render import ReplyView, format_stats
+    from infer.repl import run_repl
+finally:
+    if signal.getsignal(signal.SIGINT) is _exit_on_ctrl_c:
+        signal.signal(signal.SIGINT, _sigint)
 
 DEFAULT_SUMMARY_MODEL = "Qwen/Qwen3-0.6B"
 SUMMARY_PROMPT = (

@@ -658,3 +658,41 @@ def test_help_names_the_arguments():
         usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
         assert names.replace(" ", "} {") in usage and "{model}" not in usage, usage
     assert "UTF-32" in invoke("summarize", "--help").stdout
+
+
+# ---------------------------------------------------------------------------- start-up and stdout
+
+# The `infer` console script as pip writes it for `infer = "cli:main"`, run as from a terminal
+# (Python's own SIGINT handler), after a finder that sends the process a SIGINT when one module
+# is about to be imported: a Ctrl-C at that point of the start-up.
+CTRL_C_AT_IMPORT = """
+import os
+import signal
+import sys
+
+class CtrlC:
+    def __init__(self, module):
+        self.module = module
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.module:
+            os.kill(os.getpid(), signal.SIGINT)
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.meta_path.insert(0, CtrlC(sys.argv.pop(1)))
+from cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("module", ["typer", "torch", "triton"])
+def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module):
+    """Ctrl-C in the ~2 s of imports before `main` runs (torch, triton): exit 130, one line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_AT_IMPORT, module, "generate", "M", "P"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[1])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n"), proc.stderr
