@@ -18,10 +18,10 @@ On a terminal the reply is shown live (its last lines plus tokens/s), then print
 the output is piped, the text is written as it comes, verbatim (``<think>`` tags included).
 Errors are one line on stderr: exit code 2 for bad input (ValueError, NotImplementedError, a
 missing file, typer's usage errors: ``main`` runs the app outside typer's standalone mode to print
-them as one line), 1 for runtime failures, 130 for Ctrl-C outside the chat prompt; ``--debug`` adds
-the traceback. A chat with piped input exits 2 (or 1) at its end if a turn failed. A closed stdout
-(``infer generate M P | head -c 10``) ends the command quietly with exit code 0, as the reader
-chose to stop reading.
+them as one line), 1 for runtime failures (a stdout that cannot be written, such as ``/dev/full``,
+among them), 130 for Ctrl-C outside the chat prompt; ``--debug`` adds the traceback. A chat with
+piped input exits 2 (or 1) at its end if a turn failed. A closed stdout (``infer generate M P |
+head -c 10``) ends the command quietly with exit code 0, as the reader chose to stop reading.
 """
 
 import contextlib
@@ -59,7 +59,15 @@ try:
 
     import typer
 
-    from infer.console import UI, click_exceptions, errors, print_error, quiet_stdout
+    from infer.console import (
+        UI,
+        OutputError,
+        checked_stdout,
+        click_exceptions,
+        errors,
+        print_error,
+        quiet_stdout,
+    )
     from infer.render import ReplyView, format_stats
     from infer.repl import run_repl
 finally:
@@ -457,15 +465,25 @@ def main(argv: list[str] | None = None) -> None:
     Bad flags, unknown options and missing arguments print ``error: <message> (see ... --help)``
     and exit 2 (with ``--json`` among the arguments, also ``{"error", "exit_code"}`` on stdout);
     help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode. A closed stdout
-    (``| head``) exits 0 quietly.
+    (``| head``) exits 0 quietly; one that cannot be written (``> /dev/full``) prints
+    ``error: cannot write output: <reason>`` and exits 1 (the commands do the same through
+    ``errors``; here for typer's own output, such as ``--help``).
     """
     exc = click_exceptions()
     args = sys.argv[1:] if argv is None else argv
+    stdout = sys.stdout
     try:
+        sys.stdout = checked_stdout()  # typer and click write to sys.stdout
         rv = app(args=argv, standalone_mode=False)
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except BrokenPipeError:
         quiet_stdout()
         sys.exit(0)
+    except OutputError as e:
+        print_error(str(e), 1, as_json=False)
+        quiet_stdout()
+        sys.exit(1)
     except exc.ClickException as e:
         if type(e).__name__ == "NoArgsIsHelpError":  # `infer` alone: the help is shown already
             sys.exit(e.exit_code)
@@ -480,6 +498,8 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         print("Aborted!", file=sys.stderr)
         sys.exit(1)
+    finally:
+        sys.stdout = stdout
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

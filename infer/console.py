@@ -3,13 +3,16 @@
 Owns where output goes and how failures end a command. ``UI`` holds the two rich consoles (the
 reply on stdout, or on stderr under ``--json``; everything else on stderr). ``errors`` turns an
 exception into one line on stderr (plus ``{"error", "exit_code"}`` on stdout with ``--json``) and
-an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C, 0 for a closed stdout.
+an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C, 0 for a closed stdout. Writes to stdout go
+through ``CheckedOutput``, so that a stdout that cannot be written (a full disk, ``> /dev/full``) is
+told apart from other OSErrors: ``error: cannot write output: <reason>``, exit 1.
 ``click_exceptions`` finds the click exceptions typer raises, for ``cli.main``. Used by ``cli.py``
 and ``infer/repl.py``; no tensor math here.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -25,12 +28,64 @@ if TYPE_CHECKING:
     from cli import Options
 
 
+class OutputError(Exception):
+    """Standard output cannot be written: a full disk or ``/dev/full`` (ENOSPC), an I/O error.
+
+    ``str()`` is the one-line message, ``cannot write output: <reason>``. A closed pipe is not
+    one: it stays a BrokenPipeError (the reader chose to stop; the command exits 0 quietly)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(f"cannot write output: {error.strerror or error}")
+
+
+class CheckedOutput:
+    """A text stream (stdout) whose ``write`` and ``flush`` raise OutputError for an OSError other
+    than BrokenPipeError; every other attribute is the stream's."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self._checked(self.stream.write, text)
+
+    def flush(self) -> None:
+        self._checked(self.stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+    @staticmethod
+    def _checked(call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputError(e) from e
+
+
+def checked_stdout() -> CheckedOutput | None:
+    """``sys.stdout`` as a CheckedOutput (itself when it is one already); None when there is no
+    stdout (started with it closed, ``>&-``), where output is dropped as ``print`` and rich do."""
+    out = sys.stdout
+    return out if out is None or isinstance(out, CheckedOutput) else CheckedOutput(out)
+
+
+class StdoutConsole(Console):
+    """The rich console on stdout: a closed pipe raises BrokenPipeError, which ``errors`` turns
+    into a quiet exit 0, where rich's default exits 1 (``SystemExit(1)``)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # drop what is still buffered
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 class UI:
     """The two consoles: ``text`` gets the reply, ``err`` everything else (stderr)."""
 
     def __init__(self, opts: Options):
         self.opts = opts
-        self.out = Console(highlight=False, soft_wrap=True)
+        self.out = StdoutConsole(file=checked_stdout(), highlight=False, soft_wrap=True)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self.text = self.err if opts.json else self.out
 
@@ -47,9 +102,20 @@ class UI:
 
 
 def print_json(obj: dict) -> None:
-    """One JSON object as one line on stdout."""
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    """One JSON object as one line on stdout (OutputError if stdout cannot be written)."""
+    out = checked_stdout()
+    if out is not None:
+        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        out.flush()
+
+
+def print_error_json(obj: dict) -> None:
+    """The ``--json`` copy of an error on stdout, if stdout can take it: when it cannot (full, or
+    its reader gone) the line on stderr and the exit code stand alone."""
+    try:
+        print_json(obj)
+    except (OutputError, BrokenPipeError):
+        quiet_stdout()
 
 
 def print_error(msg: str, code: int, as_json: bool) -> None:
@@ -57,7 +123,7 @@ def print_error(msg: str, code: int, as_json: bool) -> None:
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"[bold red]error:[/] {escape(msg)}")
     if as_json:
-        print_json({"error": msg, "exit_code": code})
+        print_error_json({"error": msg, "exit_code": code})
 
 
 def error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
@@ -72,8 +138,8 @@ def error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
 
 
 def quiet_stdout() -> None:
-    """After a BrokenPipeError: point stdout at devnull so the interpreter's flush at exit does not
-    fail again (the Python docs' note on SIGPIPE, library/signal.html)."""
+    """After a BrokenPipeError or an OutputError: point stdout at devnull so the interpreter's flush
+    at exit does not fail again (the Python docs' note on SIGPIPE, library/signal.html)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -85,7 +151,8 @@ def quiet_stdout() -> None:
 def errors(debug: bool, as_json: bool = False):
     """Turn exceptions into one line on stderr and an exit code (2 bad input, 1 runtime, 130
     Ctrl-C); with ``as_json`` also one ``{"error", "exit_code"}`` object on stdout. A closed
-    stdout (BrokenPipeError) exits 0 quietly."""
+    stdout (BrokenPipeError) exits 0 quietly; one that cannot be written (OutputError) exits 1
+    with ``error: cannot write output: <reason>`` and no JSON."""
     try:
         yield
     except (typer.Exit, typer.Abort):
@@ -93,10 +160,16 @@ def errors(debug: bool, as_json: bool = False):
     except BrokenPipeError:
         quiet_stdout()
         raise typer.Exit(0) from None
+    except OutputError as e:
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+        print_error(str(e), 1, as_json=False)
+        quiet_stdout()
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         Console(stderr=True, highlight=False).print("[yellow]interrupted[/]")
         if as_json:
-            print_json({"error": "interrupted", "exit_code": 130})
+            print_error_json({"error": "interrupted", "exit_code": 130})
         raise typer.Exit(130) from None
     except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
         if debug:

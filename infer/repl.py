@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from rich.markup import escape
 
-from infer.console import UI, error_message
+from infer.console import UI, OutputError, error_message
 from infer.render import ReplyView, format_stats
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
@@ -90,7 +90,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float, *,
             check_fits(len(ids), engine.ctx)
             reply = ReplyView(ui.text, ui.err, engine, session,
                               hide_thinking=o.hide_thinking).run(ids, sampling)
-        except BrokenPipeError:
+        except (BrokenPipeError, OutputError):  # stdout is gone or full: the chat ends
             raise
         except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on
             messages.pop()

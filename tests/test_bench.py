@@ -90,3 +90,42 @@ def test_bench_ctrl_c_keeps_the_lengths_measured(tiny_ckpt, monkeypatch):
     doc = json.loads(result.stdout)
     assert doc["interrupted"] is True and [r["prompt_tokens"] for r in doc["results"]] == [64]
     assert "interrupted" in result.stderr
+
+
+def run_bench_process(ckpt, *args, stdout):
+    """``infer bench`` in a real process (the interpreter's own flush at exit included)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    return subprocess.run(
+        [sys.executable, "-c", "from cli import main; main()", "bench", str(ckpt), *CPU,
+         "--lengths", "16", "--tokens", "2", *args], stdout=stdout, stderr=subprocess.PIPE,
+        text=True, timeout=120, cwd=Path(__file__).parents[1])
+
+
+@pytest.mark.parametrize("args", [["--json"], []])
+def test_bench_output_to_a_full_device_is_one_line_exit_1(tiny_ckpt, args):
+    """`infer bench ... > /dev/full`: ENOSPC on the write is one line, not a chained traceback."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    with open("/dev/full", "w") as full:
+        proc = run_bench_process(tiny_ckpt, *args, stdout=full)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "error: cannot write output: No space left on device\n", proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--json"], []])
+def test_bench_output_to_a_closed_pipe_exits_0_quietly(tiny_ckpt, args):
+    """`infer bench ... | head -0`: the reader is gone before the table or JSON is written."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = run_bench_process(tiny_ckpt, *args, stdout=w)
+    finally:
+        os.close(w)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr

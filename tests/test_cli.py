@@ -696,3 +696,48 @@ def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module):
                           capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).parents[1])
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n"), proc.stderr
+
+
+@pytest.mark.parametrize("argv,stdin", [
+    (["generate", "{ckpt}", "hi", *FAST], None),
+    (["generate", "{ckpt}", "hi", *FAST, "--json"], None),
+    (["summarize", "{file}", "--model", "{ckpt}", *FAST], None),
+    (["summarize", "{file}", "--model", "{ckpt}", *FAST, "--json"], None),
+    (["chat", "{ckpt}", *FAST, "--no-think"], "hi\nagain\n"),
+    (["chat", "{ckpt}", *FAST, "--no-think", "--json"], "hi\nagain\n"),
+    (["generate", "--help"], None),
+], ids=["generate", "generate-json", "summarize", "summarize-json", "chat", "chat-json", "help"])
+def test_output_to_a_full_device_is_one_line_exit_1(argv, stdin, tiny_ckpt, tmp_path,
+                                                    monkeypatch, capsys):
+    """`infer ... > /dev/full`: every write to stdout fails with ENOSPC (at the flush)."""
+    import io
+    import os
+    import sys
+
+    from cli import main
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    (tmp_path / "t.txt").write_text(TEXT)
+    argv = [a.replace("{ckpt}", str(tiny_ckpt)).replace("{file}", str(tmp_path / "t.txt"))
+            for a in argv]
+    full = open("/dev/full", "w")  # noqa: SIM115 - closed below, after main
+    monkeypatch.setattr(sys, "stdout", full)
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    try:
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+    finally:
+        monkeypatch.undo()
+        try:
+            full.close()
+        except OSError:  # what the command left in the buffer cannot be flushed either
+            pass
+    err = capsys.readouterr().err
+    assert info.value.code == 1, err
+    assert "Traceback" not in err and "Exception" not in err, err
+    # one error (in a chat it follows the "> " prompt on stderr), the first reply's: a chat ends
+    assert err.count("error:") == 1, err
+    assert "error: cannot write output: No space left on device\n" in err, err
+    assert err.count("> ") <= 1, err
