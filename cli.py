@@ -425,7 +425,7 @@ def bench(
 ):
     """Measure prefill and decode speed of MODEL at long context against the decode ceiling
     (the GPU's read bandwidth over the bytes each token must read)."""
-    from infer.bench import parse_lengths, results_table, run_bench
+    from infer.bench import cache_label, parse_lengths, results_table, run_bench
 
     ui = UI(Options(ctx=ctx, kv_cache=kv_cache, page_size=page_size, prefill_chunk=prefill_chunk,
                     attention=attention, cuda_graphs=cuda_graphs, device=device,
@@ -452,7 +452,7 @@ def bench(
                           "load_s": round(load_s, 3), "interrupted": interrupted,
                           "results": [r.to_dict() for r in results]})
         elif results:
-            ui.out.print(results_table(results, f"{cfg.model}: {cfg.kv_cache} cache, "
+            ui.out.print(results_table(results, f"{cfg.model}: {cache_label(engine)}, "
                                                 f"{engine.attention_kind} attention on "
                                                 f"{engine.device}"))
         if interrupted:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from infer.config import SamplingParams, parse_ctx
 
 WARMUP_TOKENS = 256  # prompt of the untimed warm-up run (one 128-row prefill tile and up)
+_SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass
@@ -130,6 +131,16 @@ def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
             prefill_tokens_per_s=n / st.ttft_s if st.ttft_s > 0 else 0.0,
             decode_tokens_per_s=decode, ceiling_tokens_per_s=ceiling,
             fraction_of_ceiling=decode / ceiling if ceiling else None)
+
+def cache_label(engine) -> str:
+    """The KV cache as the table's title names it: ``"int8 cache"``, or the dtype a
+    ``--kv-cache bf16`` pool really stores, the model's activation dtype: ``"bf16 cache"`` on CUDA
+    and ``"float32 cache"`` on the CPU (``EngineConfig.torch_dtype``)."""
+    if engine.config.kv_cache == "int8":
+        return "int8 cache"
+    name = str(engine.pool.layers[0].k.dtype).removeprefix("torch.")
+    return f"{_SHORT_DTYPES.get(name, name)} cache"
+
 
 def results_table(results: list[BenchResult], title: str):
     """A ``rich.table.Table`` of the results, one row per length (units in the headers)."""

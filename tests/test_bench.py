@@ -129,3 +129,29 @@ def test_bench_output_to_a_closed_pipe_exits_0_quietly(tiny_ckpt, args):
     finally:
         os.close(w)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("kv_cache,label", [("bf16", "float32 cache"), ("int8", "int8 cache")])
+def test_bench_table_names_the_cache_the_cpu_holds(tiny_ckpt, kv_cache, label):
+    """On the CPU `--kv-cache bf16` stores K/V in the float32 activation dtype: say so."""
+    result = invoke("bench", tiny_ckpt, *CPU, "--lengths", "16", "--tokens", "2",
+                    "--kv-cache", kv_cache)
+    assert result.exit_code == 0, result.output
+    title = result.stdout.strip().splitlines()[0]
+    assert f": {label}, reference attention on cpu" in title, title
+
+
+@pytest.mark.parametrize("kv_cache,dtype,label", [
+    ("bf16", "bfloat16", "bf16 cache"), ("bf16", "float16", "fp16 cache"),
+    ("bf16", "float32", "float32 cache"), ("int8", "int8", "int8 cache")])
+def test_cache_label_names_what_the_pool_stores(kv_cache, dtype, label):
+    from types import SimpleNamespace
+
+    import torch
+
+    from infer.bench import cache_label
+
+    layer = SimpleNamespace(k=torch.zeros(1, dtype=getattr(torch, dtype)))
+    engine = SimpleNamespace(config=SimpleNamespace(kv_cache=kv_cache),
+                             pool=SimpleNamespace(layers=[layer]))
+    assert cache_label(engine) == label
