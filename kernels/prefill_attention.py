@@ -286,19 +286,22 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device,
     override (the warp count follows it).
 
     On Hopper (sm_90+) K/V tiles come through TMA descriptors: BLOCK_M 128 on 8 warps for 16-bit
-    pools and 64 on 4 warps for INT8, with 6 pipeline stages. The stage count matters because of
-    the page table: Triton's pipeliner (``AssignLatencies``) gives each pipelined load a latency
-    of ``(num_stages - 1) // (indirection levels + 1)`` iterations, and the K/V loads sit one
-    indirection below the page-id load. At 3 stages they are issued one iteration ahead (INT8 V
-    single-buffered); at 5-6, two. On an H200 (``.gpu`` A/B at b3c7276, identical outputs,
-    TFLOP/s at 4k / 32k): BF16 394 / 437 with 4 warps and 3 stages (the default since fe210ce) ->
-    438 / 485 with 8 warps and 6 stages (8 warps at 3 stages: 312 / 314; 4 warps at 5: 359 /
-    417); INT8 276 / 314 -> 276 / 331 (7 stages: 271-274 / 333, 9: slower). The 6-stage tiles
+    pools and 64 on 4 warps for INT8, with 6 pipeline stages (7 for INT8). The stage count matters
+    because of the page table: Triton's pipeliner (``AssignLatencies``) gives each pipelined load a
+    latency of ``(num_stages - 1) // (indirection levels + 1)`` iterations, and the K/V loads sit
+    one indirection below the page-id load. At 3 stages they are issued one iteration ahead (INT8 V
+    single-buffered); at 5-6, two. On an H200 (``.gpu`` A/B at b3c7276, identical outputs, TFLOP/s
+    at 4k / 32k): BF16 394 / 437 with 4 warps and 3 stages (the default since fe210ce) -> 438 / 485
+    with 8 warps and 6 stages (8 warps at 3 stages: 312 / 314; 4 warps at 5: 359 / 417); INT8 276 /
+    314 -> 276 / 331 (7 stages: 271-274 / 333, 9: slower). Since the INT8 query halves come from
+    shared memory (``STAGE_Q``) 7 stages beat 6 (three tiles ahead instead of two; A/B in one run,
+    identical outputs: 282 -> 283 at 4k, 336 -> 343 at 32k, 336 -> 341 for a 4k chunk after 128k,
+    321 -> 336 for a 512-token chunk after 32k; 8 stages the same as 7, 9 slower). The 6-stage tiles
     need up to 132 KB of shared memory with 16-bit operands and head_dim 128; float32 operands or
-    head_dim 256 would need ~260 KB (over the 227 KB an H100/H200 CTA may use), so those keep
-    the earlier 4-warp, 3-stage tiles, as do pointer loads (``tma=False``: a pool no descriptor
-    can describe). ``tests/compile_prefill_tiles.py`` compiles the defaults for sm_90 and reports
-    their shared memory. Older GPUs: pointer loads.
+    head_dim 256 would need ~260 KB (over the 227 KB an H100/H200 CTA may use), so those keep the
+    earlier 4-warp, 3-stage tiles, as do pointer loads (``tma=False``: a pool no descriptor can
+    describe). ``tests/compile_prefill_tiles.py`` compiles the defaults for sm_90 and reports their
+    shared memory. Older GPUs: pointer loads.
     """
     if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
         return block_m or 16, min(16, page_size), 4, 1, False
@@ -308,7 +311,7 @@ def _default_config(max_query_len: int, page_size: int, device: torch.device,
         block_m = block_m or min(64 if is_int8 else 128,
                                  max(16, triton.next_power_of_2(max_query_len)))
         if tma and elem_bytes <= 2 and head_dim <= 128:
-            return block_m, block_n, 8 if block_m >= 128 else 4, 6, True
+            return block_m, block_n, 8 if block_m >= 128 else 4, 7 if is_int8 else 6, True
         return block_m, block_n, 4, 3, tma
     block_m = block_m or min(128, max(16, triton.next_power_of_2(max_query_len)))
     num_warps = 8 if block_m >= 128 else 4

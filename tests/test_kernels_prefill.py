@@ -344,17 +344,17 @@ def test_tma_default_falls_back_where_a_descriptor_cannot_describe_the_pool():
 
 def test_default_tiles_on_hopper_and_older_gpus(monkeypatch):
     """``_default_config``'s choices, without a GPU (capability faked): Hopper TMA tiles take 6
-    stages and 8 warps at 128 rows; pointer loads, float32 operands and head_dim 256 keep the
+    stages (INT8: 7) and 8 warps at 128 rows; pointer loads, float32 operands and head_dim 256 keep the
     4-warp, 3-stage tiles; a caller's block_m sets the warp count; sm_80 is unchanged."""
     from kernels.prefill_attention import _default_config
 
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert _default_config(32768, 64, cuda, False) == (128, 64, 8, 6, True)
-    assert _default_config(32768, 64, cuda, True) == (64, 64, 4, 6, True)
+    assert _default_config(32768, 64, cuda, True) == (64, 64, 4, 7, True)
     assert _default_config(40, 64, cuda, False) == (64, 64, 4, 6, True)  # a short chunk
     assert _default_config(32768, 64, cuda, False, block_m=64) == (64, 64, 4, 6, True)
-    assert _default_config(32768, 64, cuda, True, block_m=128) == (128, 64, 8, 6, True)
+    assert _default_config(32768, 64, cuda, True, block_m=128) == (128, 64, 8, 7, True)
     assert _default_config(32768, 16, cuda, False) == (128, 16, 8, 6, True)
     assert _default_config(32768, 64, cuda, False, tma=False) == (128, 64, 4, 3, False)
     assert _default_config(32768, 64, cuda, False, elem_bytes=4) == (128, 64, 4, 3, True)
