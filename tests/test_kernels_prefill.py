@@ -344,8 +344,9 @@ def test_tma_default_falls_back_where_a_descriptor_cannot_describe_the_pool():
 
 def test_default_tiles_on_hopper_and_older_gpus(monkeypatch):
     """``_default_config``'s choices, without a GPU (capability faked): Hopper TMA tiles take 6
-    stages (INT8: 7) and 8 warps at 128 rows; pointer loads, float32 operands and head_dim 256 keep the
-    4-warp, 3-stage tiles; a caller's block_m sets the warp count; sm_80 is unchanged."""
+    stages (INT8: 7) and 8 warps at 128 rows; pointer loads, float32 operands and head_dim 256
+    keep the 4-warp, 3-stage tiles; a caller's block_m sets the warp count; sm_80 is
+    unchanged."""
     from kernels.prefill_attention import _default_config
 
     cuda = torch.device("cuda", 0)
