@@ -4,6 +4,7 @@
 #   sweep      decode tile sweep (benchmarks/sweep_decode.py --quick)
 #   bench      attention kernels vs torch SDPA (benchmarks/attention.py)
 #   floor      INT8 decode stage 1 vs a plain stream of its bytes (benchmarks/decode_floor.py)
+#   gemv       decode projections, kernels/gemv.py vs cuBLAS (benchmarks/gemv.py)
 #   e2e        engine decode tokens/s, CUDA graphs vs eager (benchmarks/decode_e2e.py)
 #   summarize  `infer summarize` of a 28k-token book excerpt with a random Qwen3-8B, --ctx 32k
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
@@ -26,6 +27,7 @@ for what in "$@"; do
     bench) python3 benchmarks/attention.py ${BENCH_ARGS:-} --out "$OUT/attention.jsonl" \
              > "$OUT/attention.log" 2>&1; grep -A 90 "^what" "$OUT/attention.log" ;;
     floor) python3 benchmarks/decode_floor.py --timeline 2>&1 | tee "$OUT/decode_floor.jsonl" ;;
+    gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl" ;;
     e2e) python3 benchmarks/decode_e2e.py --workdir /tmp ${E2E_ARGS:-} 2>&1 | tee "$OUT/decode_e2e.jsonl" ;;
     summarize)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \

@@ -201,3 +201,9 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     dtype; each op rounds to it, as transformers' Qwen3 MLP does."""
     gate, up = gate_up.split(gate_up.shape[-1] // 2, dim=-1)
     return torch.nn.functional.silu(gate) * up
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` (``F.linear`` without bias) accumulated in float64 and rounded once to
+    x's dtype (reference for ``kernels/gemv.py``). x: [M, K]; weight: [N, K] -> [M, N]."""
+    return (x.double() @ weight.double().T).to(x.dtype)

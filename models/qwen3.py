@@ -18,9 +18,11 @@ On CUDA tensors (``FUSED_KERNELS`` and the model's ``use_fused_kernels``, both T
 norms, q/k-norm + RoPE and residual adds run as Triton kernels instead of ~20 small torch ops per
 layer: ``kernels/rmsnorm.py`` (fused residual add + RMSNorm, vLLM's residual flow: each layer
 takes the previous sublayer's output and the stream before it), ``kernels/qk_norm_rope.py`` and
-``kernels/silu_mul.py`` (the MLP's silu(gate) * up).
+``kernels/silu_mul.py`` (the MLP's silu(gate) * up). A step of 1 to 16 tokens (decode) runs its
+projections and the lm_head through ``kernels/gemv.py`` instead of cuBLAS, with silu(gate) * up
+in the gate/up projection's epilogue; longer steps use cuBLAS.
 They follow the same numerics step by step (each rounding to the model dtype included); only the
-float32 reduction order differs (and, in silu_mul, Triton's approximate float32 ``exp`` and
+float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32 ``exp`` and
 division). The CPU path is the torch code below, unchanged.
 """
 
@@ -33,6 +35,7 @@ import torch
 from torch import nn
 
 from kernels import reference
+from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
 from kernels.qk_norm_rope import qk_norm_rope
 from kernels.rmsnorm import rmsnorm
 from kernels.silu_mul import silu_mul
@@ -43,6 +46,12 @@ from models.rope import RotaryEmbedding, apply_rope
 FUSED_KERNELS = True
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
+
+
+def _project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """Fused path: x [T, in] -> [T, out]; up to 16 rows (a decode step) through
+    ``kernels/gemv.py``, more through ``linear`` (cuBLAS)."""
+    return gemv(x, linear.weight) if 0 < x.shape[0] <= MAX_ROWS else linear(x)
 
 
 class RMSNorm(nn.Module):
@@ -77,34 +86,34 @@ class Qwen3Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 attn: AttnFn | None, meta) -> torch.Tensor:
         """x: [T, hidden]; cos/sin: [T, head_dim]. Returns [T, hidden]."""
-        q, k, v = self._split_qkv(x)
+        q, k, v = self._split_qkv(self.qkv_proj(x))
         q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        return self._attend(q, k, v, attn, meta)
+        return self.o_proj(self._attend(q, k, v, attn, meta))
 
     def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
                       attn: AttnFn | None, meta) -> torch.Tensor:
         """CUDA path: q/k-norm and RoPE in one kernel. x: [T, hidden]; positions int64 [T]."""
-        q, k, v = self._split_qkv(x)
+        q, k, v = self._split_qkv(_project(self.qkv_proj, x))
         q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
                             positions, rotary.inv_freq(x.device), rotary.attention_factor)
-        return self._attend(q, k, v, attn, meta)
+        return _project(self.o_proj, self._attend(q, k, v, attn, meta))
 
-    def _split_qkv(self, x: torch.Tensor):
-        """x: [T, hidden] -> q (T, Hq, D), k and v (T, Hkv, D), views into one qkv matmul."""
-        t = x.shape[0]
-        qkv = self.qkv_proj(x)  # (T, q + 2 kv)
+    def _split_qkv(self, qkv: torch.Tensor):
+        """qkv: [T, q + 2 kv] (the qkv projection) -> q (T, Hq, D), k and v (T, Hkv, D), views."""
+        t = qkv.shape[0]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         return (q.view(t, self.num_heads, self.head_dim),
                 k.view(t, self.num_kv_heads, self.head_dim),
                 v.view(t, self.num_kv_heads, self.head_dim))
 
     def _attend(self, q, k, v, attn: AttnFn | None, meta) -> torch.Tensor:
+        """Attention output [T, q_size] (before o_proj)."""
         if attn is None:
             o = reference.dense_causal_attention(q, k, v, self.sm_scale).to(q.dtype)
         else:
             o = attn(self.layer_idx, q, k, v, meta)
-        return self.o_proj(o.reshape(q.shape[0], self.q_size))
+        return o.reshape(q.shape[0], self.q_size)
 
 
 class Qwen3MLP(nn.Module):
@@ -118,7 +127,10 @@ class Qwen3MLP(nn.Module):
         return self.down_proj(reference.silu_mul(self.gate_up_proj(x)))
 
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
-        """CUDA path: silu(gate) * up in one kernel. x: [T, hidden] -> [T, hidden]."""
+        """CUDA path: silu(gate) * up in one kernel; for 1 to 16 tokens (decode) in the
+        gate/up GEMV's epilogue. x: [T, hidden] -> [T, hidden]."""
+        if 0 < x.shape[0] <= MAX_ROWS:
+            return gemv(gemv_swiglu(x, self.gate_up_proj.weight), self.down_proj.weight)
         return self.down_proj(silu_mul(self.gate_up_proj(x)))
 
 
@@ -236,5 +248,8 @@ class Qwen3ForCausalLM(nn.Module):
         return rmsnorm(x, m.norm.weight, m.norm.eps, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: [N, hidden] (rows of ``forward``'s output) -> float32 logits [N, vocab]."""
+        """hidden: [N, hidden] (rows of ``forward``'s output) -> float32 logits [N, vocab],
+        computed in the model dtype (up to 16 rows on CUDA: ``kernels/gemv.py``)."""
+        if hidden.is_cuda and FUSED_KERNELS and self.use_fused_kernels:
+            return _project(self.lm_head, hidden).float()
         return self.lm_head(hidden).float()

@@ -1,0 +1,124 @@
+"""Decode-step projections on one GPU: ``kernels/gemv.py`` side by side with cuBLAS (``F.linear``).
+
+Shapes: a Qwen3 checkpoint's decode projections for one token (default Qwen3-8B: qkv_proj 6144 x
+4096, o_proj 4096 x 4096, gate_up_proj 24576 x 4096, down_proj 4096 x 12288, lm_head 151936 x 4096),
+bfloat16, random weights. Every figure is per layer inside ONE CUDA graph that runs the call for
+``--layers`` distinct weight copies back to back (36 = Qwen3-8B's layers; the lm_head is one
+matrix, timed alone), one cold-L2 read flush before each replay (``benchmarks/timing.py``), so every
+weight comes from HBM, as in a decode step. ``GB/s`` counts the weight bytes; ``frac_bw`` is that
+over the card's read bandwidth measured in the same run (``x.sum()`` over a 4 GiB bf16 tensor).
+
+Printed, one JSON line each:
+
+- ``bandwidth``: the read bandwidth.
+- ``gemv``: one projection (``impl`` ``ours`` or ``cublas``), microseconds per layer.
+- ``mlp``: the decode MLP after the norm, per layer: ours = ``gemv_swiglu`` (the gate/up GEMV
+  with silu(gate) * up in its epilogue), then the down GEMV; cublas = ``F.linear``,
+  ``kernels/silu_mul.py``, ``F.linear`` (the model's path for steps of more than 16 tokens).
+- ``layer_gemvs``: all projections of a layer (qkv, o, the MLP as above) back to back for every
+  layer: the projections' share of a decode step, per layer.
+
+``--rows`` (default 1) is the number of rows of x, the tokens of the step (1 to 16).
+
+Run: ``python3 benchmarks/gemv.py [--size 8b] [--layers 36] [--rows 1]`` (GPU only; ~1 minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.timing import bench_eager, bench_graph_many
+from kernels.gemv import gemv, gemv_swiglu
+from kernels.silu_mul import silu_mul
+
+SIZES = {  # hidden, intermediate, q heads, kv heads, head_dim, vocab
+    "0.6b": (1024, 3072, 16, 8, 128, 151936), "4b": (2560, 9728, 32, 8, 128, 151936),
+    "8b": (4096, 12288, 32, 8, 128, 151936), "14b": (5120, 17408, 40, 8, 128, 151936)}
+
+
+def emit(rec: dict) -> None:
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rec.items()}),
+          flush=True)
+
+
+def read_bandwidth(rep_ms: int) -> float:
+    """The card's read bandwidth in GB/s: ``x.sum()`` over a 4 GiB bfloat16 tensor."""
+    x = torch.randn(2 << 30, dtype=torch.bfloat16, device="cuda")
+    return x.numel() * 2 / bench_eager(x.sum, rep_ms) / 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", choices=list(SIZES), default="8b")
+    ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--rep-ms", type=int, default=200)
+    ap.add_argument("--rows", type=int, default=1, help="tokens of the step, 1 to 16")
+    args = ap.parse_args()
+    if not 1 <= args.rows <= 16:
+        ap.error("--rows must be 1 to 16")
+    if not torch.cuda.is_available():
+        raise SystemExit("needs a CUDA GPU")
+    dev, dt = "cuda", torch.bfloat16
+    bw = read_bandwidth(args.rep_ms)
+    emit({"what": "bandwidth", "GB/s": bw, "device": torch.cuda.get_device_name()})
+
+    hidden, inter, hq, hkv, d, vocab = SIZES[args.size]
+    shapes = {"qkv_proj": ((hq + 2 * hkv) * d, hidden), "o_proj": (hidden, hq * d),
+              "gate_up_proj": (2 * inter, hidden), "down_proj": (hidden, inter),
+              "lm_head": (vocab, hidden)}
+    weights = {name: [torch.randn(n, k, dtype=dt, device=dev) * 0.02
+                      for _ in range(1 if name == "lm_head" else args.layers)]
+               for name, (n, k) in shapes.items()}
+    m = args.rows
+    xs = {name: torch.randn(m, k, dtype=dt, device=dev) for name, (n, k) in shapes.items()}
+    ys = {name: torch.empty(m, n, dtype=dt, device=dev) for name, (n, k) in shapes.items()}
+
+    def per_layer(fns, count):
+        return bench_graph_many(fns, args.rep_ms) * 1e3 / count
+
+    for name, (n, k) in shapes.items():
+        ws, xi, y = weights[name], xs[name], ys[name]
+        nbytes = n * k * 2
+        for impl, fn in (("ours", lambda w, xi=xi: gemv(xi, w)),
+                         ("cublas", lambda w, xi=xi, y=y: F.linear(xi, w, out=y))):
+            us = per_layer([lambda w=w, fn=fn: fn(w) for w in ws], len(ws))
+            emit({"what": "gemv", "proj": name, "impl": impl, "rows": m, "n": n, "k": k,
+                  "layers": len(ws),
+                  "us": us, "GB/s": nbytes / us / 1e3, "frac_bw": nbytes / us / 1e3 / bw})
+
+    h = torch.randn(m, hidden, dtype=dt, device=dev)
+    gu_out = torch.empty(m, 2 * inter, dtype=dt, device=dev)
+    mlp_bytes = (shapes["gate_up_proj"][0] * hidden + hidden * inter) * 2
+
+    def mlp(impl, i):
+        wgu, wd = weights["gate_up_proj"][i], weights["down_proj"][i]
+        if impl == "ours":
+            return lambda: gemv(gemv_swiglu(h, wgu), wd)
+        return lambda: F.linear(silu_mul(F.linear(h, wgu, out=gu_out)), wd)
+
+    for impl in ("ours", "cublas"):
+        us = per_layer([mlp(impl, i) for i in range(args.layers)], args.layers)
+        emit({"what": "mlp", "impl": impl, "rows": m, "layers": args.layers, "us": us,
+              "GB/s": mlp_bytes / us / 1e3, "frac_bw": mlp_bytes / us / 1e3 / bw})
+
+    a = torch.randn(m, hq * d, dtype=dt, device=dev)
+    layer_bytes = mlp_bytes + (shapes["qkv_proj"][0] + hidden) * hidden * 2
+
+    def layer(impl, i):
+        wqkv, wo = weights["qkv_proj"][i], weights["o_proj"][i]
+        if impl == "ours":
+            return [lambda: gemv(h, wqkv), lambda: gemv(a, wo), mlp(impl, i)]
+        return [lambda: F.linear(h, wqkv), lambda: F.linear(a, wo), mlp(impl, i)]
+
+    for impl in ("ours", "cublas"):
+        us = per_layer([f for i in range(args.layers) for f in layer(impl, i)], args.layers)
+        emit({"what": "layer_gemvs", "impl": impl, "rows": m, "layers": args.layers, "us": us,
+              "GB/s": layer_bytes / us / 1e3, "frac_bw": layer_bytes / us / 1e3 / bw})
+
+
+if __name__ == "__main__":
+    main()

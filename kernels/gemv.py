@@ -1,0 +1,174 @@
+"""The linear layers of a decode step, ``y = x @ W^T`` for 1 to 16 rows ``x``: a skinny GEMM that
+streams the weight at the memory bandwidth, with the same result for a row whatever the others.
+
+At batch 1 every projection of a decode step reads its whole weight for a handful of rows, so the
+step is bound by weight bytes (15 GB per token for Qwen3-8B). cuBLAS (``F.linear``) reaches 60-79 %
+of an H200's read bandwidth on the 8B's smaller projections (o_proj 33.5 MB, qkv_proj 50 MB,
+down_proj 100 MB); this kernel reaches more on each of them (BENCHMARKS.md, "Decode projections").
+
+Each program owns ``BLOCK_N`` consecutive weight rows (output features) and walks the whole of K in
+``BLOCK_K`` columns: the weight tile ``[BLOCK_N, BLOCK_K]`` comes in through Triton's software
+pipeline (``num_stages`` tiles in flight), the rows of ``x`` are padded to 16 (masked loads, zero
+rows) and one ``tl.dot`` per tile accumulates ``[16, BLOCK_N]`` in float32 on the tensor cores.
+Rows past N are clamped to the last row (read again, never stored). The result is rounded once to
+the model dtype, as ``F.linear`` does; only the summation order differs from cuBLAS.
+
+**Row invariance.** The tiles depend on the weight's shape only, never on the number of rows, and a
+tensor-core dot computes each output row from that row alone. So a row's result is bit-identical
+whether it is alone (a decode token) or one of 16 (a short step), which keeps a session's output
+independent of how its tokens were grouped into steps (e.g. the engine's one-token-ahead graph
+steps, ``infer/graphs.py``).
+
+``gemv_swiglu`` is the MLP's gate/up projection with SwiGLU in its epilogue: each program computes
+the same ``BLOCK_N`` rows of the gate half and of the up half and writes ``silu(gate) * up``
+directly, with the numerics of ``F.linear`` then ``kernels/silu_mul.py`` (the projection rounded
+to the model dtype, then a rounding after silu and after the product). The ``[T, 2I]`` projection
+output never exists.
+
+Tiling after the split-K-free "skinny GEMM" of decode kernels in llama.cpp (``mul_mat_vec``) and
+vLLM; the gate/up epilogue follows vLLM's ``silu_and_mul`` numerics. SwiGLU: Shazeer 2020.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 16  # rows of x per call: the dot's M, padded
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,  # [M, K] model dtype, last dim contiguous
+    w_ptr,  # [N, K] (SWIGLU: [2N, K] = [gate rows; up rows]) model dtype, last dim contiguous
+    y_ptr,  # [M, N] model dtype, last dim contiguous
+    M, N, K, stride_xm, stride_wn, stride_ym,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no column mask
+    SWIGLU: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    dtype = y_ptr.dtype.element_ty
+    rows_m = tl.arange(0, BLOCK_M)
+    in_m = rows_m < M
+    rows_n = tl.minimum(pid * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
+    cols = tl.arange(0, BLOCK_K)
+    x_tile = x_ptr + rows_m[:, None] * stride_xm + cols[None, :]
+    w_tile = w_ptr + rows_n[:, None] * stride_wn + cols[None, :]
+    up_tile = w_ptr + (rows_n + N)[:, None] * stride_wn + cols[None, :]  # SWIGLU: up rows
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+        if EVEN_K:
+            x = tl.load(x_tile + k0, mask=in_m[:, None], other=0.0)
+            w = tl.load(w_tile + k0)
+        else:
+            in_k = k0 + cols < K
+            x = tl.load(x_tile + k0, mask=in_m[:, None] & in_k[None, :], other=0.0)
+            w = tl.load(w_tile + k0, mask=in_k[None, :], other=0.0)
+        acc = tl.dot(x, tl.trans(w), acc)
+        if SWIGLU:
+            if EVEN_K:
+                u = tl.load(up_tile + k0)
+            else:
+                u = tl.load(up_tile + k0, mask=in_k[None, :], other=0.0)
+            acc_up = tl.dot(x, tl.trans(u), acc_up)
+    if SWIGLU:  # F.linear's rounding, then kernels/silu_mul.py's two roundings
+        g = acc.to(dtype).to(tl.float32)
+        s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
+        acc = s * acc_up.to(dtype).to(tl.float32)
+    out_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :], acc.to(dtype),
+             mask=in_m[:, None] & (out_n < N)[None, :])
+
+
+def _config(n: int, k: int, swiglu: bool, device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_stages) from the weight's shape alone (row invariance depends on it).
+
+    Measured on an H200 at the Qwen3-8B shapes (``.gpu/exp/gemv3.py`` sweep, BENCHMARKS.md,
+    microseconds per layer against the best tile found): qkv_proj (N 6144) and lm_head 64 x 128
+    with 5 stages (15.1 / 14.96; 276.5 / 275.3); o_proj and down_proj (N 4096) 32 x 256 with 5
+    stages (11.33, the best; 26.66 / 26.41); gate/up with SwiGLU 32 x 128 with 3 stages (each
+    program streams two tiles; 47.19, the best). The interpreter: small tiles.
+    """
+    if device.type != "cuda":
+        return 16, min(64, max(16, triton.next_power_of_2(k))), 1
+    if swiglu:
+        return 32, 128, 3
+    if n >= 6144:
+        return 64, 128, 5
+    return 32, 256, 5
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
+    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS or (x.stride(1) != 1 and x.shape[1] > 1):
+        raise ValueError(f"gemv: x must be [M, K] with 1 <= M <= {MAX_ROWS} and a contiguous "
+                         f"last dim, got {tuple(x.shape)}")
+    if weight.dim() != 2 or (weight.stride(1) != 1 and weight.shape[1] > 1):
+        raise ValueError("gemv: weight must be [N, K] with a contiguous last dim")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or weight.dtype != x.dtype:
+        raise ValueError(f"gemv: x and weight must share a float dtype, got {x.dtype} and "
+                         f"{weight.dtype}")
+    if x.shape[1] != weight.shape[1]:
+        raise ValueError(f"gemv: x has {x.shape[1]} columns, the weight {weight.shape[1]}")
+    if weight.shape[0] % rows_per_out:
+        raise ValueError(f"gemv_swiglu: the weight needs an even row count (gate and up halves), "
+                         f"got {weight.shape[0]}")
+    return weight.shape[0] // rows_per_out, weight.shape[1]
+
+
+def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool) -> torch.Tensor:
+    y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
+    if n == 0:
+        return y
+    if k == 0:  # an empty sum: 0, and silu(0) * 0 = 0
+        return y.zero_()
+    block_n, block_k, stages = _config(n, k, swiglu, x.device)
+    _gemv_kernel[(triton.cdiv(n, block_n),)](
+        x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
+        BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
+        SWIGLU=swiglu, STAGES=stages, num_warps=4)
+    return y
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` for a decode step's 1 to 16 rows (``F.linear`` without bias).
+
+    Args:
+        x: [M, K] float16/bfloat16/float32, 1 <= M <= 16, last dim contiguous.
+        weight: [N, K] in x's dtype, last dim contiguous (an ``nn.Linear`` weight).
+
+    Returns:
+        A new [M, N] tensor in x's dtype: float32 accumulation, one rounding at the end; each row
+        bit-identical to the same row computed alone (module notes). Allocation only, no sync:
+        safe under CUDA graph capture. Oracle: ``kernels.reference.linear``.
+
+    Raises:
+        ValueError: M outside 1..16, K mismatch, mismatched or non-float dtypes, or a last dim
+            that is not contiguous.
+    """
+    n, k = _check(x, weight, 1)
+    return _launch(x, weight, n, k, swiglu=False)
+
+
+def gemv_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """SwiGLU of the fused gate/up projection, ``silu(x @ W_gate^T) * (x @ W_up^T)``, one kernel.
+
+    Args:
+        x: [M, K] as in ``gemv``.
+        weight: [2I, K], the gate rows then the up rows (the model's ``gate_up_proj.weight``).
+
+    Returns:
+        A new [M, I] tensor in x's dtype, rounded as ``kernels.reference.silu_mul`` of
+        ``kernels.reference.linear(x, weight)`` rounds (up to the summation order and Triton's
+        approximate float32 ``exp`` and division); rows as in ``gemv``.
+
+    Raises:
+        ValueError: as ``gemv``, or an odd row count.
+    """
+    n, k = _check(x, weight, 2)
+    return _launch(x, weight, n, k, swiglu=True)
