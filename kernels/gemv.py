@@ -11,7 +11,9 @@ Each program owns ``BLOCK_N`` consecutive weight rows (output features) and walk
 pipeline (``num_stages`` tiles in flight), the rows of ``x`` are padded to 16 (masked loads, zero
 rows) and one ``tl.dot`` per tile accumulates ``[16, BLOCK_N]`` in float32 on the tensor cores.
 Rows past N are clamped to the last row (read again, never stored). The result is rounded once to
-the model dtype, as ``F.linear`` does; only the summation order differs from cuBLAS.
+the model dtype, as ``F.linear`` does; only the summation order differs from cuBLAS. float32
+operands multiply in full precision (``input_precision="ieee"``, not TF32), as ``F.linear`` does
+with torch's default ``allow_tf32=False``.
 
 **Row invariance.** The tiles depend on the weight's shape only, never on the number of rows, and a
 tensor-core dot computes each output row from that row alone. So a row's result is bit-identical
@@ -50,6 +52,7 @@ def _gemv_kernel(
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no column mask
     SWIGLU: tl.constexpr,
     STAGES: tl.constexpr,
+    DOT_PREC: tl.constexpr,  # "ieee" for float32 operands (no TF32), "tf32" (unused) otherwise
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -70,13 +73,13 @@ def _gemv_kernel(
             in_k = k0 + cols < K
             x = tl.load(x_tile + k0, mask=in_m[:, None] & in_k[None, :], other=0.0)
             w = tl.load(w_tile + k0, mask=in_k[None, :], other=0.0)
-        acc = tl.dot(x, tl.trans(w), acc)
+        acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PREC)
         if SWIGLU:
             if EVEN_K:
                 u = tl.load(up_tile + k0)
             else:
                 u = tl.load(up_tile + k0, mask=in_k[None, :], other=0.0)
-            acc_up = tl.dot(x, tl.trans(u), acc_up)
+            acc_up = tl.dot(x, tl.trans(u), acc_up, input_precision=DOT_PREC)
     if SWIGLU:  # F.linear's rounding, then kernels/silu_mul.py's two roundings
         g = acc.to(dtype).to(tl.float32)
         s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
@@ -86,22 +89,28 @@ def _gemv_kernel(
              mask=in_m[:, None] & (out_n < N)[None, :])
 
 
-def _config(n: int, k: int, swiglu: bool, device: torch.device) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_stages) from the weight's shape alone (row invariance depends on it).
+def _config(n: int, k: int, swiglu: bool, elem_bytes: int,
+            device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_stages) from the weight's shape and dtype alone (row invariance
+    depends on it).
 
     Measured on an H200 at the Qwen3-8B shapes (``.gpu/exp/gemv3.py`` sweep, BENCHMARKS.md,
     microseconds per layer against the best tile found): qkv_proj (N 6144) and lm_head 64 x 128
     with 5 stages (15.1 / 14.96; 276.5 / 275.3); o_proj and down_proj (N 4096) 32 x 256 with 5
     stages (11.33, the best; 26.66 / 26.41); gate/up with SwiGLU 32 x 128 with 3 stages (each
-    program streams two tiles; 47.19, the best). The interpreter: small tiles.
+    program streams two tiles; 47.19, the best). float32 operands take half as many columns (the
+    same bytes per tile, within the 227 KB of shared memory a Hopper CTA may use; not timed). The
+    interpreter: small tiles.
     """
     if device.type != "cuda":
         return 16, min(64, max(16, triton.next_power_of_2(k))), 1
     if swiglu:
-        return 32, 128, 3
-    if n >= 6144:
-        return 64, 128, 5
-    return 32, 256, 5
+        block_n, block_k, stages = 32, 128, 3
+    elif n >= 6144:
+        block_n, block_k, stages = 64, 128, 5
+    else:
+        block_n, block_k, stages = 32, 256, 5
+    return block_n, block_k // (elem_bytes // 2), stages
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
@@ -127,11 +136,12 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool)
         return y
     if k == 0:  # an empty sum: 0, and silu(0) * 0 = 0
         return y.zero_()
-    block_n, block_k, stages = _config(n, k, swiglu, x.device)
+    block_n, block_k, stages = _config(n, k, swiglu, x.element_size(), x.device)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-        SWIGLU=swiglu, STAGES=stages, num_warps=4)
+        SWIGLU=swiglu, STAGES=stages, DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32",
+        num_warps=4)
     return y
 
 

@@ -48,3 +48,17 @@ def test_prefill_default_tiles_fit_hopper_shared_memory():
         deep_stages = 7 if c["pool"] == "i8" else 6  # 16-bit / int8 at head_dim 128
         assert (c["tiles"][3] == deep_stages) == deep, c
         assert c["tiles"][4] is True, c  # TMA
+
+
+def test_gemv_default_tiles_fit_shared_memory():
+    """The decode GEMM's default tiles (``kernels/gemv.py`` ``_config``) compile for sm_80 and
+    sm_90 in bfloat16, float16 and float32 at the Qwen3-0.6B/8B/14B projection shapes, within
+    the shared memory a CTA may use (float32 takes half the columns for that)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(SCRIPT.with_name("compile_gemv_tiles.py"))],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    cases = [json.loads(line) for line in run.stdout.strip().splitlines()]
+    assert len(cases) == 2 * 3 * 14
+    for c in cases:
+        assert 0 < c["shared"] <= (232448 if c["arch"] == 90 else 166912), c

@@ -160,6 +160,16 @@ def test_gpu_gemv_bf16_8b_shapes_no_worse_than_cublas(name):
 
 
 @pytest.mark.gpu
+def test_gpu_gemv_float32_is_full_precision():
+    # float32 operands must not go through TF32 (10-bit mantissa): error ~1e-6, not ~1e-3
+    x, w = _case(4096, 4096, torch.float32, device="cuda", m=3)
+    truth = x.double() @ w.double().T
+    rel = ((gemv(x, w).double() - truth).abs().max() / truth.abs().max()).item()
+    print(f"\ngemv float32 4096x4096: max error relative to the largest output {rel:.3g}")
+    assert rel < 1e-5
+
+
+@pytest.mark.gpu
 def test_gpu_gemv_swiglu_bf16_8b_gate_up():
     inter, k = 12288, 4096
     x, w = _case(2 * inter, k, torch.bfloat16, device="cuda", m=16)
