@@ -298,11 +298,14 @@ def _messages(system: str | None, user: str) -> list[dict]:
 
 
 def _result(command: str, engine, reply, load_s: float, **extra) -> dict:
+    from infer.bench import cache_dtype
+
     cfg = engine.config
     return {"command": command, "model": str(cfg.model), "device": str(engine.device),
-            "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "attention": engine.attention_kind,
-            "cuda_graphs": engine.cuda_graphs, "page_size": cfg.page_size,
-            "load_s": round(load_s, 3), **extra, **reply.to_dict()}
+            "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "cache_dtype": cache_dtype(engine),
+            "attention": engine.attention_kind, "cuda_graphs": engine.cuda_graphs,
+            "page_size": cfg.page_size, "load_s": round(load_s, 3), **extra,
+            **reply.to_dict()}
 
 
 def _one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], **extra) -> None:
@@ -425,7 +428,7 @@ def bench(
 ):
     """Measure prefill and decode speed of MODEL at long context against the decode ceiling
     (the GPU's read bandwidth over the bytes each token must read)."""
-    from infer.bench import cache_label, parse_lengths, results_table, run_bench
+    from infer.bench import cache_dtype, cache_label, parse_lengths, results_table, run_bench
 
     ui = UI(Options(ctx=ctx, kv_cache=kv_cache, page_size=page_size, prefill_chunk=prefill_chunk,
                     attention=attention, cuda_graphs=cuda_graphs, device=device,
@@ -447,7 +450,8 @@ def bench(
         if json:
             ui.emit_json({"command": "bench", "model": str(cfg.model),
                           "device": str(engine.device), "ctx": cfg.ctx,
-                          "kv_cache": cfg.kv_cache, "attention": engine.attention_kind,
+                          "kv_cache": cfg.kv_cache, "cache_dtype": cache_dtype(engine),
+                          "attention": engine.attention_kind,
                           "cuda_graphs": engine.cuda_graphs, "page_size": cfg.page_size,
                           "load_s": round(load_s, 3), "interrupted": interrupted,
                           "results": [r.to_dict() for r in results]})

@@ -60,6 +60,8 @@ def main() -> None:
     args = ap.parse_args()
     if not 1 <= args.rows <= 16:
         ap.error("--rows must be 1 to 16")
+    if args.layers < 1 or args.rep_ms < 1:
+        ap.error("--layers and --rep-ms must be >= 1")
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
     dev, dt = "cuda", torch.bfloat16

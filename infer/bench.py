@@ -132,13 +132,19 @@ def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
             decode_tokens_per_s=decode, ceiling_tokens_per_s=ceiling,
             fraction_of_ceiling=decode / ceiling if ceiling else None)
 
-def cache_label(engine) -> str:
-    """The KV cache as the table's title names it: ``"int8 cache"``, or the dtype a
-    ``--kv-cache bf16`` pool really stores, the model's activation dtype: ``"bf16 cache"`` on CUDA
-    and ``"float32 cache"`` on the CPU (``EngineConfig.torch_dtype``)."""
+def cache_dtype(engine) -> str:
+    """The dtype the KV pool really stores: ``"int8"``, or for ``--kv-cache bf16`` the model's
+    activation dtype, ``"bfloat16"`` on CUDA and ``"float32"`` on the CPU
+    (``EngineConfig.torch_dtype``)."""
     if engine.config.kv_cache == "int8":
-        return "int8 cache"
-    name = str(engine.pool.layers[0].k.dtype).removeprefix("torch.")
+        return "int8"
+    return str(engine.pool.layers[0].k.dtype).removeprefix("torch.")
+
+
+def cache_label(engine) -> str:
+    """The KV cache as the table's title names it: ``"int8 cache"``, ``"bf16 cache"`` on CUDA,
+    ``"float32 cache"`` on the CPU (``cache_dtype``)."""
+    name = cache_dtype(engine)
     return f"{_SHORT_DTYPES.get(name, name)} cache"
 
 

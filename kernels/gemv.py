@@ -4,7 +4,8 @@ streams the weight at the memory bandwidth, with the same result for a row whate
 At batch 1 every projection of a decode step reads its whole weight for a handful of rows, so the
 step is bound by weight bytes (15 GB per token for Qwen3-8B). cuBLAS (``F.linear``) reaches 60-79 %
 of an H200's read bandwidth on the 8B's smaller projections (o_proj 33.5 MB, qkv_proj 50 MB,
-down_proj 100 MB); this kernel reaches more on each of them (BENCHMARKS.md, "Decode projections").
+down_proj 100 MB); this kernel reaches more on each of them (BENCHMARKS.md, "Decode projections",
+which also records the tile sweep; its scripts are experiments kept out of the repository).
 
 Each program owns ``BLOCK_N`` consecutive weight rows (output features) and walks the whole of K in
 ``BLOCK_K`` columns: the weight tile ``[BLOCK_N, BLOCK_K]`` comes in through Triton's software
@@ -15,11 +16,13 @@ the model dtype, as ``F.linear`` does; only the summation order differs from cuB
 operands multiply in full precision (``input_precision="ieee"``, not TF32), as ``F.linear`` does
 with torch's default ``allow_tf32=False``.
 
-**Row invariance.** The tiles depend on the weight's shape only, never on the number of rows, and a
-tensor-core dot computes each output row from that row alone. So a row's result is bit-identical
-whether it is alone (a decode token) or one of 16 (a short step), which keeps a session's output
-independent of how its tokens were grouped into steps (e.g. the engine's one-token-ahead graph
-steps, ``infer/graphs.py``).
+**Row invariance.** The tiles depend on the weight's shape and dtype only, never on the number of
+rows, and a tensor-core dot computes each output row from that row alone. So a row's projections
+are bit-identical whether it is alone (a decode token) or one of up to 16 (a short step). The
+engine relies on it: its graph steps run one token ahead (``infer/graphs.py``), so a token that
+eager mode computes inside a short step is computed alone in graph mode, and both must cache the
+same K/V. (Steps of more than 16 tokens go through cuBLAS and the prefill attention kernel, so
+results there do depend on how a prompt is chunked.)
 
 ``gemv_swiglu`` is the MLP's gate/up projection with SwiGLU in its epilogue: each program computes
 the same ``BLOCK_N`` rows of the gate half and of the up half and writes ``silu(gate) * up``
@@ -94,13 +97,13 @@ def _config(n: int, k: int, swiglu: bool, elem_bytes: int,
     """(BLOCK_N, BLOCK_K, num_stages) from the weight's shape and dtype alone (row invariance
     depends on it).
 
-    Measured on an H200 at the Qwen3-8B shapes (``.gpu/exp/gemv3.py`` sweep, BENCHMARKS.md,
-    microseconds per layer against the best tile found): qkv_proj (N 6144) and lm_head 64 x 128
-    with 5 stages (15.1 / 14.96; 276.5 / 275.3); o_proj and down_proj (N 4096) 32 x 256 with 5
-    stages (11.33, the best; 26.66 / 26.41); gate/up with SwiGLU 32 x 128 with 3 stages (each
-    program streams two tiles; 47.19, the best). float32 operands take half as many columns (the
-    same bytes per tile, within the 227 KB of shared memory a Hopper CTA may use; not timed). The
-    interpreter: small tiles.
+    Measured on an H200 at the Qwen3-8B shapes (tile sweep in BENCHMARKS.md, "Decode projections";
+    microseconds per layer against the best tile found): qkv_proj (N 6144) and lm_head 64 x 128 with
+    5 stages (15.1 / 14.96; 276.5 / 275.3); o_proj and down_proj (N 4096) 32 x 256 with 5 stages
+    (11.33, the best; 26.66 / 26.41); gate/up with SwiGLU 32 x 128 with 3 stages (each program
+    streams two tiles; 47.19, the best). float32 operands take half as many columns (the same bytes
+    per tile, within the 227 KB of shared memory a Hopper CTA may use; not timed). The interpreter:
+    small tiles.
     """
     if device.type != "cuda":
         return 16, min(64, max(16, triton.next_power_of_2(k))), 1
@@ -114,9 +117,11 @@ def _config(n: int, k: int, swiglu: bool, elem_bytes: int,
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
-    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS or (x.stride(1) != 1 and x.shape[1] > 1):
-        raise ValueError(f"gemv: x must be [M, K] with 1 <= M <= {MAX_ROWS} and a contiguous "
-                         f"last dim, got {tuple(x.shape)}")
+    if x.dim() != 2 or not 0 <= x.shape[0] <= MAX_ROWS or (x.stride(1) != 1 and x.shape[1] > 1):
+        raise ValueError(f"gemv: x must be [M, K] with M <= {MAX_ROWS} and a contiguous last "
+                         f"dim, got {tuple(x.shape)}")
+    if x.device != weight.device:
+        raise ValueError(f"gemv: x is on {x.device}, the weight on {weight.device}")
     if weight.dim() != 2 or (weight.stride(1) != 1 and weight.shape[1] > 1):
         raise ValueError("gemv: weight must be [N, K] with a contiguous last dim")
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or weight.dtype != x.dtype:
@@ -132,7 +137,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[in
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool) -> torch.Tensor:
     y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
-    if n == 0:
+    if n == 0 or x.shape[0] == 0:
         return y
     if k == 0:  # an empty sum: 0, and silu(0) * 0 = 0
         return y.zero_()
@@ -149,7 +154,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` for a decode step's 1 to 16 rows (``F.linear`` without bias).
 
     Args:
-        x: [M, K] float16/bfloat16/float32, 1 <= M <= 16, last dim contiguous.
+        x: [M, K] float16/bfloat16/float32, M <= 16 (0 gives an empty result), last dim
+            contiguous, on the weight's device.
         weight: [N, K] in x's dtype, last dim contiguous (an ``nn.Linear`` weight).
 
     Returns:
@@ -158,8 +164,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         safe under CUDA graph capture. Oracle: ``kernels.reference.linear``.
 
     Raises:
-        ValueError: M outside 1..16, K mismatch, mismatched or non-float dtypes, or a last dim
-            that is not contiguous.
+        ValueError: M over 16, K mismatch, mismatched devices or non-float dtypes, or a last
+            dim that is not contiguous.
     """
     n, k = _check(x, weight, 1)
     return _launch(x, weight, n, k, swiglu=False)

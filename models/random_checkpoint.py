@@ -193,7 +193,8 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
         device: where to draw the random numbers; default CUDA when present, else CPU.
 
     Raises:
-        ValueError: unknown size or dtype, or a missing config.
+        ValueError: unknown size or dtype, a missing config, or a ``tokenizer`` folder without
+            ``tokenizer.json`` (raised before anything is written).
     """
     if dtype not in _DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: choose one of {', '.join(_DTYPES)}")
@@ -208,6 +209,9 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
         cfg["num_hidden_layers"] = cfg["max_window_layers"] = int(num_hidden_layers)
     cfg.update(overrides or {})
 
+    if tokenizer is not None and not (Path(tokenizer) / "tokenizer.json").is_file():
+        raise ValueError(f"no tokenizer.json in {tokenizer}: pass the folder holding the "
+                         "tokenizer files")  # before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
@@ -322,10 +326,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default=None, help="default: cuda if available")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    out = write_random_checkpoint(a.out, a.size, config_dir=a.config_dir, shards=a.shards,
-                                  dtype=a.dtype, seed=a.seed, tie=a.tie, tokenizer=a.tokenizer,
-                                  vocab_size=a.vocab_size, num_hidden_layers=a.layers,
-                                  device=a.device)
+    try:
+        out = write_random_checkpoint(a.out, a.size, config_dir=a.config_dir, shards=a.shards,
+                                      dtype=a.dtype, seed=a.seed, tie=a.tie,
+                                      tokenizer=a.tokenizer, vocab_size=a.vocab_size,
+                                      num_hidden_layers=a.layers, device=a.device)
+    except ValueError as e:  # a bad --tokenizer / --config-dir: one line, exit 2
+        p.error(str(e))
     nbytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     print(f"wrote {out} ({nbytes / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
 

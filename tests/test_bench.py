@@ -39,6 +39,7 @@ def test_bench_json_reports_each_length(tiny_ckpt):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["command"] == "bench" and doc["device"] == "cpu" and doc["ctx"] == 1024
+    assert doc["kv_cache"] == "bf16" and doc["cache_dtype"] == "float32"  # the table's label
     rows = doc["results"]
     assert [r["prompt_tokens"] for r in rows] == [64, 200]
     for r in rows:  # exactly --tokens decoded (past stop tokens), positive rates, no CPU ceiling

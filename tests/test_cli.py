@@ -86,6 +86,7 @@ def test_generate_json_is_parseable_and_matches_the_text_stream(tiny_ckpt, tok):
                                                     enable_thinking=False))
     assert 1 <= obj["new_tokens"] <= 3 and obj["stop_reason"] in ("length", "stop")
     assert obj["ctx"] == 1024 and obj["kv_cache"] == "bf16" and obj["device"] == "cpu"
+    assert obj["cache_dtype"] == "float32"  # what a bf16 cache holds on the CPU
     assert obj["ttft_s"] > 0 and obj["interrupted"] is False
     for key in ("reused_tokens", "decode_tokens_per_s", "ceiling_tokens_per_s", "thinking"):
         assert key in obj
@@ -101,7 +102,7 @@ def test_generate_prompt_from_stdin_and_raw(tiny_ckpt, tok):
     raw = ok_json(invoke("generate", tiny_ckpt, "Tell me a story", *FAST, "--json", "--raw",
                          "--kv-cache", "int8", "--page-size", "16", "--prefill-chunk", "4"))
     assert raw["prompt_tokens"] == len(tok.encode("Tell me a story"))
-    assert raw["kv_cache"] == "int8" and raw["page_size"] == 16
+    assert raw["kv_cache"] == "int8" and raw["page_size"] == 16 and raw["cache_dtype"] == "int8"
 
 
 def test_generate_interrupted_reply_exits_130(tiny_ckpt, monkeypatch):

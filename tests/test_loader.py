@@ -266,6 +266,17 @@ def test_random_checkpoint_cli_and_seed(tmp_path):
     assert a["lm_head.weight"].dtype == torch.float16
 
 
+def test_random_checkpoint_bad_tokenizer_is_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "ckpt"
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(out), "--tokenizer", str(tmp_path / "nowhere"), "--device", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"no tokenizer.json in {tmp_path / 'nowhere'}: pass the folder "
+                            "holding the tokenizer files")
+    assert not out.exists()
+
+
 def test_real_size_config_is_the_published_one():
     cfg = base_config("0.6b", CONFIGS_DIR)
     published = json.loads((CONFIGS_DIR / "Qwen3-0.6B" / "config.json").read_text())
