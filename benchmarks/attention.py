@@ -86,8 +86,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.attention_common import (  # noqa: E402
-    DEVICE,
-    bench,
     error_text,
     parse_lengths,
 )
@@ -97,6 +95,7 @@ from benchmarks.attention_decode import (  # noqa: E402
     bench_decode_layers,
 )
 from benchmarks.attention_prefill import SWEEP_PREFILL, SWEEP_WS, bench_prefill  # noqa: E402
+from benchmarks.timing import read_bandwidth  # noqa: E402
 
 
 def emit(rec: dict, records: list, out) -> None:
@@ -109,10 +108,9 @@ def emit(rec: dict, records: list, out) -> None:
 
 
 def measure_bandwidth() -> dict:
-    x = torch.randn(2 << 30, dtype=torch.bfloat16, device=DEVICE)  # 4 GiB
-    ms = bench(lambda: x.sum(), 200)
-    nbytes = x.numel() * x.element_size()
-    return {"what": "bandwidth", "bytes": nbytes, "us": ms * 1e3, "GB/s": nbytes / ms / 1e6}
+    nbytes = 4 << 30  # benchmarks.timing.read_bandwidth's x.sum() over 4 GiB
+    gbps = read_bandwidth()
+    return {"what": "bandwidth", "bytes": nbytes, "us": nbytes / gbps / 1e3, "GB/s": gbps}
 
 
 def table(records: list) -> str:

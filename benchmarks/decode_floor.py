@@ -45,7 +45,12 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from benchmarks.attention_common import parse_lengths  # noqa: E402
-from benchmarks.timing import _flush_l2, bench_cold, bench_graph_many, capture_graph  # noqa: E402
+from benchmarks.timing import (  # noqa: E402
+    _flush_l2,
+    bench_graph_many,
+    capture_graph,
+    read_bandwidth,
+)
 
 HKV, D, PAGE, LAYERS = 8, 128, 64, 36
 BLOCK_N = 64
@@ -184,12 +189,6 @@ def timeline(layers, seq_lens, table, out, splits) -> dict:
     ends = {str(q): round(x, 2) for q, x in zip(qs, med[:-1], strict=True)}
     return {"end_us_quantiles": ends,
             "start_spread_us": round(med[-1], 2)}
-
-
-def read_bandwidth() -> float:
-    """GB/s of ``x.sum()`` over a 4 GiB bf16 tensor (as ``benchmarks/attention.py``)."""
-    x = torch.randn(1 << 31, dtype=torch.bfloat16, device="cuda")
-    return x.numel() * 2 / bench_cold(x.sum, 100) / 1e6
 
 
 def bench_length(seq_len: int, bw: float, with_timeline: bool) -> None:

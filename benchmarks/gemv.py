@@ -31,7 +31,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-from benchmarks.timing import bench_eager, bench_graph_many
+from benchmarks.timing import bench_graph_many, read_bandwidth
 from kernels.gemv import gemv, gemv_swiglu
 from kernels.silu_mul import silu_mul
 
@@ -43,12 +43,6 @@ SIZES = {  # hidden, intermediate, q heads, kv heads, head_dim, vocab
 def emit(rec: dict) -> None:
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rec.items()}),
           flush=True)
-
-
-def read_bandwidth(rep_ms: int) -> float:
-    """The card's read bandwidth in GB/s: ``x.sum()`` over a 4 GiB bfloat16 tensor."""
-    x = torch.randn(2 << 30, dtype=torch.bfloat16, device="cuda")
-    return x.numel() * 2 / bench_eager(x.sum, rep_ms) / 1e6
 
 
 def main() -> None:
@@ -65,7 +59,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
     dev, dt = "cuda", torch.bfloat16
-    bw = read_bandwidth(args.rep_ms)
+    bw = read_bandwidth(max(20, args.rep_ms // 2))
     emit({"what": "bandwidth", "GB/s": bw, "device": torch.cuda.get_device_name()})
 
     hidden, inter, hq, hkv, d, vocab = SIZES[args.size]

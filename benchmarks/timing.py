@@ -93,3 +93,10 @@ def bench_graph_many(fns, rep_ms: int = 200) -> float:
     ms = bench_cold(graph.replay, reps=max(20, rep_ms // 2))
     del graph  # its private memory pool goes back to the allocator
     return ms
+
+
+def read_bandwidth(reps: int = 100) -> float:
+    """The card's read bandwidth in GB/s: ``x.sum()`` over a 4 GiB bfloat16 tensor, median of
+    ``reps`` cold-L2 runs (the reference every benchmark's ``frac_bw`` is relative to)."""
+    x = torch.randn(2 << 30, dtype=torch.bfloat16, device="cuda")
+    return x.numel() * x.element_size() / bench_cold(x.sum, reps) / 1e6

@@ -40,6 +40,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.silu_mul import silu_mul_rounded
+
 MAX_ROWS = 16  # rows of x per call: the dot's M, padded
 
 
@@ -84,9 +86,8 @@ def _gemv_kernel(
                 u = tl.load(up_tile + k0, mask=in_k[None, :], other=0.0)
             acc_up = tl.dot(x, tl.trans(u), acc_up, input_precision=DOT_PREC)
     if SWIGLU:  # F.linear's rounding, then kernels/silu_mul.py's two roundings
-        g = acc.to(dtype).to(tl.float32)
-        s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
-        acc = s * acc_up.to(dtype).to(tl.float32)
+        acc = silu_mul_rounded(acc.to(dtype).to(tl.float32), acc_up.to(dtype).to(tl.float32),
+                               dtype)
     out_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :], acc.to(dtype),
              mask=in_m[:, None] & (out_n < N)[None, :])

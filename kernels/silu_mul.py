@@ -17,6 +17,15 @@ import triton.language as tl
 
 
 @triton.jit
+def silu_mul_rounded(g, u, dtype: tl.constexpr):
+    """float32 ``gate``/``up`` values (already in the model dtype) -> ``silu(gate) * up`` in
+    float32, rounded to ``dtype`` after silu and after the product as the torch ops round (shared
+    with ``kernels/gemv.py``'s gate/up epilogue)."""
+    s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
+    return (s * u).to(dtype).to(tl.float32)
+
+
+@triton.jit
 def _silu_mul_kernel(
     x_ptr,  # [T, 2 * I] model dtype: gate columns 0..I-1, up columns I..2I-1
     out_ptr,  # [T, I] model dtype
@@ -31,8 +40,8 @@ def _silu_mul_kernel(
     x_row = x_ptr + row * stride_xt
     g = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(x_row + INTER + cols, mask=mask, other=0.0).to(tl.float32)
-    s = (g / (1.0 + tl.exp(-g))).to(dtype).to(tl.float32)
-    tl.store(out_ptr + row * stride_ot + cols, (s * u).to(dtype), mask=mask)
+    tl.store(out_ptr + row * stride_ot + cols, silu_mul_rounded(g, u, dtype).to(dtype),
+             mask=mask)
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

@@ -48,10 +48,15 @@ FUSED_KERNELS = True
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
 
 
+def _gemv_rows(x: torch.Tensor) -> bool:
+    """Fused path: whether x [T, in] is a step for ``kernels/gemv.py`` (1 to 16 rows: decode)."""
+    return 0 < x.shape[0] <= MAX_ROWS
+
+
 def _project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """Fused path: x [T, in] -> [T, out]; up to 16 rows (a decode step) through
     ``kernels/gemv.py``, more through ``linear`` (cuBLAS)."""
-    return gemv(x, linear.weight) if 0 < x.shape[0] <= MAX_ROWS else linear(x)
+    return gemv(x, linear.weight) if _gemv_rows(x) else linear(x)
 
 
 class RMSNorm(nn.Module):
@@ -129,7 +134,7 @@ class Qwen3MLP(nn.Module):
     def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
         """CUDA path: silu(gate) * up in one kernel; for 1 to 16 tokens (decode) in the
         gate/up GEMV's epilogue. x: [T, hidden] -> [T, hidden]."""
-        if 0 < x.shape[0] <= MAX_ROWS:
+        if _gemv_rows(x):
             return gemv(gemv_swiglu(x, self.gate_up_proj.weight), self.down_proj.weight)
         return self.down_proj(silu_mul(self.gate_up_proj(x)))
 
