@@ -33,7 +33,7 @@ Design after nano-vllm's ``LLMEngine`` / ``BlockManager`` and nanochat's ``Engin
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -233,14 +233,18 @@ class Session:
 
     close = reset
 
-    def generate(self, prompt_ids: Sequence[int],
-                 sampling: SamplingParams | None = None) -> Iterator[int]:
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams | None = None, *,
+                 on_prefill: Callable[[int, int], None] | None = None) -> Iterator[int]:
         """Reply to ``prompt_ids`` (the whole conversation so far), yielding new token ids.
 
         Args:
             prompt_ids: the full token sequence to continue (all turns, rendered); its common
                 prefix with ``cached_ids`` is reused, the rest prefilled.
             sampling: None means greedy (temperature 0).
+            on_prefill: called as ``on_prefill(done, total)`` with the prompt tokens prefilled so
+                far and the number to prefill (reused ones excluded): once with ``done = 0``
+                before the first chunk, then after each chunk has completed on the device (the
+                callback makes the host wait for each chunk; without it prefill runs ahead).
 
         Returns:
             An iterator of token ids (host ints). Stop ids are not yielded. ``self.stats`` is
@@ -258,7 +262,7 @@ class Session:
             raise ValueError(f"the prompt has {len(prompt)} tokens but the context holds {ctx} "
                              f"(prompt + at least 1 new token): raise --ctx above "
                              f"{len(prompt)} or shorten the prompt")
-        return self._generate(prompt, sampling or SamplingParams(temperature=0.0))
+        return self._generate(prompt, sampling or SamplingParams(temperature=0.0), on_prefill)
 
     # ------------------------------------------------------------------ internals
 
@@ -347,7 +351,8 @@ class Session:
                 return
             tok_t = nxt_t
 
-    def _generate(self, prompt: list[int], sp: SamplingParams) -> Iterator[int]:
+    def _generate(self, prompt: list[int], sp: SamplingParams,
+                  on_prefill: Callable[[int, int], None] | None = None) -> Iterator[int]:
         eng = self.engine
         t0 = time.perf_counter()
         reuse = 0
@@ -361,8 +366,14 @@ class Session:
         chunk = eng.config.chunk
         runner = eng.graph_runner() if eng.cuda_graphs else None
         try:
+            if on_prefill is not None:
+                on_prefill(0, len(prompt) - reuse)
             for s in range(reuse, len(prompt), chunk):
                 hidden = self._forward(prompt[s:s + chunk])
+                if on_prefill is not None:
+                    if eng.device.type == "cuda":
+                        torch.cuda.synchronize(eng.device)
+                    on_prefill(min(s + chunk, len(prompt)) - reuse, len(prompt) - reuse)
             if runner is not None:  # captures the step on first use of this sampling mode
                 ticket, gen, seen = runner.begin(sp, self._pages)
                 with torch.inference_mode():  # the first token: eager, with the runner's state

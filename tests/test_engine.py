@@ -93,6 +93,20 @@ def test_prefill_decode_through_pool(length, chunk):
     assert s.cached_ids == prompt + out[:-1]  # the last sampled token is not fed yet
 
 
+def test_on_prefill_reports_each_chunk_of_the_new_tokens():
+    eng = mock_engine(chunk=7)
+    s = eng.new_session()
+    p1 = prompt_of(20)
+    seen: list[tuple[int, int]] = []
+    r1 = list(s.generate(p1, GREEDY.replace(max_new_tokens=3),
+                         on_prefill=lambda done, total: seen.append((done, total))))
+    assert seen == [(0, 20), (7, 20), (14, 20), (20, 20)]
+    seen.clear()  # the next turn reuses 22 cached tokens: only the 3 new ones are reported
+    list(s.generate(p1 + r1 + [1], GREEDY.replace(max_new_tokens=1),
+                    on_prefill=lambda done, total: seen.append((done, total))))
+    assert seen == [(0, 2), (2, 2)]
+
+
 def test_multi_turn_reuses_prefix_and_matches_fresh():
     eng = mock_engine(chunk=7)
     s = eng.new_session()
