@@ -66,8 +66,10 @@ class TritonAttention:
         sm_scale: logit scale; None means ``1 / sqrt(head_dim)``.
         max_batch: the most sequences one decode step holds (sizes the workspace).
         num_splits: split-KV splits per (sequence, KV head); None means the tile default's
-            programs per SM (``default_num_splits``: 2 for 16-bit caches, 8 for INT8). Fixed for
-            the life of the backend (CUDA-graph friendly).
+            programs per SM for one sequence (``default_num_splits``: 2 for 16-bit caches, 8 for
+            INT8). Fixed for the life of the backend and the same for every batch size, so that
+            a sequence's attention is bit for bit the same whatever the batch it decodes in
+            (CUDA-graph friendly too).
         group: the GQA group (query heads per KV head); sizes the workspace rows.
     """
 
@@ -76,7 +78,7 @@ class TritonAttention:
         self.pool = pool
         self.sm_scale = sm_scale
         kv_dtype = pool.layer(0).k.dtype
-        self.num_splits = num_splits or default_num_splits(max_batch, pool.kv_heads, pool.device,
+        self.num_splits = num_splits or default_num_splits(1, pool.kv_heads, pool.device,
                                                            kv_dtype)
         self.group = group
         self.workspace = DecodeWorkspace.allocate(
@@ -116,10 +118,11 @@ def resolve_attention(kind: str, device: torch.device) -> str:
     return kind
 
 
-def make_attention(kind: str, pool: KVPool, group: int = 1, **kwargs):
+def make_attention(kind: str, pool: KVPool, group: int = 1, max_batch: int = 1, **kwargs):
     """Build the attention backend ``kind`` (``"reference"`` or ``"triton"``; resolve ``"auto"``
     with ``resolve_attention`` first) over ``pool``. ``group`` is the GQA group (query heads per
-    KV head); extra keyword arguments go to the backend.
+    KV head) and ``max_batch`` the most sequences of a decode step (both size the Triton
+    workspace); extra keyword arguments go to the backend.
 
     Raises:
         ValueError: on an unknown name.
@@ -127,5 +130,5 @@ def make_attention(kind: str, pool: KVPool, group: int = 1, **kwargs):
     if kind == "reference":
         return ReferenceAttention(pool, **kwargs)
     if kind == "triton":
-        return TritonAttention(pool, group=group, **kwargs)
+        return TritonAttention(pool, group=group, max_batch=max_batch, **kwargs)
     raise ValueError(f"unknown attention backend {kind!r}: use reference or triton")

@@ -10,11 +10,12 @@ its float32 score matrix over the whole context (the Triton kernels never materi
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from infer.config import KV_CACHES, EngineConfig
+from infer.config import KV_CACHES, MAX_BATCH, EngineConfig, pool_pages
 from infer.kv_pool import KVPool
 from models.config import Qwen3Config
 
@@ -48,9 +49,10 @@ def activation_bytes(mc: Qwen3Config, chunk: int, ctx: int, attention: str, dtyp
 
 def bytes_needed(cfg: EngineConfig, mc: Qwen3Config, attention: str, kv_cache: str,
                  ctx: int) -> int:
-    """KV pool plus activation margin for context ``ctx`` (weights excluded)."""
+    """KV pool (``cfg.max_batch`` contexts of ``ctx``) plus activation margin (weights
+    excluded)."""
     dtype_bytes = torch.finfo(cfg.torch_dtype).bits // 8
-    pages = -(-ctx // cfg.page_size) + 1
+    pages = pool_pages(ctx, cfg.page_size, cfg.max_batch)
     per_page = KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
                                      cfg.page_size, kv_cache, dtype_bytes)
     return pages * per_page + activation_bytes(mc, min(cfg.chunk, ctx), ctx, attention,
@@ -89,6 +91,25 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     raise ValueError(f"--ctx {cfg.ctx} with --kv-cache {cfg.kv_cache} does not fit: "
                      f"{free / gib:.1f} GiB free, weights take {weights / gib:.1f} GiB. "
                      f"Largest context that fits: {fits}. Lower --ctx or use --kv-cache int8")
+
+
+def largest_batch(cfg: EngineConfig, mc: Qwen3Config, attention: str, device: torch.device,
+                  limit: int = MAX_BATCH) -> int:
+    """The most sequences of ``cfg.ctx`` positions (up to ``limit``) whose KV pool fits on
+    ``device`` next to the weights: what ``EngineConfig.max_batch`` may be. CUDA: free memory
+    (``torch.cuda.mem_get_info``); CPU: available host memory. 0 if not even one fits.
+    Call it before loading the weights."""
+    if torch.device(device).type == "cuda":
+        budget = torch.cuda.mem_get_info(device)[0] - weight_bytes(cfg.model, mc, cfg.torch_dtype)
+    else:
+        avail = available_host_bytes()
+        if avail is None:
+            return limit
+        budget = avail - weight_bytes(cfg.model, mc, cfg.torch_dtype)
+    for b in range(limit, 0, -1):
+        if bytes_needed(replace(cfg, max_batch=b), mc, attention, cfg.kv_cache, cfg.ctx) <= budget:
+            return b
+    return 0
 
 
 def available_host_bytes() -> int | None:

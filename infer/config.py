@@ -17,12 +17,13 @@ from pathlib import Path
 import torch
 
 from infer.kv_pool import KV_DTYPES as KV_CACHES
-from infer.kv_pool import PAGE_SIZES
+from infer.kv_pool import PAGE_SIZES, pages_for
 
 ATTENTION_KINDS = ("auto", "reference", "triton")
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
+MAX_BATCH = 16  # sequences in one decode step: the projections' GEMM is row-invariant up to 16
 
 _CTX_RE = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
 
@@ -49,6 +50,12 @@ def parse_ctx(text: str | int) -> int:
     return n
 
 
+def pool_pages(ctx: int, page_size: int, max_batch: int = 1) -> int:
+    """KV pages an engine allocates: ``max_batch`` contexts of ``ctx`` positions plus one page of
+    slack (the one home of the pool-size rule)."""
+    return max_batch * pages_for(ctx, page_size) + 1
+
+
 def default_device() -> str:
     """``"cuda"`` when a CUDA GPU is visible, else ``"cpu"``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -65,6 +72,14 @@ def check_device_available(device: torch.device) -> None:
     if device.index is not None and device.index >= count:
         raise ValueError(f"device {device} requested but only {count} CUDA GPU(s) are visible "
                          f"(cuda:0 to cuda:{count - 1}): pick one of those")
+
+
+def check_graph_backend(attention: str) -> None:
+    """Raise ``ValueError`` unless CUDA graphs can capture decode with ``attention`` (a backend
+    name: the reference attention syncs the host, so it cannot be captured)."""
+    if attention == "reference":
+        raise ValueError("CUDA graphs need the triton attention backend, not reference: use "
+                         "--attention triton (or auto), or --no-cuda-graphs")
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,8 @@ class EngineConfig:
             kernels), or ``"auto"`` (the best available on the device).
         cuda_graphs: replay the decode step as a CUDA graph (``infer/graphs.py``); None turns it
             on for CUDA with the Triton backend (see ``use_cuda_graphs``). Prefill stays eager.
+        max_batch: the most sequences decoded together (1..16); the KV pool holds ``max_batch``
+            full contexts.
 
     Raises:
         ValueError: on any invalid value (the message names the option and the allowed values).
@@ -103,6 +120,7 @@ class EngineConfig:
     prefill_chunk: int | None = None
     attention: str = "auto"
     cuda_graphs: bool | None = None
+    max_batch: int = 1
 
     def __post_init__(self):
         if not isinstance(self.ctx, int) or isinstance(self.ctx, bool) or self.ctx < 1:
@@ -137,9 +155,11 @@ class EngineConfig:
             if self.torch_device.type != "cuda":
                 raise ValueError(f"CUDA graphs need a CUDA device, but the device is "
                                  f"{self.torch_device}: drop --cuda-graphs or use --device cuda")
-            if self.attention == "reference":
-                raise ValueError("CUDA graphs need the triton attention backend: use "
-                                 "--attention triton (or auto), or --no-cuda-graphs")
+            check_graph_backend(self.attention)
+        if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or \
+                not 1 <= self.max_batch <= MAX_BATCH:
+            raise ValueError(f"max batch must be 1 to {MAX_BATCH} sequences, "
+                             f"got {self.max_batch!r}")
 
     # ------------------------------------------------------------------ resolved values
 
@@ -171,8 +191,9 @@ class EngineConfig:
 
     @property
     def num_pages(self) -> int:
-        """KV pages to allocate: enough for ``ctx`` positions plus one page of slack."""
-        return -(-self.ctx // self.page_size) + 1
+        """KV pages to allocate: ``max_batch`` contexts of ``ctx`` positions plus one page of
+        slack."""
+        return pool_pages(self.ctx, self.page_size, self.max_batch)
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,11 @@
 """The engine: load a Qwen3 checkpoint, allocate the KV pool once, run sessions.
 
-``Engine(config)`` checks that ``config.ctx`` fits in device memory (before reading any weight),
-loads the model and tokenizer, and allocates one ``KVPool`` of ``ceil(ctx / page_size) + 1`` pages.
-A ``Session`` is one conversation: it owns a list of pages and the token ids whose K/V they hold.
-``Session.generate(prompt_ids, sampling)`` is a token generator:
-
-1. prefix reuse: keep the longest common prefix of the cached ids and the prompt (at most
-   ``len(prompt) - 1`` tokens, so at least one token is prefilled and gives logits); drop the rest;
-2. chunked prefill of the remaining prompt, ``config.chunk`` tokens per step, each chunk attending
-   to everything cached before it; only the last row of hidden states goes to the lm_head;
-3. decode: sample on device, copy the one id to the host (the only sync per token), stop on a stop
-   id (not yielded), on ``max_new_tokens`` or when the context is full, else yield it and feed it.
-   With ``engine.cuda_graphs`` the feed-and-sample step after the first token is a CUDA graph
-   replay (``infer/graphs.py``, one ``GraphRunner`` per engine, one reply at a time); the first
-   token is sampled eagerly with the runner's generator, so seeded replies do not depend on it.
-   The graph steps run one token ahead of the host: the step that feeds a token is enqueued
-   before the host reads that token, so the GPU decodes while the host checks, yields and
-   renders it (the CPU time per token no longer adds to the GPU's). A step that fed a stop id
-   is dropped from the cache afterwards; no step is enqueued for a token that must be the last
-   (``max_new_tokens``, a full context).
-
-NOTE: invariant: ``session.cached_ids`` are exactly the tokens whose K/V are stored in the
-session's pages, at positions ``0 .. len(cached_ids) - 1`` (for graph steps: enqueued; later work
-on the stream runs after them). The ids are appended only once the step that stores them has
-completed or been enqueued, so closing the generator (Ctrl-C in the CLI) at any point leaves the
-session consistent. Eagerly, a sampled but not yet fed token is not cached; with graphs, a
-yielded token is already fed, so it is cached unless it was the reply's last.
+``Engine(config)`` checks that ``config.ctx`` (times ``config.max_batch`` sequences) fits in device
+memory (before reading any weight), loads the model and tokenizer, and allocates one ``KVPool``.
+A ``Session`` (``infer/session.py``) is one conversation; ``Session.generate`` replies to one
+prompt, and ``Engine.generate_batch`` replies to several sessions' prompts together: each is
+prefilled in turn, then all decode as one batch through the same kernels and CUDA graphs
+(``infer/decode_loop.py``, ``infer/graphs.py``).
 
 Design after nano-vllm's ``LLMEngine`` / ``BlockManager`` and nanochat's ``Engine.generate``.
 """
@@ -34,87 +14,66 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
 from infer.attention import make_attention, resolve_attention
 from infer.capacity import check_capacity, check_host_capacity, measure_read_bandwidth
-from infer.config import EngineConfig, SamplingParams, check_device_available
+from infer.config import EngineConfig, SamplingParams, check_device_available, check_graph_backend
+from infer.decode_loop import decode
+from infer.graphs import GraphRunner
 from infer.kv_pool import KVPool
-from infer.meta import build_meta
-from infer.sampling import make_generator, sample
+from infer.session import Session
+from infer.stats import GenerationStats
 from models.config import Qwen3Config
 
+__all__ = ["Engine", "GenerationStats", "Session"]
 
-@dataclass
-class GenerationStats:
-    """Statistics of one reply.
+BatchPrefillCallback = Callable[[int, int, int], None]  # (request index, done, total)
+
+
+class DecodeModel(Protocol):
+    """What the engine needs of a model (``models/qwen3.py``'s ``Qwen3ForCausalLM``; the tests'
+    mock models implement it too)."""
+
+    config: Qwen3Config
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, meta
+                ) -> torch.Tensor: ...
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+
+class TokenizerInfo(Protocol):
+    """What the engine needs of a tokenizer (``models/tokenizer.py``'s ``Qwen3Tokenizer``).
 
     Attributes:
-        prompt_tokens: tokens in the prompt passed to ``generate``.
-        reused_tokens: prompt tokens whose K/V were reused from the previous turn (not prefilled).
-        new_tokens: tokens yielded (a stop token is not counted).
-        ttft_s: seconds from the ``generate`` call's first step to the first sampled token on the
-            host (prefill included).
-        decode_s: seconds from the first sampled token to the last one.
-        stop_reason: ``"stop"`` (a stop id), ``"length"`` (max_new_tokens), ``"context"`` (the
-            context is full), ``"interrupted"`` (the consumer closed the generator or an error
-            was raised), or ``""`` while running.
+        stop_ids: ids that end a reply (not yielded).
+        vocab_limit: ids >= this are never sampled (None: no limit).
     """
 
-    prompt_tokens: int
-    reused_tokens: int = 0
-    new_tokens: int = 0
-    ttft_s: float = 0.0
-    decode_s: float = 0.0
-    stop_reason: str = ""
-
-    @property
-    def prefill_tokens(self) -> int:
-        return self.prompt_tokens - self.reused_tokens
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        """Tokens per second after the first one (0.0 when fewer than 2 tokens were sampled)."""
-        return (self.new_tokens - 1) / self.decode_s if self.new_tokens > 1 and self.decode_s > 0 \
-            else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["prefill_tokens"] = self.prefill_tokens
-        d["decode_tokens_per_s"] = self.decode_tokens_per_s
-        return d
-
-
-def _token_arrived(stats: GenerationStats, t0: float, t_first: float) -> float:
-    """Time a token that just reached the host: ``ttft_s`` for the reply's first (``t_first`` is
-    0.0 until then), else ``decode_s`` since the first. ``t0`` and the return value are
-    ``time.perf_counter()`` seconds; returns the first token's time."""
-    now = time.perf_counter()
-    if t_first == 0.0:
-        stats.ttft_s = now - t0
-        return now
-    stats.decode_s = now - t_first
-    return t_first
+    stop_ids: set[int] | frozenset[int]
+    vocab_limit: int | None
 
 
 class Engine:
-    """A loaded model, its tokenizer and one KV pool sized for ``config.ctx``.
+    """A loaded model, its tokenizer and one KV pool sized for ``config.max_batch`` sequences of
+    ``config.ctx`` positions.
 
     Args:
         config: what to load and how much cache to allocate.
         model, tokenizer: already-built objects to use instead of loading from ``config.model``
-            (tests pass mock ones); the model must follow the ``models/qwen3.py`` interface and
-            have a ``config`` attribute (``Qwen3Config``) or ``config.model`` must hold a
-            ``config.json``.
+            (tests pass mock ones): a ``DecodeModel`` and a ``TokenizerInfo``.
 
     Attributes:
         config, model_config (Qwen3Config), model, tokenizer, pool (KVPool), attn (the attention
         backend), device, dtype.
-        cuda_graphs: bool, whether decode replays CUDA graphs (``config.use_cuda_graphs``); it may
-            be switched between replies (benchmarks compare both on one engine and cache).
+        max_batch: the most sessions ``generate_batch`` decodes together.
+        cuda_graphs: bool, whether decode steps replay CUDA graphs (``config.use_cuda_graphs``)
+            or run the same runner eagerly; it may be switched between replies (benchmarks
+            compare both on one engine and cache).
 
     Raises:
         ValueError: if ``config.ctx`` does not fit in free GPU memory (the message names the
@@ -127,8 +86,7 @@ class Engine:
         self.device = config.torch_device
         self.dtype = config.torch_dtype
         check_device_available(self.device)
-        cfg = getattr(model, "config", None)
-        self.model_config: Qwen3Config = cfg if isinstance(cfg, Qwen3Config) \
+        self.model_config: Qwen3Config = model.config if model is not None \
             else Qwen3Config.from_json(config.model)
         self.attention_kind = resolve_attention(config.attention, self.device)
         if self.device.type == "cuda" and model is None:
@@ -141,16 +99,19 @@ class Engine:
         if tokenizer is None:
             from models.tokenizer import Qwen3Tokenizer
             tokenizer = Qwen3Tokenizer.from_folder(config.model)
-        self.model = model.eval() if hasattr(model, "eval") else model
-        self.tokenizer = tokenizer
+        self.model: DecodeModel = model.eval() if isinstance(model, torch.nn.Module) else model
+        self.tokenizer: TokenizerInfo = tokenizer
+        self.stop_ids = frozenset(tokenizer.stop_ids or ())
         mc = self.model_config
+        self.max_batch = config.max_batch
         self.pool = KVPool(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
                            config.num_pages, config.page_size, config.kv_cache, self.dtype,
                            self.device)
-        self.attn = make_attention(self.attention_kind, self.pool, group=mc.gqa_group)
+        self.attn = make_attention(self.attention_kind, self.pool, group=mc.gqa_group,
+                                   max_batch=self.max_batch)
         self._bandwidth: float | None = None
         self.cuda_graphs = config.use_cuda_graphs
-        self._graph_runner = None
+        self._runners: dict[bool, GraphRunner] = {}
 
     @property
     def ctx(self) -> int:
@@ -172,27 +133,24 @@ class Engine:
             kv = kv * dtype_bytes // 2
         return self._bandwidth / (mc.weight_bytes_per_token(dtype_bytes) + num_cached * kv)
 
-    def graph_runner(self):
-        """The engine's ``infer.graphs.GraphRunner`` (built on first use). On a CPU it runs the
-        same static-buffer step without capture (tests).
+    def graph_runner(self) -> GraphRunner:
+        """The decode runner for the current ``cuda_graphs`` setting (built on first use): it
+        captures CUDA graphs when ``cuda_graphs`` is on and the device is CUDA, and runs the same
+        static-buffer step eagerly otherwise.
 
         Raises:
-            ValueError: on CUDA with an attention backend other than triton.
+            ValueError: capturing with an attention backend other than triton.
         """
-        if self._graph_runner is None:
-            from infer.graphs import GraphRunner
-
-            capture = self.device.type == "cuda"
-            if capture and self.attention_kind != "triton":
-                raise ValueError(f"CUDA graphs need the triton attention backend, not "
-                                 f"{self.attention_kind}: use --attention triton or "
-                                 f"--no-cuda-graphs")
-            self._graph_runner = GraphRunner(
+        capture = self.cuda_graphs and self.device.type == "cuda"
+        if capture not in self._runners:
+            if capture:
+                check_graph_backend(self.attention_kind)
+            self._runners[capture] = GraphRunner(
                 self.model, self.attn, vocab_size=self.model_config.vocab_size,
                 page_size=self.config.page_size, max_pages=self.config.num_pages,
-                device=self.device, vocab_limit=getattr(self.tokenizer, "vocab_limit", None),
-                capture=capture)
-        return self._graph_runner
+                device=self.device, max_batch=self.max_batch,
+                vocab_limit=self.tokenizer.vocab_limit, capture=capture)
+        return self._runners[capture]
 
     def new_session(self) -> Session:
         """A fresh, empty conversation on this engine's pool."""
@@ -204,209 +162,60 @@ class Engine:
         folder = Path(self.config.model) if self.config.model else None
         return SamplingParams.from_generation_config(folder, **overrides)
 
+    def generate_batch(self, requests: Sequence[tuple[Session, Sequence[int]]],
+                       sampling: SamplingParams | None = None, *,
+                       on_prefill: BatchPrefillCallback | None = None
+                       ) -> Iterator[tuple[int, int]]:
+        """Reply to several sessions' prompts together, yielding ``(request index, token id)``.
 
-class Session:
-    """One conversation: owns pages of the engine's pool and the ids whose K/V they hold.
-
-    Attributes:
-        stats: ``GenerationStats`` of the latest reply (None before the first).
-    """
-
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self._pages: list[int] = []
-        self._ids: list[int] = []
-        self.stats: GenerationStats | None = None
-
-    @property
-    def cached_ids(self) -> list[int]:
-        """Token ids whose K/V are stored, position order (a copy)."""
-        return list(self._ids)
-
-    @property
-    def num_cached(self) -> int:
-        return len(self._ids)
-
-    def reset(self) -> None:
-        """Forget the conversation and return its pages to the pool."""
-        self._truncate(0)
-
-    close = reset
-
-    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams | None = None, *,
-                 on_prefill: Callable[[int, int], None] | None = None) -> Iterator[int]:
-        """Reply to ``prompt_ids`` (the whole conversation so far), yielding new token ids.
+        Each prompt is prefilled in turn (prefix reuse as ``Session.generate``), then all replies
+        decode as one batch: every step feeds one token to each live reply, and a reply that ends
+        (stop id, ``max_new_tokens``, full context) leaves the batch while the others go on. With
+        greedy sampling each reply is the same token sequence as ``session.generate`` alone
+        gives. Each session's ``stats`` is its own reply's.
 
         Args:
-            prompt_ids: the full token sequence to continue (all turns, rendered); its common
-                prefix with ``cached_ids`` is reused, the rest prefilled.
-            sampling: None means greedy (temperature 0).
-            on_prefill: called as ``on_prefill(done, total)`` with the prompt tokens prefilled so
-                far and the number to prefill (reused ones excluded): once with ``done = 0``
-                before the first chunk, then after each chunk has completed on the device (the
-                callback makes the host wait for each chunk; without it prefill runs ahead).
-
-        Returns:
-            An iterator of token ids (host ints). Stop ids are not yielded. ``self.stats`` is
-            updated while it runs and final once it is exhausted or closed.
+            requests: ``(session, prompt_ids)`` pairs, 1 to ``max_batch`` of them, distinct
+                sessions of this engine.
+            sampling: for every reply; None means greedy.
+            on_prefill: called as ``on_prefill(index, done, total)``, as ``Session.generate``'s.
 
         Raises:
-            ValueError (at call time): an empty prompt, or one that does not leave room for a
-                reply (``len(prompt_ids) + 1 > ctx``; the message gives both counts).
+            ValueError (at call time): no request, more than ``max_batch``, a session twice or of
+                another engine, or a prompt that does not fit (as ``Session.generate``).
         """
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ValueError("the prompt is empty: give at least one token")
-        ctx = self.engine.ctx
-        if len(prompt) + 1 > ctx:
-            raise ValueError(f"the prompt has {len(prompt)} tokens but the context holds {ctx} "
-                             f"(prompt + at least 1 new token): raise --ctx above "
-                             f"{len(prompt)} or shorten the prompt")
-        return self._generate(prompt, sampling or SamplingParams(temperature=0.0), on_prefill)
+        if not requests:
+            raise ValueError("generate_batch needs at least one (session, prompt) request")
+        if len(requests) > self.max_batch:
+            raise ValueError(f"{len(requests)} requests, but this engine decodes at most "
+                             f"{self.max_batch} together: raise max_batch or split them")
+        sessions = [s for s, _ in requests]
+        if len({id(s) for s in sessions}) != len(sessions) or \
+                any(s.engine is not self for s in sessions):
+            raise ValueError("each request needs its own session of this engine")
+        prompts = [s.check_prompt(p) for s, p in requests]
+        return self.run_batch(list(zip(sessions, prompts, strict=True)),
+                              sampling or SamplingParams(temperature=0.0), on_prefill)
 
-    # ------------------------------------------------------------------ internals
-
-    def _truncate(self, n: int) -> None:
-        """Keep the first ``n`` cached positions; free the pages past them.
-
-        Ids go first, then the pages leave the session, then they go back to the pool: a Ctrl-C
-        in between can leave the session owning a page it no longer needs (the next truncation
-        frees it) or leak pages, never list positions without a page or leave one page both
-        free and owned (a later step would share it).
-        """
-        keep = self.engine.pool.pages_for(n)
-        del self._ids[n:]
-        tail = self._pages[keep:]
-        del self._pages[keep:]
-        self.engine.pool.free(tail)
-
-    def _forward(self, ids: list[int], ids_t: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the model on new tokens after the cached ones; return the last row's hidden [1, H].
-
-        ``ids``: the new token ids (host); ``ids_t``: the same as an int64 device tensor [n] if
-        already there. Extends ``cached_ids`` only once the step has completed.
-        """
-        eng = self.engine
-        start, n = len(self._ids), len(ids)
-        need = eng.pool.pages_for(start + n) - len(self._pages)
-        if need > 0:
-            self._pages.extend(eng.pool.allocate(need))
-        meta = build_meta([(self._pages, start, n)], eng.config.page_size, eng.device)
-        if ids_t is None:
-            ids_t = torch.tensor(ids, dtype=torch.int64, device=eng.device)
-        with torch.inference_mode():
-            hidden = eng.model.forward(ids_t, meta.positions, eng.attn, meta)
-            last = hidden[-1:]
-        self._ids.extend(ids)
-        return last
-
-    def _decode_ahead(self, runner, ticket: int, tok_t: torch.Tensor, sp: SamplingParams,
-                      stats: GenerationStats, t0: float, stop_ids: set[int]) -> Iterator[int]:
-        """Graph decode after the eagerly sampled first token ``tok_t`` (device int64 [1]): each
-        token is fed (its step enqueued) before the host reads it, so the GPU runs one step ahead
-        of the host. Yields tokens and sets ``stats`` like the eager loop.
-
-        A token is fed ahead only if the page its step may need is free; otherwise the host
-        reads the token first, so that a stop id never fails for want of a page (as eagerly).
-
-        Raises:
-            RuntimeError: another reply began on the runner (``GraphRunner.check_ticket``).
-            OutOfPages: the pool has no page for a token that must be fed (as eagerly).
-        """
-        eng = self.engine
-        t_first = 0.0
-
-        def feed_step(pos: int, need: int) -> torch.Tensor:
-            if need > 0:
-                self._pages.extend(eng.pool.allocate(need))
-            return runner.step(ticket, tok_t, self._pages, pos)
-
-        while True:
-            runner.check_ticket(ticket)  # tok_t lives in the runner's buffers
-            pos = len(self._ids)
-            # a step for this token is needed only if another token may follow it
-            feed = pos < eng.ctx and (sp.max_new_tokens is None
-                                      or stats.new_tokens + 1 < sp.max_new_tokens)
-            need = eng.pool.pages_for(pos + 1) - len(self._pages)
-            ahead = feed and need <= eng.pool.num_free_pages
-            runner.token_to_host(tok_t)  # before the next step overwrites it
-            if ahead:
-                nxt_t = feed_step(pos, need)
-            tok = runner.host_token()  # the one device->host sync per token
-            t_first = _token_arrived(stats, t0, t_first)
-            if tok in stop_ids:
-                if ahead:
-                    self._truncate(pos)  # the step that fed the stop id: not cached
-                stats.stop_reason = "stop"
-                return
-            if feed and not ahead:
-                nxt_t = feed_step(pos, need)  # no page free: raises OutOfPages, as eagerly
-            if feed:
-                self._ids.append(tok)
-            stats.new_tokens += 1
-            yield tok
-            if not feed:
-                limit = sp.max_new_tokens is not None and stats.new_tokens >= sp.max_new_tokens
-                stats.stop_reason = "length" if limit else "context"
-                return
-            tok_t = nxt_t
-
-    def _generate(self, prompt: list[int], sp: SamplingParams,
-                  on_prefill: Callable[[int, int], None] | None = None) -> Iterator[int]:
-        eng = self.engine
+    def run_batch(self, requests: list[tuple[Session, list[int]]], sp: SamplingParams,
+                  on_prefill: BatchPrefillCallback | None) -> Iterator[tuple[int, int]]:
+        """``generate_batch`` after its checks (``Session.generate`` calls it with one request):
+        prefill each, then the one decode loop."""
         t0 = time.perf_counter()
-        reuse = 0
-        limit = min(len(self._ids), len(prompt) - 1)
-        while reuse < limit and self._ids[reuse] == prompt[reuse]:
-            reuse += 1
-        self._truncate(reuse)
-        stats = self.stats = GenerationStats(prompt_tokens=len(prompt), reused_tokens=reuse)
-        stop_ids = set() if sp.ignore_eos else set(getattr(eng.tokenizer, "stop_ids", ()) or ())
-        vocab_limit = getattr(eng.tokenizer, "vocab_limit", None)
-        chunk = eng.config.chunk
-        runner = eng.graph_runner() if eng.cuda_graphs else None
+        hidden, stats = [], []
         try:
-            if on_prefill is not None:
-                on_prefill(0, len(prompt) - reuse)
-            for s in range(reuse, len(prompt), chunk):
-                hidden = self._forward(prompt[s:s + chunk])
-                if on_prefill is not None:
-                    if eng.device.type == "cuda":
-                        torch.cuda.synchronize(eng.device)
-                    on_prefill(min(s + chunk, len(prompt)) - reuse, len(prompt) - reuse)
-            if runner is not None:  # captures the step on first use of this sampling mode
-                ticket, gen, seen = runner.begin(sp, self._pages)
-                with torch.inference_mode():  # the first token: eager, with the runner's state
-                    logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
-                    tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
-                yield from self._decode_ahead(runner, ticket, tok_t, sp, stats, t0, stop_ids)
-                return
-            gen = None if sp.greedy else make_generator(sp.seed, eng.device)
-            seen = None
-            if sp.presence_penalty:
-                seen = torch.zeros(self.engine.model_config.vocab_size, dtype=torch.bool,
-                                   device=eng.device)
-            t_first = 0.0
-            while True:
-                with torch.inference_mode():
-                    logits = eng.model.compute_logits(hidden)  # float32 [1, vocab]
-                    tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=vocab_limit)
-                tok = int(tok_t.item())  # the one device->host sync per token
-                t_first = _token_arrived(stats, t0, t_first)
-                if tok in stop_ids:
-                    stats.stop_reason = "stop"
-                    return
-                stats.new_tokens += 1
-                yield tok
-                if sp.max_new_tokens is not None and stats.new_tokens >= sp.max_new_tokens:
-                    stats.stop_reason = "length"
-                    return
-                if len(self._ids) >= eng.ctx:
-                    stats.stop_reason = "context"
-                    return
-                if seen is not None:
-                    seen[tok_t] = True
-                hidden = self._forward([tok], tok_t.view(1))
-        finally:
-            if not stats.stop_reason:
-                stats.stop_reason = "interrupted"
+            for i, (session, prompt) in enumerate(requests):
+                cb = None if on_prefill is None else \
+                    (lambda done, total, i=i: on_prefill(i, done, total))
+                h, st = session._prefill(prompt, cb)
+                hidden.append(h)
+                stats.append(st)
+        except BaseException:
+            for st in stats:
+                st.stop_reason = "interrupted"
+            if len(stats) < len(requests):  # the request being prefilled
+                cur = requests[len(stats)][0].stats
+                if cur is not None and not cur.stop_reason:
+                    cur.stop_reason = "interrupted"
+            raise
+        yield from decode(self, [s for s, _ in requests], hidden, sp, stats, t0)

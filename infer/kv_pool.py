@@ -29,6 +29,11 @@ PAGE_SIZES = (16, 32, 64, 128)
 KV_DTYPES = ("bf16", "int8")
 
 
+def pages_for(num_positions: int, page_size: int) -> int:
+    """Pages needed to hold ``num_positions`` positions (the one home of this rule)."""
+    return -(-num_positions // page_size)
+
+
 def int8_v_shape(k_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
     """Shape of an INT8 pool's V for a K of ``k_shape`` ``[num_pages, kv_heads, page_size,
     head_dim]``: ``[num_pages, kv_heads, head_dim, page_size]`` (pages transposed)."""
@@ -160,5 +165,5 @@ class KVPool:
         self._free.extend(reversed(pages))
 
     def pages_for(self, num_positions: int) -> int:
-        """Pages needed to hold ``num_positions`` positions."""
-        return -(-num_positions // self.page_size)
+        """Pages needed to hold ``num_positions`` positions (``pages_for``)."""
+        return pages_for(num_positions, self.page_size)

@@ -14,15 +14,28 @@ The length vocabulary, for one sequence ``b`` of a step that adds ``n_b`` new to
 - Position ``p`` of ``b`` lives in page ``page_table[b, p // page_size]`` at offset
   ``p % page_size``; its flat slot is ``page * page_size + offset`` (``slot_mapping``).
 
+A padding sequence (a row of a CUDA-graph batch bucket with no sequence in it) has ``seq_lens``
+0 and slot -1 for its ``n`` query rows: ``store_kv`` skips slot -1 and the attention gives exact
+zeros for it.
+
+This module is the one home of the slot rule (``slot``), page growth (``grow_pages``) and the
+page-table row (``plan_step``): prefill, the eager decode step and the graph runner all plan
+through it.
+
 Design after FlashInfer's plan()/run() split and vLLM's attention metadata: the host plans, the
 kernels read only tensors (no Python objects).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from infer.kv_pool import KVPool
+
+PAD_SLOT = -1  # the slot of a padding row's token: store_kv writes nothing for it
 
 
 @dataclass
@@ -59,31 +72,74 @@ class AttnMeta:
         return self.positions.shape[0]
 
 
-def build_meta(
-    seqs: list[tuple[list[int], int, int]], page_size: int, device: torch.device | str
-) -> AttnMeta:
+def slot(pages: Sequence[int], position: int, page_size: int) -> int:
+    """The flat pool slot of ``position`` in a sequence holding ``pages``:
+    ``pages[position // page_size] * page_size + position % page_size``."""
+    return pages[position // page_size] * page_size + position % page_size
+
+
+def grow_pages(pool: KVPool, pages: list[int], num_positions: int) -> None:
+    """Extend ``pages`` (in place) with pages from ``pool`` until it holds ``num_positions``.
+
+    Raises:
+        OutOfPages: if the pool has too few free pages (``pages`` is left unchanged).
+    """
+    need = pool.pages_for(num_positions) - len(pages)
+    if need > 0:
+        pages.extend(pool.allocate(need))
+
+
+@dataclass
+class StepPlan:
+    """A step's metadata on the host, row by row (see the module docstring).
+
+    Attributes:
+        positions, slots: per new token (T = sum of new tokens, padding rows included).
+        seq_lens: per sequence (0 for a padding row).
+        query_start_loc: B + 1 cumulative new-token counts.
+        table: per sequence, its page ids padded to ``max_pages`` with a valid id.
+        max_query_len: the largest new-token count.
+    """
+
+    positions: list[int]
+    slots: list[int]
+    seq_lens: list[int]
+    query_start_loc: list[int]
+    table: list[list[int]]
+    max_query_len: int
+
+
+def plan_step(seqs: Sequence[tuple[Sequence[int], int, int] | None], page_size: int,
+              num_pad: int = 1, max_pages: int | None = None,
+              with_table: bool = True) -> StepPlan:
     """Plan one step from host-side state.
 
     Args:
-        seqs: per sequence ``(pages, num_cached, num_new)``: the sequence's page ids (enough pages
-            for ``num_cached + num_new`` positions), the positions cached before the step, and the
-            new tokens of this step (>= 1).
+        seqs: per sequence ``(pages, num_cached, num_new)``: its page ids (enough for
+            ``num_cached + num_new`` positions), the positions cached before the step, and the
+            step's new tokens (>= 1); or None for a padding row of ``num_pad`` tokens.
         page_size: positions per page.
-        device: where the metadata tensors go.
-
-    Returns:
-        The step's ``AttnMeta``.
+        num_pad: the new tokens of a padding row (the step's uniform ``n`` in a graph bucket).
+        max_pages: width of the page-table rows (default: the longest ``pages``, at least 1).
+        with_table: False leaves ``table`` empty (the graph runner keeps its page table on the
+            device and copies only new pages).
 
     Raises:
         ValueError: if a sequence has too few pages for its new length or no new token.
     """
-    positions: list[int] = []
-    slots: list[int] = []
-    seq_lens: list[int] = []
-    qsl = [0]
-    max_pages = max(1, max(len(p) for p, _, _ in seqs))
-    table = []
-    for pages, cached, new in seqs:
+    width = max_pages or max([1] + [len(s[0]) for s in seqs if s is not None])
+    plan = StepPlan([], [], [], [0], [], 0)
+    for seq in seqs:
+        if seq is None:
+            plan.positions.extend([0] * num_pad)
+            plan.slots.extend([PAD_SLOT] * num_pad)
+            plan.seq_lens.append(0)
+            plan.query_start_loc.append(plan.query_start_loc[-1] + num_pad)
+            if with_table:
+                plan.table.append([0] * width)
+            plan.max_query_len = max(plan.max_query_len, num_pad)
+            continue
+        pages, cached, new = seq
         if new < 1:
             raise ValueError("every sequence in a step needs at least one new token")
         total = cached + new
@@ -91,17 +147,35 @@ def build_meta(
             raise ValueError(f"{len(pages)} pages hold {len(pages) * page_size} positions, "
                              f"need {total}")
         for p in range(cached, total):
-            positions.append(p)
-            slots.append(pages[p // page_size] * page_size + p % page_size)
-        seq_lens.append(total)
-        qsl.append(qsl[-1] + new)
-        table.append(list(pages) + [pages[0] if pages else 0] * (max_pages - len(pages)))
+            plan.positions.append(p)
+            plan.slots.append(slot(pages, p, page_size))
+        plan.seq_lens.append(total)
+        plan.query_start_loc.append(plan.query_start_loc[-1] + new)
+        if with_table:
+            plan.table.append(list(pages) + [pages[0] if pages else 0] * (width - len(pages)))
+        plan.max_query_len = max(plan.max_query_len, new)
+    return plan
+
+
+def build_meta(
+    seqs: list[tuple[list[int], int, int]], page_size: int, device: torch.device | str
+) -> AttnMeta:
+    """``plan_step`` as device tensors: the ``AttnMeta`` of one step (prefill chunks, tests).
+
+    Args:
+        seqs, page_size: as ``plan_step`` (no padding rows).
+        device: where the metadata tensors go.
+
+    Raises:
+        ValueError: as ``plan_step``.
+    """
+    plan = plan_step(seqs, page_size)
     return AttnMeta(
-        positions=torch.tensor(positions, dtype=torch.int64, device=device),
-        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
-        page_table=torch.tensor(table, dtype=torch.int32, device=device),
-        max_query_len=max(n for _, _, n in seqs),
-        max_seq_len=max(seq_lens),
+        positions=torch.tensor(plan.positions, dtype=torch.int64, device=device),
+        slot_mapping=torch.tensor(plan.slots, dtype=torch.int64, device=device),
+        seq_lens=torch.tensor(plan.seq_lens, dtype=torch.int32, device=device),
+        query_start_loc=torch.tensor(plan.query_start_loc, dtype=torch.int32, device=device),
+        page_table=torch.tensor(plan.table, dtype=torch.int32, device=device),
+        max_query_len=plan.max_query_len,
+        max_seq_len=max(plan.seq_lens),
     )

@@ -110,8 +110,8 @@ def dense_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def paged_attention(q: torch.Tensor, cache, meta, sm_scale: float | None = None) -> torch.Tensor:
     """Causal attention of the step's queries to everything cached, through the page table.
 
-    The step's own K/V must already be stored (``store_kv``). Reference for the prefill and
-    decode kernels.
+    The step's own K/V must already be stored (``store_kv``). A sequence with ``seq_lens`` 0 (a
+    padding row) gives exact zeros. Reference for the prefill and decode kernels.
 
     Args:
         q: [T, Hq, D] queries of the step's new tokens (after q-norm and RoPE).
@@ -128,6 +128,9 @@ def paged_attention(q: torch.Tensor, cache, meta, sm_scale: float | None = None)
     for b, seq_len in enumerate(seq_lens):
         lo, hi = qsl[b], qsl[b + 1]
         if hi == lo:
+            continue
+        if seq_len == 0:  # a padding row: exact zeros
+            out[lo:hi] = 0
             continue
         k, v = gather_kv(cache, meta.page_table[b], seq_len)
         out[lo:hi] = dense_causal_attention(q[lo:hi], k, v, sm_scale,

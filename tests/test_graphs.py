@@ -1,7 +1,7 @@
 """CUDA-graph decode (``infer/graphs.py``) and its wiring into the engine, config and CLI.
 
 CPU: config/CLI validation, and the ``GraphRunner`` without capture (the same static-buffer step,
-run eagerly) against the plain engine loop, on the ``SumModel`` mock (any misplaced page, slot or
+run eagerly: the one decode path on a CPU), on the ``SumModel`` mock (any misplaced page, slot or
 position shows up as a wrong token) and on a tiny random Qwen3 (sampling and presence state).
 GPU (``-m gpu``): captured graphs against eager decode, both with the Triton backend, on a tiny
 and a 4-layer 0.6B-shaped random Qwen3 in bfloat16, BF16 and INT8 caches, page size 16.
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_engine import GREEDY, SumModel, expected, mock_engine, prompt_of
+from mock_engine import GREEDY, SumModel, expected, mock_engine, prompt_of
 from typer.testing import CliRunner
 
 from infer import Engine, EngineConfig, SamplingParams
@@ -279,12 +279,12 @@ def test_gpu_replay_is_bit_exact(gpu_model, kv_cache):
     with torch.inference_mode():
         model.forward(torch.tensor(random_ids(n), device="cuda"), meta.positions, eng.attn, meta)
     runner = eng.graph_runner()
-    ticket, _, _ = runner.begin(GREEDY, pages)
+    ticket, _, _ = runner.begin(GREEDY, [pages])
     tok = torch.tensor([1234], device="cuda")
     for pos in range(n, n + 12):
         if pool.pages_for(pos + 1) > len(pages):
             pages += pool.allocate(1)
-        nxt = runner.step(ticket, tok, pages, pos).clone()
+        nxt = runner.step(ticket, tok, [(pages, pos)]).clone()
         hidden, logits = runner.hidden.clone(), runner.logits.clone()
         page, off = pages[pos // 16], pos % 16
         stored = stored_at(pool, page, off)
@@ -343,9 +343,9 @@ def test_gpu_multi_turn_session_graph_equals_eager(gpu_model, kv_cache):
     (graph, reused_graph), (eager, reused_eager) = (
         conversation(eng), conversation(gpu_engine(gpu_model, kv_cache, False)))
     assert graph == eager
-    # graph steps run one token ahead: the 10th token was fed before the close, so it is cached
-    # and reused in the third turn
-    assert reused_graph == reused_eager + 1
+    # both run one token ahead (one decode loop): the 10th token was fed before the close, so it
+    # is cached and reused in the third turn
+    assert reused_graph == reused_eager
     assert eng.graph_runner().num_graphs == 2
 
 

@@ -1,0 +1,127 @@
+"""The decode loop: one loop for one reply and for a batch, eager or through CUDA graphs.
+
+After prefill, ``decode`` steps B sessions together through the engine's ``GraphRunner`` (each
+step feeds one token per live session and samples the next on the device) and yields
+``(row, token)`` pairs. Stop rules, presence penalty (in the runner) and page growth are here
+once, for every mode:
+
+- a reply ends on a stop id (not yielded; unless ``ignore_eos``), after ``max_new_tokens``, or when
+  its session's context is full; the others in the batch go on, its row becomes padding;
+- the GPU runs one step ahead of the host: the step that feeds a token is enqueued before the host
+  reads that token, so the GPU decodes while the host checks, yields and renders it. A step that
+  fed a stop id is dropped from that session's cache afterwards; no step is enqueued for a token
+  that must be its reply's last (``max_new_tokens``, a full context);
+- a step is run ahead only if the pages it may need are free; otherwise the host reads the tokens
+  first, so that a stop id never fails for want of a page.
+
+NOTE: invariant: ``session.cached_ids`` are exactly the tokens whose K/V are stored (enqueued) in
+the session's pages. Ids are appended only once the step that stores them is enqueued, and all of
+a step's bookkeeping is done before its tokens are yielded, so closing the generator (Ctrl-C in
+the CLI) at any point leaves every session consistent. A yielded token is already fed, so it is
+cached unless it was its reply's last.
+
+Design after nano-vllm's ``LLMEngine.step`` (one loop) and nanochat's ``Engine.generate``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from infer.config import SamplingParams
+from infer.meta import grow_pages
+from infer.sampling import sample
+from infer.stats import GenerationStats
+
+if TYPE_CHECKING:
+    from infer.engine import Engine
+    from infer.session import Session
+
+
+def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.Tensor],
+           sp: SamplingParams, stats: Sequence[GenerationStats], t0: float
+           ) -> Iterator[tuple[int, int]]:
+    """Decode replies for ``sessions`` (prefilled), yielding ``(row, token)`` as they arrive.
+
+    Args:
+        engine: the sessions' engine.
+        sessions: 1..``engine.max_batch`` distinct sessions, each with its prompt cached.
+        hidden: per session, its prompt's last hidden state ([1, H] model dtype), whose logits
+            give the reply's first token.
+        sp: the sampling parameters of every reply.
+        stats: per session, the ``GenerationStats`` to update (its ``stop_reason`` is final once
+            the generator is exhausted or closed).
+        t0: ``time.perf_counter()`` when the replies began (for ``ttft_s``).
+
+    Raises:
+        RuntimeError: another reply began on the engine's runner (``check_ticket``).
+        OutOfPages: the pool has no page for a token that must be fed.
+    """
+    runner = engine.graph_runner()
+    pool, ctx = engine.pool, engine.ctx
+    stop_ids = set() if sp.ignore_eos else set(engine.stop_ids)
+    n = len(sessions)
+    try:
+        ticket, gen, seen = runner.begin(sp, [s._pages for s in sessions])
+        with torch.inference_mode():  # the first tokens: eager, with the runner's state
+            logits = engine.model.compute_logits(torch.cat(list(hidden)))  # float32 [n, vocab]
+            tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=runner.vocab_limit)
+        live = list(range(n))
+        while live:
+            runner.check_ticket(ticket)  # tok_t lives in the runner's buffers
+            pos = {i: sessions[i].num_cached for i in live}
+            # a step for a row's token is needed only if another token may follow it
+            feed = {i for i in live if pos[i] < ctx and (
+                sp.max_new_tokens is None or stats[i].new_tokens + 1 < sp.max_new_tokens)}
+            need = sum(max(0, pool.pages_for(pos[i] + 1) - len(sessions[i]._pages))
+                       for i in feed)
+            ahead = bool(feed) and need <= pool.num_free_pages
+            runner.tokens_to_host(tok_t)  # before the next step overwrites them
+            if ahead:
+                nxt_t = _feed(runner, ticket, tok_t, sessions, pos, feed, n, pool)
+            toks = runner.host_tokens(n)  # the one device->host sync per step
+            now = time.perf_counter()
+            stopped = set()
+            for i in live:
+                stats[i].token_arrived(t0, now)
+                if toks[i] in stop_ids:
+                    stopped.add(i)
+                    if ahead and i in feed:
+                        sessions[i]._truncate(pos[i])  # the step that fed the stop id
+                    stats[i].stop_reason = "stop"
+            feed -= stopped
+            if feed and not ahead:  # no page was free: raises OutOfPages if still none
+                nxt_t = _feed(runner, ticket, tok_t, sessions, pos, feed, n, pool)
+            out = []
+            for i in live:
+                if i in stopped:
+                    continue
+                if i in feed:
+                    sessions[i]._ids.append(toks[i])
+                else:
+                    limit = sp.max_new_tokens is not None and \
+                        stats[i].new_tokens + 1 >= sp.max_new_tokens
+                    stats[i].stop_reason = "length" if limit else "context"
+                stats[i].new_tokens += 1
+                out.append((i, toks[i]))
+            live = [i for i in live if i in feed]
+            if live:
+                tok_t = nxt_t
+            yield from out
+    finally:
+        for st in stats:
+            if not st.stop_reason:
+                st.stop_reason = "interrupted"
+
+
+def _feed(runner, ticket: int, tok_t: torch.Tensor, sessions: Sequence[Session],
+          pos: dict[int, int], feed: set[int], n: int, pool) -> torch.Tensor:
+    """Grow the feeding rows' pages and enqueue the step that feeds ``tok_t`` to them (rows not
+    in ``feed`` are padding). Returns the step's sampled tokens (device)."""
+    for i in sorted(feed):
+        grow_pages(pool, sessions[i]._pages, pos[i] + 1)
+    rows = [(sessions[i]._pages, pos[i]) if i in feed else None for i in range(n)]
+    return runner.step(ticket, tok_t, rows)

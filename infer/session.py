@@ -1,0 +1,163 @@
+"""A session: one conversation's pages of the engine's KV pool and the ids whose K/V they hold.
+
+``Session.generate(prompt_ids, sampling)`` is a token generator:
+
+1. prefix reuse: keep the longest common prefix of the cached ids and the prompt (at most
+   ``len(prompt) - 1`` tokens, so at least one token is prefilled and gives logits); drop the rest;
+2. chunked prefill of the remaining prompt, ``config.chunk`` tokens per step, each chunk attending
+   to everything cached before it; only the last row of hidden states goes to the lm_head;
+3. decode through the engine's one decode loop (``infer/decode_loop.py``), which also serves a
+   batch of sessions (``Engine.generate_batch``).
+
+NOTE: invariant: ``cached_ids`` are exactly the tokens whose K/V are stored in the session's
+pages, at positions ``0 .. len(cached_ids) - 1`` (enqueued on the device: later work on the stream
+runs after them). Ids are appended only once the step that stores them is enqueued.
+
+Design after nano-vllm's ``Sequence`` / ``BlockManager`` and nanochat's ``Engine.generate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from infer.config import SamplingParams
+from infer.meta import build_meta, grow_pages
+from infer.stats import GenerationStats
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from infer.engine import Engine
+
+PrefillCallback = Callable[[int, int], None]  # (tokens prefilled so far, tokens to prefill)
+
+
+class Session:
+    """One conversation: owns pages of the engine's pool and the ids whose K/V they hold.
+
+    Attributes:
+        stats: ``GenerationStats`` of the latest reply (None before the first).
+    """
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._pages: list[int] = []
+        self._ids: list[int] = []
+        self.stats: GenerationStats | None = None
+
+    @property
+    def cached_ids(self) -> list[int]:
+        """Token ids whose K/V are stored, position order (a copy)."""
+        return list(self._ids)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._ids)
+
+    @property
+    def num_pages(self) -> int:
+        """Pages of the pool this session holds."""
+        return len(self._pages)
+
+    def reset(self) -> None:
+        """Forget the conversation and return its pages to the pool."""
+        self._truncate(0)
+
+    close = reset
+
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams | None = None, *,
+                 on_prefill: PrefillCallback | None = None) -> Iterator[int]:
+        """Reply to ``prompt_ids`` (the whole conversation so far), yielding new token ids.
+
+        Args:
+            prompt_ids: the full token sequence to continue (all turns, rendered); its common
+                prefix with ``cached_ids`` is reused, the rest prefilled.
+            sampling: None means greedy (temperature 0).
+            on_prefill: called as ``on_prefill(done, total)`` with the prompt tokens prefilled so
+                far and the number to prefill (reused ones excluded): once with ``done = 0``
+                before the first chunk, then after each chunk has completed on the device (the
+                callback makes the host wait for each chunk; without it prefill runs ahead).
+
+        Returns:
+            An iterator of token ids (host ints). Stop ids are not yielded. ``self.stats`` is
+            updated while it runs and final once it is exhausted or closed.
+
+        Raises:
+            ValueError (at call time): an empty prompt, or one that does not leave room for a
+                reply (``len(prompt_ids) + 1 > ctx``; the message gives both counts).
+        """
+        prompt = self.check_prompt(prompt_ids)
+        requests = [(self, prompt)]
+        sp = sampling or SamplingParams(temperature=0.0)
+        cb = None if on_prefill is None else (lambda _row, done, total: on_prefill(done, total))
+        return (tok for _, tok in self.engine.run_batch(requests, sp, cb))
+
+    def check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        """``prompt_ids`` as a list of ints, checked to leave room for a reply.
+
+        Raises:
+            ValueError: an empty prompt, or ``len(prompt_ids) + 1 > ctx`` (both counts given).
+        """
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("the prompt is empty: give at least one token")
+        ctx = self.engine.ctx
+        if len(prompt) + 1 > ctx:
+            raise ValueError(f"the prompt has {len(prompt)} tokens but the context holds {ctx} "
+                             f"(prompt + at least 1 new token): raise --ctx above "
+                             f"{len(prompt)} or shorten the prompt")
+        return prompt
+
+    # ------------------------------------------------------------------ engine internals
+
+    def _prefill(self, prompt: list[int], on_prefill: PrefillCallback | None
+                 ) -> tuple[torch.Tensor, GenerationStats]:
+        """Reuse the cached prefix of ``prompt``, prefill the rest in chunks; returns the last
+        prompt token's hidden state [1, H] and the reply's fresh ``GenerationStats``."""
+        eng = self.engine
+        reuse, limit = 0, min(len(self._ids), len(prompt) - 1)
+        while reuse < limit and self._ids[reuse] == prompt[reuse]:
+            reuse += 1
+        self._truncate(reuse)
+        stats = self.stats = GenerationStats(prompt_tokens=len(prompt), reused_tokens=reuse)
+        chunk, total = eng.config.chunk, len(prompt) - reuse
+        if on_prefill is not None:
+            on_prefill(0, total)
+        for s in range(reuse, len(prompt), chunk):
+            hidden = self._forward(prompt[s:s + chunk])
+            if on_prefill is not None:
+                if eng.device.type == "cuda":
+                    torch.cuda.synchronize(eng.device)
+                on_prefill(min(s + chunk, len(prompt)) - reuse, total)
+        return hidden, stats
+
+    def _truncate(self, n: int) -> None:
+        """Keep the first ``n`` cached positions; free the pages past them.
+
+        Ids go first, then the pages leave the session, then they go back to the pool: a Ctrl-C
+        in between can leave the session owning a page it no longer needs (the next truncation
+        frees it) or leak pages, never list positions without a page or leave one page both
+        free and owned (a later step would share it).
+        """
+        keep = self.engine.pool.pages_for(n)
+        del self._ids[n:]
+        tail = self._pages[keep:]
+        del self._pages[keep:]
+        self.engine.pool.free(tail)
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        """Run the model on new tokens after the cached ones (a prefill chunk); return the last
+        row's hidden state [1, H]. Extends ``cached_ids`` only once the step is enqueued."""
+        eng = self.engine
+        start = len(self._ids)
+        grow_pages(eng.pool, self._pages, start + len(ids))
+        meta = build_meta([(self._pages, start, len(ids))], eng.config.page_size, eng.device)
+        ids_t = torch.tensor(ids, dtype=torch.int64, device=eng.device)
+        with torch.inference_mode():
+            hidden = eng.model.forward(ids_t, meta.positions, eng.attn, meta)
+            last = hidden[-1:]
+        self._ids.extend(ids)
+        return last

@@ -1,0 +1,56 @@
+"""Statistics of one reply, as the engine measures them (host clock, seconds)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class GenerationStats:
+    """Statistics of one reply.
+
+    Attributes:
+        prompt_tokens: tokens in the prompt passed to ``generate``.
+        reused_tokens: prompt tokens whose K/V were reused from the previous turn (not prefilled).
+        new_tokens: tokens yielded (a stop token is not counted).
+        ttft_s: seconds from the ``generate`` call's first step to the first sampled token on the
+            host (prefill included; in a batch, every sequence's prefill).
+        decode_s: seconds from the first sampled token to the last one.
+        stop_reason: ``"stop"`` (a stop id), ``"length"`` (max_new_tokens), ``"context"`` (the
+            context is full), ``"interrupted"`` (the consumer closed the generator or an error
+            was raised), or ``""`` while running.
+    """
+
+    prompt_tokens: int
+    reused_tokens: int = 0
+    new_tokens: int = 0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    stop_reason: str = ""
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prompt_tokens - self.reused_tokens
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens per second after the first one (0.0 when fewer than 2 tokens were sampled)."""
+        return (self.new_tokens - 1) / self.decode_s if self.new_tokens > 1 and self.decode_s > 0 \
+            else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["prefill_tokens"] = self.prefill_tokens
+        d["decode_tokens_per_s"] = self.decode_tokens_per_s
+        return d
+
+    def token_arrived(self, t0: float, now: float | None = None) -> None:
+        """Time a token that just reached the host: ``ttft_s`` for the reply's first, else
+        ``decode_s`` since the first. ``t0`` and ``now`` are ``time.perf_counter()`` seconds
+        (``now`` defaults to the current time)."""
+        now = time.perf_counter() if now is None else now
+        if self.new_tokens == 0 and self.ttft_s == 0.0:
+            self.ttft_s = now - t0
+        else:
+            self.decode_s = now - t0 - self.ttft_s
