@@ -1,0 +1,278 @@
+"""Summaries of texts longer than the context: split, summarize the parts together, combine.
+
+``Summarizer.plan(text)`` decides: a text whose summary prompt and reply fit in the context is
+summarized in one reply; a longer one is split into parts at chapter, paragraph or sentence
+boundaries (``split``), each part small enough that its prompt plus its reply budget fits.
+
+``Summarizer.run(text)`` then does the map-reduce (as LangChain's map-reduce summarization chain
+and Wu et al. 2021, "Recursively Summarizing Books with Human Feedback", do):
+
+1. map: every part's summary, the parts decoding as batches of ``engine.max_batch`` sequences
+   through the same kernels and CUDA graphs (``Engine.generate_batch``); prefill one part at a
+   time;
+2. reduce: the part summaries, in order and labelled, become the text of one combining prompt;
+   while that prompt does not fit, consecutive summaries are grouped into prompts that do, and
+   each group is summarized (batched, like the map), recursively;
+3. the returned ids are the last combining prompt, for the caller to stream as the final reply.
+
+Nothing is truncated: every character of the text is in exactly one part of the first level.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from infer.config import SamplingParams
+
+SUMMARY_PROMPT = (
+    "Summarize the following text. Give its main points, the key people or ideas, and how it "
+    "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
+    "Write the summary of the text above.")
+PART_PROMPT = (
+    "The following text is part {k} of {n} of a longer text. Summarize this part: its main "
+    "points, the key people or ideas, and what happens in it, in a few short paragraphs."
+    "\n\n---\n{text}\n---\n\nWrite the summary of this part.")
+COMBINE_PROMPT = (
+    "Below are summaries of consecutive parts of one text, in order. Combine them into one "
+    "summary of the whole text: its main points, the key people or ideas, and how it ends or "
+    "what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
+    "Write the summary of the whole text.")
+GROUP_PROMPT = (
+    "Below are summaries of consecutive parts ({first} to {last} of {n}) of one text, in order. "
+    "Combine them into one summary of these parts, keeping the main points, the key people or "
+    "ideas and what happens, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
+    "Write the combined summary.")
+TEMPLATE_MARGIN = 16  # tokens: a part's text may tokenize a little longer inside the template
+_THINK_END = "</think>"
+
+Splitter = Callable[[str, int], list[str]]  # (text, max tokens per part) -> parts, joined == text
+
+
+@dataclass
+class PartSummary:
+    """One summarized part of one level.
+
+    Attributes:
+        level: 0 for parts of the text, 1.. for groups of the level below's summaries.
+        index, count: which part of how many at its level (0-based index).
+        chars: [start, end) character range of its text within the level's input (level 0: the
+            file's text; above: the joined summaries of the level below).
+        tokens: [start, end) of its text in tokens, counting the parts before it.
+        prompt_tokens, new_tokens: its prompt's length and its reply's.
+        stop_reason: as ``GenerationStats.stop_reason``.
+        summary: the reply's text (the thinking, if any, removed).
+    """
+
+    level: int
+    index: int
+    count: int
+    chars: tuple[int, int]
+    tokens: tuple[int, int]
+    prompt_tokens: int
+    new_tokens: int
+    stop_reason: str
+    summary: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class StageTimes:
+    """Seconds per stage of a map-reduce (host clock).
+
+    Attributes:
+        map_prefill_s, map_decode_s: prefill of all the text's parts; their batched decode.
+        reduce_s: summarizing groups of summaries (levels above the first), if any.
+    """
+
+    map_prefill_s: float = 0.0
+    map_decode_s: float = 0.0
+    reduce_s: float = 0.0
+
+
+@dataclass
+class Summarizer:
+    """Plans and runs a map-reduce summary on one engine.
+
+    Args:
+        engine: an ``Engine``; its ``max_batch`` sets how many parts decode together.
+        tokenizer: a ``Qwen3Tokenizer`` (``encode``, ``decode``, ``chat_ids``).
+        split: ``split(text, max_tokens) -> parts`` whose join is the text and whose every
+            part has at most ``max_tokens`` tokens.
+        sampling: for every reply (each part's ``max_new_tokens`` is ``part_tokens``).
+        part_tokens: reply budget of each part and group summary (tokens).
+        final_tokens: reply budget of the final summary (None: until a stop id; the plan then
+            keeps ``part_tokens`` free for it).
+        think: Qwen3 thinking mode for every reply.
+    """
+
+    engine: object
+    tokenizer: object
+    split: Splitter
+    sampling: SamplingParams
+    part_tokens: int = 512
+    final_tokens: int | None = 1024
+    think: bool = False
+    parts: list[PartSummary] = field(default_factory=list)
+    times: StageTimes = field(default_factory=StageTimes)
+
+    # ------------------------------------------------------------------ prompts
+
+    def prompt_ids(self, template: str, text: str, **fields) -> list[int]:
+        """The chat ids of ``template`` filled with ``text`` (and ``fields``)."""
+        content = template.format(text=text, **fields)
+        return self.tokenizer.chat_ids([{"role": "user", "content": content}],
+                                       enable_thinking=self.think)
+
+    def whole_prompt(self, text: str) -> list[int]:
+        """The one-reply summary prompt of ``text``."""
+        return self.prompt_ids(SUMMARY_PROMPT, text)
+
+    def _overhead(self, template: str) -> int:
+        return len(self.prompt_ids(template, "", k=999, n=999, first=999, last=999)) \
+            + TEMPLATE_MARGIN
+
+    def _final_budget(self) -> int:
+        return self.final_tokens or self.part_tokens
+
+    def part_limit(self) -> int:
+        """The most tokens of text one part may hold (its prompt and reply must fit in ctx).
+
+        Raises:
+            ValueError: the context is too small for a part, or for combining two summaries.
+        """
+        ctx = self.engine.ctx
+        limit = ctx - self._overhead(PART_PROMPT) - self.part_tokens
+        group = ctx - self._overhead(GROUP_PROMPT) - self.part_tokens
+        if limit < self.part_tokens or group < 2 * self.part_tokens + 16:
+            raise ValueError(f"--ctx {ctx} is too small to summarize a text in parts with "
+                             f"{self.part_tokens}-token part summaries: raise --ctx (at least "
+                             f"{ctx - group + 2 * self.part_tokens + 16 + 64} tokens)")
+        return limit
+
+    def fits_whole(self, prompt: Sequence[int]) -> bool:
+        """Whether ``prompt`` plus the final reply budget fits in the context."""
+        return len(prompt) + self._final_budget() <= self.engine.ctx
+
+    # ------------------------------------------------------------------ map and reduce
+
+    def run(self, text: str, *, on_part: Callable[[PartSummary], None] | None = None,
+            on_prefill: Callable[[int, int, int, int], None] | None = None) -> list[int]:
+        """Summarize the parts of ``text`` and combine them (see the module docstring).
+
+        Args:
+            text: a text too long for one reply.
+            on_part: called with each ``PartSummary`` as it finishes.
+            on_prefill: called as ``on_prefill(level, index, done, total)`` during each part's
+                prefill (``Session.generate``'s ``on_prefill``).
+
+        Returns:
+            The final combining prompt's ids (stream it as the final reply).
+        """
+        limit = self.part_limit()
+        pieces = self.split(text, limit)
+        n = len(pieces)
+        prompts = [self.prompt_ids(PART_PROMPT, p, k=k + 1, n=n) for k, p in enumerate(pieces)]
+        summaries = self._map(0, pieces, prompts, on_part, on_prefill)
+        level = 0
+        while True:
+            labelled = [f"Part {k + 1}:\n{s}" for k, s in enumerate(summaries)]
+            final = self.prompt_ids(COMBINE_PROMPT, "\n\n".join(labelled))
+            if self.fits_whole(final) or len(summaries) == 1:
+                return final
+            level += 1
+            t0 = time.perf_counter()
+            groups = self._group(labelled)
+            m = len(summaries)
+            prompts, texts, first = [], [], 0
+            for g in groups:
+                texts.append("\n\n".join(g))
+                prompts.append(self.prompt_ids(GROUP_PROMPT, texts[-1], first=first + 1,
+                                               last=first + len(g), n=m))
+                first += len(g)
+            summaries = self._map(level, texts, prompts, on_part, on_prefill, sep="\n\n")
+            self.times.reduce_s += time.perf_counter() - t0
+
+    def _group(self, labelled: list[str]) -> list[list[str]]:
+        """Consecutive summaries in groups whose combining prompt (+ reply) fits, each of at
+        least two summaries (``part_limit`` guarantees two fit), so every level shrinks."""
+        room = self.engine.ctx - self._overhead(GROUP_PROMPT) - self.part_tokens
+        groups: list[list[str]] = [[]]
+        used = 0
+        for s in labelled:
+            size = len(self.tokenizer.encode(s)) + 2
+            if groups[-1] and used + size > room:
+                groups.append([])
+                used = 0
+            groups[-1].append(s)
+            used += size
+        if len(groups) > 1 and len(groups[-1]) == 1:  # a lone tail joins its neighbour's group
+            groups[-2].extend(groups.pop())
+            if len(self.tokenizer.encode("\n\n".join(groups[-1]))) + 8 > room:
+                groups.append(groups[-1][-1:])
+                del groups[-2][-1]
+        return groups
+
+    def _map(self, level: int, texts: list[str], prompts: list[list[int]], on_part,
+             on_prefill, sep: str = "") -> list[str]:
+        """Summarize ``prompts`` in batches of ``engine.max_batch``; returns the summaries."""
+        eng = self.engine
+        sp = self.sampling.replace(max_new_tokens=self.part_tokens)
+        n, width = len(prompts), eng.max_batch
+        sessions = [eng.new_session() for _ in range(min(width, n))]
+        out: list[str] = [""] * n
+        char0 = tok0 = 0
+        spans = []
+        for t in texts:
+            k = len(self.tokenizer.encode(t))
+            spans.append(((char0, char0 + len(t)), (tok0, tok0 + k)))
+            char0, tok0 = char0 + len(t) + len(sep), tok0 + k
+        try:
+            for start in range(0, n, width):
+                group = list(range(start, min(n, start + width)))
+                for s in sessions:
+                    s.reset()
+                reqs = [(sessions[j], prompts[i]) for j, i in enumerate(group)]
+                cb = None if on_prefill is None else \
+                    (lambda j, done, total, g=group: on_prefill(level, g[j], done, total))
+                toks: list[list[int]] = [[] for _ in group]
+                finished: set[int] = set()
+                t0 = time.perf_counter()
+                first = None
+                for j, tok in eng.generate_batch(reqs, sp, on_prefill=cb):
+                    if first is None:
+                        first = time.perf_counter()
+                    toks[j].append(tok)
+                    if sessions[j].stats.stop_reason:  # its last token
+                        finished.add(j)
+                        self._done(level, group[j], n, spans, prompts, toks[j],
+                                   sessions[j].stats, out, on_part)
+                for j in sorted(set(range(len(group))) - finished):  # ended on a stop id
+                    self._done(level, group[j], n, spans, prompts, toks[j], sessions[j].stats,
+                               out, on_part)
+                end = time.perf_counter()
+                first = first or end
+                if level == 0:
+                    self.times.map_prefill_s += first - t0
+                    self.times.map_decode_s += end - first
+        finally:
+            for s in sessions:
+                s.reset()
+        return out
+
+    def _done(self, level, i, n, spans, prompts, toks, stats, out, on_part) -> None:
+        out[i] = strip_thinking(self.tokenizer.decode(toks, skip_special_tokens=True))
+        chars, tokens = spans[i]
+        part = PartSummary(level, i, n, chars, tokens, len(prompts[i]), stats.new_tokens,
+                           stats.stop_reason, out[i])
+        self.parts.append(part)
+        if on_part is not None:
+            on_part(part)
+
+
+def strip_thinking(text: str) -> str:
+    """``text`` after its last ``</think>`` (the answer of a thinking reply), stripped."""
+    return text.split(_THINK_END)[-1].strip()
