@@ -118,20 +118,19 @@ class Engine:
         """Tokens one session can hold (prompt + replies over all turns)."""
         return self.config.ctx
 
-    def ceiling_tokens_per_s(self, num_cached: int) -> float | None:
-        """Decode ceiling (tokens/s) with ``num_cached`` positions cached: device read bandwidth
-        / bytes read per token (weights without the embedding, plus K/V and INT8 scales of the
-        cached positions), DESIGN.md "Measuring speed". The bandwidth is measured once, on the
-        first call (~0.1 s). None on the CPU."""
+    def ceiling_tokens_per_s(self, num_cached: int, batch: int = 1) -> float | None:
+        """Decode ceiling (tokens/s, all sequences together) of ``batch`` sequences with
+        ``num_cached`` positions cached each: device read bandwidth x batch / bytes read per
+        step (the weights without the embedding once, plus every sequence's K/V and INT8
+        scales), DESIGN.md "Measuring speed". The bandwidth is measured once, on the first call
+        (~0.1 s). None on the CPU."""
         if self.device.type != "cuda":
             return None
         if self._bandwidth is None:
             self._bandwidth = measure_read_bandwidth(self.device)
-        mc, dtype_bytes = self.model_config, torch.finfo(self.dtype).bits // 8
-        kv = mc.kv_bytes_per_token(self.config.kv_cache)
-        if self.config.kv_cache == "bf16":
-            kv = kv * dtype_bytes // 2
-        return self._bandwidth / (mc.weight_bytes_per_token(dtype_bytes) + num_cached * kv)
+        weights = self.model_config.weight_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        kv = batch * num_cached * self.pool.bytes_per_position
+        return self._bandwidth * batch / (weights + kv)
 
     def graph_runner(self) -> GraphRunner:
         """The decode runner for the current ``cuda_graphs`` setting (built on first use): it

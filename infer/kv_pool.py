@@ -126,6 +126,14 @@ class KVPool:
             per_pos += 4
         return 2 * num_layers * kv_heads * page_size * per_pos
 
+    @property
+    def bytes_per_position(self) -> int:
+        """Bytes one cached position takes over all layers, K and V, INT8 scales included: what
+        decode reads per cached position per token."""
+        dtype_bytes = self.layers[0].k.element_size()
+        return self.bytes_per_page(self.num_layers, self.kv_heads, self.head_dim, 1,
+                                   self.kv_dtype, dtype_bytes)
+
     def layer(self, i: int) -> LayerCache:
         return self.layers[i]
 

@@ -94,6 +94,7 @@ def test_closing_the_batch_keeps_every_session_consistent():
         assert s.stats.stop_reason == "interrupted"
         assert s.cached_ids == (p + expected(p, 50))[:len(s.cached_ids)]
         assert len(s.cached_ids) == len(p) + 8  # every step's tokens fed ahead of the yields
+        assert s.cached_ids[len(p):len(p) + len(out)] == out
         p2 = s.cached_ids + [1]
         assert list(s.generate(p2, GREEDY.replace(max_new_tokens=5))) == expected(p2, 5)
 
