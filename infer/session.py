@@ -78,8 +78,8 @@ class Session:
             sampling: None means greedy (temperature 0).
             on_prefill: called as ``on_prefill(done, total)`` with the prompt tokens prefilled so
                 far and the number to prefill (reused ones excluded): once with ``done = 0``
-                before the first chunk, then after each chunk has completed on the device (the
-                callback makes the host wait for each chunk; without it prefill runs ahead).
+                before the first chunk, then for each chunk once it has completed on the device
+                (the host keeps one chunk in flight; the last is reported when prefill ends).
 
         Returns:
             An iterator of token ids (host ints). Stop ids are not yielded. ``self.stats`` is
@@ -126,12 +126,23 @@ class Session:
         chunk, total = eng.config.chunk, len(prompt) - reuse
         if on_prefill is not None:
             on_prefill(0, total)
+        cuda = eng.device.type == "cuda"
+        pending: list[tuple[torch.cuda.Event | None, int]] = []  # chunks enqueued, not reported
         for s in range(reuse, len(prompt), chunk):
             hidden = self._forward(prompt[s:s + chunk])
-            if on_prefill is not None:
-                if eng.device.type == "cuda":
-                    torch.cuda.synchronize(eng.device)
-                on_prefill(min(s + chunk, len(prompt)) - reuse, total)
+            if on_prefill is None:
+                continue
+            done = min(s + chunk, len(prompt)) - reuse
+            event = torch.cuda.Event() if cuda else None
+            if event is not None:
+                event.record()
+            pending.append((event, done))
+            # report a chunk once it has completed, keeping the next one in flight
+            while pending and (len(pending) > 1 or done == total):
+                ev, n = pending.pop(0)
+                if ev is not None:
+                    ev.synchronize()
+                on_prefill(n, total)
         return hidden, stats
 
     def _truncate(self, n: int) -> None:
