@@ -6,7 +6,8 @@ step feeds one token per live session and samples the next on the device) and yi
 once, for every mode:
 
 - a reply ends on a stop id (not yielded; unless ``ignore_eos``), after ``max_new_tokens``, or when
-  its session's context is full; the others in the batch go on, its row becomes padding;
+  its session's context is full (prompt + reply = ctx tokens; the last token is not fed); the
+  others in the batch go on, its row becomes padding;
 - the GPU runs one step ahead of the host: the step that feeds a token is enqueued before the host
   reads that token, so the GPU decodes while the host checks, yields and renders it. A step that
   fed a stop id is dropped from that session's cache afterwards; no step is enqueued for a token
@@ -73,8 +74,9 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
         while live:
             runner.check_ticket(ticket)  # tok_t lives in the runner's buffers
             pos = {i: sessions[i].num_cached for i in live}
-            # a step for a row's token is needed only if another token may follow it
-            feed = {i for i in live if pos[i] < ctx and (
+            # a step for a row's token is needed only if another token may follow it: prompt +
+            # reply <= ctx, so the token at position pos is the last when pos + 1 == ctx
+            feed = {i for i in live if pos[i] + 1 < ctx and (
                 sp.max_new_tokens is None or stats[i].new_tokens + 1 < sp.max_new_tokens)}
             need = sum(max(0, pool.pages_for(pos[i] + 1) - len(sessions[i]._pages))
                        for i in feed)

@@ -72,7 +72,7 @@ def test_context_full_ends_one_reply_and_prefix_reuse_per_session():
     a, b = eng.new_session(), eng.new_session()
     pa, pb = prompt_of(40), prompt_of(9, seed=4)
     got = collect(eng.generate_batch([(a, pa), (b, pb)], GREEDY.replace(max_new_tokens=20)), 2)
-    assert got[0] == expected(pa, 48 - 40 + 1) and a.stats.stop_reason == "context"
+    assert got[0] == expected(pa, 48 - 40) and a.stats.stop_reason == "context"
     assert got[1] == expected(pb, 20) and b.stats.stop_reason == "length"
     pb2 = pb + got[1] + [3]
     got2 = collect(eng.generate_batch([(b, pb2)], GREEDY.replace(max_new_tokens=4)), 1)

@@ -174,8 +174,8 @@ def test_context_full_stops_without_error():
     p = prompt_of(n)
     out = list(s.generate(p))  # greedy, no token budget
     assert s.stats.stop_reason == "context"
-    assert len(out) == ctx - n + 1 and out == expected(p, len(out))
-    assert s.num_cached == ctx
+    assert len(out) == ctx - n and out == expected(p, len(out))  # prompt + reply = ctx
+    assert s.num_cached == ctx - 1  # the last token is not fed
 
 
 def test_prompt_too_long_and_empty():
