@@ -150,7 +150,7 @@ def test_cache_label_names_what_the_pool_stores(kv_cache, dtype, label):
 
     import torch
 
-    from infer.bench import cache_label
+    from infer.ui.bench_view import cache_label
 
     layer = SimpleNamespace(k=torch.zeros(1, dtype=getattr(torch, dtype)))
     engine = SimpleNamespace(config=SimpleNamespace(kv_cache=kv_cache),

@@ -109,7 +109,7 @@ def test_generate_interrupted_reply_exits_130(tiny_ckpt, monkeypatch):
     def interrupt(self, piece):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("infer.render.ReplyView._add", interrupt)
+    monkeypatch.setattr("infer.ui.render.ReplyView._add", interrupt)
     result = invoke("generate", tiny_ckpt, "Hello", *FAST)
     assert result.exit_code == 130
     assert "stop: interrupted" in result.stderr
@@ -305,7 +305,7 @@ def test_chat_second_turn_reuses_the_cache_json_lines(tiny_ckpt):
 
 
 def test_chat_ctrl_c_stops_the_reply_and_keeps_the_session(tiny_ckpt, monkeypatch):
-    from infer.render import ReplyView
+    from infer.ui.render import ReplyView
 
     real_add, calls = ReplyView._add, []
 
@@ -409,7 +409,7 @@ def test_main_keeps_help_and_exit_codes(capsys, monkeypatch):
     def interrupted(*args, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_prepare", interrupted)
+    monkeypatch.setattr("infer.ui.prepare.prepare", interrupted)
     with pytest.raises(SystemExit) as info:
         cli.main(["generate", "M", "P"])
     assert info.value.code == 130
@@ -547,7 +547,7 @@ def test_chat_json_failed_turn_is_a_line_and_piped_chat_exits_2(tiny_ckpt):
 
 
 def test_chat_runtime_failure_in_a_turn_exits_1_at_the_end(tiny_ckpt, monkeypatch):
-    from infer.render import ReplyView
+    from infer.ui.render import ReplyView
 
     real_run, calls = ReplyView.run, []
 
@@ -593,21 +593,21 @@ def test_prompt_filling_the_context_leaves_no_room(tiny_ckpt, tok):
 
 
 def test_check_fits_past_qwen3_largest_context():
-    from cli import QWEN3_MAX_CTX, _check_fits
+    from infer.ui.prepare import QWEN3_MAX_CTX, check_fits
 
-    _check_fits(QWEN3_MAX_CTX - 1, QWEN3_MAX_CTX)  # fits: no error
+    check_fits(QWEN3_MAX_CTX - 1, QWEN3_MAX_CTX)  # fits: no error
     with pytest.raises(ValueError) as info:  # war_and_peace.txt at 32k
-        _check_fits(774_000, 32768, 1024)
+        check_fits(774_000, 32768, 1024)
     msg = str(info.value)
     assert "774000 tokens" in msg and f"largest context Qwen3 supports ({QWEN3_MAX_CTX}" in msg
     assert "shorten" in msg and "split" in msg and "--ctx" not in msg
     with pytest.raises(ValueError) as info:  # the prompt fits alone, not with the reply
-        _check_fits(QWEN3_MAX_CTX - 100, 32768, 1000)
+        check_fits(QWEN3_MAX_CTX - 100, 32768, 1000)
     msg = str(info.value)
     assert "largest context" in msg and "--max-new-tokens to at most 100" in msg
     assert "--ctx" not in msg
     with pytest.raises(ValueError) as info:  # within Qwen3's reach: suggest a --ctx
-        _check_fits(100_000, 32768)
+        check_fits(100_000, 32768)
     assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
 
 
@@ -615,7 +615,7 @@ def test_closed_stdout_exits_0_quietly(tiny_ckpt, monkeypatch):
     def closed(self, piece):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr("infer.render.ReplyView._add", closed)
+    monkeypatch.setattr("infer.ui.render.ReplyView._add", closed)
     result = invoke("generate", tiny_ckpt, "hi", *FAST)
     assert result.exit_code == 0, result.output
     assert "error" not in result.stderr and "Broken" not in result.stderr
@@ -742,3 +742,33 @@ def test_output_to_a_full_device_is_one_line_exit_1(argv, stdin, tiny_ckpt, tmp_
     assert err.count("error:") == 1, err
     assert "error: cannot write output: No space left on device\n" in err, err
     assert err.count("> ") <= 1, err
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def test_presentation_lives_in_infer_ui_and_never_imports_cli():
+    """DESIGN.md: the engine never imports ``infer/ui/`` or ``cli.py``; ``infer/ui/`` never
+    imports ``cli.py`` (no circle)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).parents[1] / "infer"
+
+    def imported(path: Path) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        return names
+
+    for path in root.rglob("*.py"):
+        names = imported(path)
+        assert "cli" not in names and not any(n.startswith("cli.") for n in names), path
+        if "ui" not in path.relative_to(root).parts:
+            assert not any(n == "infer.ui" or n.startswith("infer.ui.") for n in names), path
+    for gone in ("console", "render", "repl", "textio"):
+        assert not (root / f"{gone}.py").exists()

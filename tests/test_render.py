@@ -1,4 +1,4 @@
-"""infer.render: the <think> splitter, the terminal and piped views of a reply, the stats line."""
+"""infer.ui.render: the <think> splitter, the terminal and piped views of a reply, stats line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from infer.engine import GenerationStats
-from infer.render import ReplyView, ThinkSplitter, ceiling_tokens_per_s, format_stats
+from infer.ui.render import ReplyView, ThinkSplitter, ceiling_tokens_per_s, format_stats
 
 REPLY = "<think>\nLet me think about <thin cats.\n</think>\n\nCats sleep a lot. </thi"
 

@@ -1,8 +1,9 @@
 """Show one streamed reply with rich: thinking apart from the answer, live tokens/s, final stats.
 
-Used by ``cli.py``; no tensor math. ``ReplyView.run`` drives ``Session.generate``, turns ids into
-text with the tokenizer's ``StreamDecoder`` and splits Qwen3's ``<think>...</think>`` block from the
-answer (``ThinkSplitter``, on text, so a tag cut across pieces is still found). Two ways to show it:
+Used by ``infer/ui/oneshot.py`` and ``infer/ui/repl.py``; no tensor math. ``ReplyView.run``
+drives ``Session.generate``, turns ids into text with the tokenizer's ``StreamDecoder`` and splits
+Qwen3's ``<think>...</think>`` block from the answer (``ThinkSplitter``, on text, so a tag cut
+across pieces is still found). Two ways to show it:
 
 - the text console is a terminal: a rich ``Live`` region holds the last lines of the reply
   (thinking dimmed) and a status line (tokens, tokens/s, and the bandwidth ceiling when the engine
