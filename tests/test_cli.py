@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -650,6 +651,60 @@ def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):
     assert result.exit_code == 130
     stats = result.stderr.strip().splitlines()[-1]
     assert "interrupted during prefill" in stats and "first token" not in stats
+
+
+def interrupt_third_chunk(monkeypatch) -> list[int]:
+    """Ctrl-C as the third model step begins (the first reply's third prefill chunk)."""
+    from infer.engine import Session
+
+    real, calls = Session._forward, []
+
+    def forward(self, ids, *args, **kwargs):
+        calls.append(len(ids))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "_forward", forward)
+    return calls
+
+
+def plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+LONG = ["--ctx", "8k", "--prefill-chunk", "512"]
+
+
+def test_long_prefill_shows_a_bar_on_a_terminal_and_ctrl_c_exits_130(tiny_ckpt, monkeypatch):
+    interrupt_third_chunk(monkeypatch)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich takes stderr (and stdout) as terminals
+    result = invoke("generate", tiny_ckpt, "word " * 5000, *FAST, *LONG)
+    assert result.exit_code == 130, result.output
+    err = plain(result.stderr)
+    assert "prefill" in err and "1,024 of 5,0" in err and "Ctrl-C stops" in err
+    assert "interrupted during prefill" in err.strip().splitlines()[-1]
+    assert "Traceback" not in result.output
+
+
+def test_no_prefill_bar_when_stderr_is_not_a_terminal(tiny_ckpt, monkeypatch):
+    calls = interrupt_third_chunk(monkeypatch)
+    result = invoke("generate", tiny_ckpt, "word " * 5000, *FAST, *LONG)
+    assert result.exit_code == 130 and len(calls) == 3, result.output
+    assert " of 5," not in result.stderr and "Ctrl-C stops" not in result.stderr
+
+
+def test_chat_ctrl_c_in_a_long_prefill_keeps_the_session(tiny_ckpt, monkeypatch):
+    interrupt_third_chunk(monkeypatch)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    result = invoke("chat", tiny_ckpt, *FAST, *LONG, "--no-think", "--json",
+                    input="word " * 5000 + "\nhello\n")
+    assert result.exit_code == 0, result.output
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["interrupted"] and first["new_tokens"] == 0
+    assert "1,024 of 5,0" in plain(result.stderr)
+    # the two chunks prefilled before the Ctrl-C stayed cached and are reused
+    assert second["reused_tokens"] == 1024 and second["new_tokens"] >= 1
 
 
 def test_help_names_the_arguments():
