@@ -68,6 +68,7 @@ try:
         print_error,
         quiet_stdout,
     )
+    from infer.ui.helpstyle import Command, Group, VersionOpt
     from infer.ui.oneshot import chat_messages, one_shot
     from infer.ui.options import (
         BENCH_JSON_HELP,
@@ -89,11 +90,16 @@ SUMMARY_PROMPT = (
     "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
     "Write the summary of the text above.")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Run Qwen3 models on one GPU at long context (32k-128k tokens).")
+app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True,
+                  pretty_exceptions_enable=False)
 
 
-@app.command()
+@app.callback()
+def _app(version: VersionOpt = False):
+    """Run Qwen3 models on one GPU at long context (32k-128k tokens)."""
+
+
+@app.command(cls=Command)
 @shared_options(max_new_tokens=512)
 def generate(
     model: ModelArg,
@@ -118,7 +124,7 @@ def generate(
         one_shot("generate", ui, cfg, tok, ids)
 
 
-@app.command()
+@app.command(cls=Command)
 @shared_options(max_new_tokens=1024)
 def summarize(
     file: Annotated[str, typer.Argument(
@@ -139,7 +145,7 @@ def summarize(
         one_shot("summarize", ui, cfg, tok, ids, input_chars=len(text), replaced_bytes=n_bad)
 
 
-@app.command()
+@app.command(cls=Command, short_help="Talk with MODEL (/reset, /stats, /exit).")
 @shared_options(max_new_tokens=0, think=True)
 def chat(model: ModelArg, system: System = None, *, opts: Options):
     """Talk with MODEL. /reset clears the conversation, /stats shows numbers, /exit or /quit
@@ -157,7 +163,7 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
             raise typer.Exit(code)
 
 
-@app.command()
+@app.command(cls=Command, short_help="Measure prefill and decode speed against the ceiling.")
 @shared_options(reply=False, json_help=BENCH_JSON_HELP)
 def bench(
     model: ModelArg,

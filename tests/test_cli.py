@@ -712,8 +712,33 @@ def test_help_names_the_arguments():
                            ("chat", "MODEL")):
         result = invoke(command, "--help")
         usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
-        assert names.replace(" ", "} {") in usage and "{model}" not in usage, usage
+        assert f"[OPTIONS] {names}" in usage and "{" not in usage, usage
     assert "UTF-32" in invoke("summarize", "--help").stdout
+
+
+def test_help_panels_in_one_order_and_flags_without_a_type():
+    orders = {}
+    for command in ("", "generate", "summarize", "chat", "bench"):
+        result = invoke(*filter(None, [command, "--help"]))
+        assert result.exit_code == 0, result.output
+        assert "<bool>" not in result.stdout, command
+        orders[command] = [p for p in re.findall(r"─ (\w+) ─", result.stdout)
+                           if p in ("Engine", "Sampling", "Output")]
+    assert orders["bench"] == ["Engine", "Output"]
+    for command in ("generate", "summarize", "chat"):
+        assert orders[command] == ["Engine", "Sampling", "Output"], command
+    assert "--no-think" in invoke("generate", "--help").stdout  # the flag pairs are still shown
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    from cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"infer {version('infer')}\n"
 
 
 # ---------------------------------------------------------------------------- start-up and stdout

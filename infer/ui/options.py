@@ -4,8 +4,8 @@ Owns the typer declarations (``Annotated`` types with their help text and help p
 ``Options`` dataclass the rest of ``infer/ui/`` reads. ``shared_options`` is the decorator that adds
 the shared flags to a command: the command declares its own arguments and options as usual plus
 one keyword-only parameter ``opts: Options``; the decorator splices the shared flags into the
-signature typer reads at that parameter's place (so ``--help`` lists them where ``opts`` stands)
-and hands the command one ``Options`` built from them. No tensor math here; nothing here imports
+signature typer reads at that parameter's place, orders the options by help panel, and hands the
+command one ``Options`` built from them. No tensor math here; nothing here imports
 ``cli.py``.
 
 Groups (help panels): Engine (``--ctx`` .. ``--device``), Sampling (``--max-new-tokens`` ..
@@ -161,12 +161,28 @@ def flag_set(*, reply: bool = True, max_new_tokens: int = 512, think: bool = Fal
     return (*_ENGINE_FLAGS, *sampling, *output, _json_flag(json_help), _DEBUG_FLAG)
 
 
+_PANELS = (ENGINE, SAMPLING, OUTPUT)
+
+
+def _panel_rank(param: inspect.Parameter) -> int:
+    """Where a parameter goes in --help: -1 for an argument, then the panels in ``_PANELS``
+    order (options without one last)."""
+    info = next((m for m in getattr(param.annotation, "__metadata__", ())
+                 if isinstance(m, (typer.models.ArgumentInfo, typer.models.OptionInfo))), None)
+    if isinstance(info, typer.models.ArgumentInfo):
+        return -1
+    panel = getattr(info, "rich_help_panel", None)
+    return _PANELS.index(panel) if panel in _PANELS else len(_PANELS)
+
+
 def shared_options(**kw) -> Callable[[Callable], Callable]:
     """Decorator: add the shared flags (``flag_set(**kw)``) to a typer command.
 
     The command must have a keyword-only parameter ``opts: Options``; typer sees the shared flags
-    in its place (keyword-only parameters after it keep their place after them) and the command
-    is called with ``opts=Options(...)`` built from their values. Apply below ``@app.command()``.
+    in its place and the command is called with ``opts=Options(...)`` built from their values.
+    Arguments come first, then the options grouped by help panel (Engine, Sampling, Output, the
+    command's own before the shared ones where they stand before ``opts``), so that every
+    command lists its panels in the same order. Apply below ``@app.command()``.
 
     Raises:
         TypeError: the command lacks ``opts`` or declares a parameter named like a shared flag.
@@ -192,7 +208,10 @@ def shared_options(**kw) -> Callable[[Callable], Callable]:
             opts = Options(**{name: values.pop(name) for name in shared_names})
             return command(**values, opts=opts)
 
-        wrapper.__signature__ = sig.replace(parameters=[*own[:at], *shared, *own[at + 1:]])
+        params = sorted([*own[:at], *shared, *own[at + 1:]], key=_panel_rank)
+        wrapper.__signature__ = sig.replace(parameters=[
+            p if _panel_rank(p) < 0 else p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in params])
         return wrapper
 
     return decorate
