@@ -94,6 +94,22 @@ def test_generate_json_is_parseable_and_matches_the_text_stream(tiny_ckpt, tok):
     assert obj["text"] == result.stdout.strip()
 
 
+def test_json_rounds_times_to_ms_and_rates_to_a_tenth(tiny_ckpt):
+    obj = ok_json(invoke("generate", tiny_ckpt, "Hello there", *FAST, "--max-new-tokens", "5",
+                         "--json"))
+    for key in ("load_s", "ttft_s", "decode_s"):
+        assert obj[key] == round(obj[key], 3), (key, obj[key])
+    assert obj["decode_tokens_per_s"] == round(obj["decode_tokens_per_s"], 1)
+    assert obj["ttft_s"] > 0 and obj["prompt_tokens"] > 0  # counts are untouched ints
+    from infer.ui.records import rounded
+
+    assert rounded({"ttft_s": 0.22424760900003093, "decode_tokens_per_s": 177.04449,
+                    "fraction_of_ceiling": 0.7812345, "ceiling_tokens_per_s": None,
+                    "new_tokens": 3}) == {
+        "ttft_s": 0.224, "decode_tokens_per_s": 177.0, "fraction_of_ceiling": 0.781,
+        "ceiling_tokens_per_s": None, "new_tokens": 3}
+
+
 def test_generate_prompt_from_stdin_and_raw(tiny_ckpt, tok):
     from_arg = ok_json(invoke("generate", tiny_ckpt, "Tell me a story", *FAST, "--json"))
     from_stdin = ok_json(invoke("generate", tiny_ckpt, "-", *FAST, "--json",
