@@ -886,3 +886,18 @@ def test_presentation_lives_in_infer_ui_and_never_imports_cli():
             assert not any(n == "infer.ui" or n.startswith("infer.ui.") for n in names), path
     for gone in ("console", "render", "repl", "textio"):
         assert not (root / f"{gone}.py").exists()
+
+
+def test_shared_options_needs_opts_and_no_clash():
+    from infer.ui.options import Options, shared_options
+
+    def no_opts(model: str):
+        pass
+
+    def clash(model: str, ctx: str = "1k", *, opts: Options):
+        pass
+
+    with pytest.raises(TypeError, match="opts: Options"):
+        shared_options()(no_opts)
+    with pytest.raises(TypeError, match="ctx"):
+        shared_options()(clash)
