@@ -10,6 +10,8 @@ rate (prompt tokens / that time) and the decode rate after the first token; the 
 at the mean number of cached positions during the decode. An untimed warm-up reply (256 prompt
 tokens, 2 new ones) compiles the kernels and captures the decode graph first; a prefill whose
 last chunk is shorter than 128 tokens may still compile one more tile size in its own figure.
+
+Engine-side only: the table, its labels and the command's flow are ``infer/ui/bench_view.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from dataclasses import asdict, dataclass
 from infer.config import SamplingParams, parse_ctx
 
 WARMUP_TOKENS = 256  # prompt of the untimed warm-up run (one 128-row prefill tile and up)
-_SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 
 
 @dataclass
@@ -132,6 +133,7 @@ def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
             decode_tokens_per_s=decode, ceiling_tokens_per_s=ceiling,
             fraction_of_ceiling=decode / ceiling if ceiling else None)
 
+
 def cache_dtype(engine) -> str:
     """The dtype the KV pool really stores: ``"int8"``, or for ``--kv-cache bf16`` the model's
     activation dtype, ``"bfloat16"`` on CUDA and ``"float32"`` on the CPU
@@ -139,27 +141,3 @@ def cache_dtype(engine) -> str:
     if engine.config.kv_cache == "int8":
         return "int8"
     return str(engine.pool.layers[0].k.dtype).removeprefix("torch.")
-
-
-def cache_label(engine) -> str:
-    """The KV cache as the table's title names it: ``"int8 cache"``, ``"bf16 cache"`` on CUDA,
-    ``"float32 cache"`` on the CPU (``cache_dtype``)."""
-    name = cache_dtype(engine)
-    return f"{_SHORT_DTYPES.get(name, name)} cache"
-
-
-def results_table(results: list[BenchResult], title: str):
-    """A ``rich.table.Table`` of the results, one row per length (units in the headers)."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left", box=box.SIMPLE)
-    for name in ("context", "TTFT s", "prefill tok/s", "decode tok/s", "ceiling tok/s",
-                 "of ceiling"):
-        table.add_column(name, justify="right")
-    for r in results:
-        ceiling = f"{r.ceiling_tokens_per_s:,.1f}" if r.ceiling_tokens_per_s else "-"
-        frac = f"{100 * r.fraction_of_ceiling:.0f} %" if r.fraction_of_ceiling else "-"
-        table.add_row(f"{r.prompt_tokens:,}", f"{r.ttft_s:.3f}", f"{r.prefill_tokens_per_s:,.0f}",
-                      f"{r.decode_tokens_per_s:,.1f}", ceiling, frac)
-    return table

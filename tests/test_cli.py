@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -93,6 +94,22 @@ def test_generate_json_is_parseable_and_matches_the_text_stream(tiny_ckpt, tok):
     assert obj["text"] == result.stdout.strip()
 
 
+def test_json_rounds_times_to_ms_and_rates_to_a_tenth(tiny_ckpt):
+    obj = ok_json(invoke("generate", tiny_ckpt, "Hello there", *FAST, "--max-new-tokens", "5",
+                         "--json"))
+    for key in ("load_s", "ttft_s", "decode_s"):
+        assert obj[key] == round(obj[key], 3), (key, obj[key])
+    assert obj["decode_tokens_per_s"] == round(obj["decode_tokens_per_s"], 1)
+    assert obj["ttft_s"] > 0 and obj["prompt_tokens"] > 0  # counts are untouched ints
+    from infer.ui.records import rounded
+
+    assert rounded({"ttft_s": 0.22424760900003093, "decode_tokens_per_s": 177.04449,
+                    "fraction_of_ceiling": 0.7812345, "ceiling_tokens_per_s": None,
+                    "new_tokens": 3}) == {
+        "ttft_s": 0.224, "decode_tokens_per_s": 177.0, "fraction_of_ceiling": 0.781,
+        "ceiling_tokens_per_s": None, "new_tokens": 3}
+
+
 def test_generate_prompt_from_stdin_and_raw(tiny_ckpt, tok):
     from_arg = ok_json(invoke("generate", tiny_ckpt, "Tell me a story", *FAST, "--json"))
     from_stdin = ok_json(invoke("generate", tiny_ckpt, "-", *FAST, "--json",
@@ -109,7 +126,7 @@ def test_generate_interrupted_reply_exits_130(tiny_ckpt, monkeypatch):
     def interrupt(self, piece):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("infer.render.ReplyView._add", interrupt)
+    monkeypatch.setattr("infer.ui.render.ReplyView._add", interrupt)
     result = invoke("generate", tiny_ckpt, "Hello", *FAST)
     assert result.exit_code == 130
     assert "stop: interrupted" in result.stderr
@@ -305,7 +322,7 @@ def test_chat_second_turn_reuses_the_cache_json_lines(tiny_ckpt):
 
 
 def test_chat_ctrl_c_stops_the_reply_and_keeps_the_session(tiny_ckpt, monkeypatch):
-    from infer.render import ReplyView
+    from infer.ui.render import ReplyView
 
     real_add, calls = ReplyView._add, []
 
@@ -409,7 +426,7 @@ def test_main_keeps_help_and_exit_codes(capsys, monkeypatch):
     def interrupted(*args, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_prepare", interrupted)
+    monkeypatch.setattr("infer.ui.prepare.prepare", interrupted)
     with pytest.raises(SystemExit) as info:
         cli.main(["generate", "M", "P"])
     assert info.value.code == 130
@@ -547,7 +564,7 @@ def test_chat_json_failed_turn_is_a_line_and_piped_chat_exits_2(tiny_ckpt):
 
 
 def test_chat_runtime_failure_in_a_turn_exits_1_at_the_end(tiny_ckpt, monkeypatch):
-    from infer.render import ReplyView
+    from infer.ui.render import ReplyView
 
     real_run, calls = ReplyView.run, []
 
@@ -592,22 +609,40 @@ def test_prompt_filling_the_context_leaves_no_room(tiny_ckpt, tok):
                           f"reply in the context of {n} tokens", f"--ctx {-(-(n + 1) // 1024)}k")
 
 
-def test_check_fits_past_qwen3_largest_context():
-    from cli import QWEN3_MAX_CTX, _check_fits
+@pytest.mark.xfail(strict=False, reason="the engine yields ctx - prompt + 1 tokens without a "
+                   "budget (Session._generate stops once ctx positions are cached, and the last "
+                   "token needs none): its stop rule must become prompt + reply <= ctx")
+def test_no_limit_reply_fills_the_context_and_no_more(tiny_ckpt, tok):
+    """One rule: prompt + reply <= ctx, with --max-new-tokens 0 as with a budget (64 is refused
+    for a 1-token prompt at --ctx 64, so no limit must not give 64 either)."""
+    flags = ["--raw", "--ctx", "64", "--page-size", "16", "--device", "cpu", "--seed", "0",
+             "--temperature", "1", "--top-k", "0", "--top-p", "1", "--json"]
+    assert len(tok.encode("Hello")) == 1
+    refused = invoke("generate", tiny_ckpt, "Hello", *flags, "--max-new-tokens", "64")
+    assert refused.exit_code == 2 and "65 tokens" in json.loads(refused.stdout)["error"]
+    budget = ok_json(invoke("generate", tiny_ckpt, "Hello", *flags, "--max-new-tokens", "63"))
+    assert budget["new_tokens"] <= 63
+    free = ok_json(invoke("generate", tiny_ckpt, "Hello", *flags, "--max-new-tokens", "0"))
+    assert free["prompt_tokens"] + free["new_tokens"] <= 64, free["new_tokens"]
+    assert free["stop_reason"] in ("context", "stop")
 
-    _check_fits(QWEN3_MAX_CTX - 1, QWEN3_MAX_CTX)  # fits: no error
+
+def test_check_fits_past_qwen3_largest_context():
+    from infer.ui.prepare import QWEN3_MAX_CTX, check_fits
+
+    check_fits(QWEN3_MAX_CTX - 1, QWEN3_MAX_CTX)  # fits: no error
     with pytest.raises(ValueError) as info:  # war_and_peace.txt at 32k
-        _check_fits(774_000, 32768, 1024)
+        check_fits(774_000, 32768, 1024)
     msg = str(info.value)
     assert "774000 tokens" in msg and f"largest context Qwen3 supports ({QWEN3_MAX_CTX}" in msg
     assert "shorten" in msg and "split" in msg and "--ctx" not in msg
     with pytest.raises(ValueError) as info:  # the prompt fits alone, not with the reply
-        _check_fits(QWEN3_MAX_CTX - 100, 32768, 1000)
+        check_fits(QWEN3_MAX_CTX - 100, 32768, 1000)
     msg = str(info.value)
     assert "largest context" in msg and "--max-new-tokens to at most 100" in msg
     assert "--ctx" not in msg
     with pytest.raises(ValueError) as info:  # within Qwen3's reach: suggest a --ctx
-        _check_fits(100_000, 32768)
+        check_fits(100_000, 32768)
     assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
 
 
@@ -615,7 +650,7 @@ def test_closed_stdout_exits_0_quietly(tiny_ckpt, monkeypatch):
     def closed(self, piece):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr("infer.render.ReplyView._add", closed)
+    monkeypatch.setattr("infer.ui.render.ReplyView._add", closed)
     result = invoke("generate", tiny_ckpt, "hi", *FAST)
     assert result.exit_code == 0, result.output
     assert "error" not in result.stderr and "Broken" not in result.stderr
@@ -652,13 +687,92 @@ def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):
     assert "interrupted during prefill" in stats and "first token" not in stats
 
 
+def interrupt_third_chunk(monkeypatch) -> list[int]:
+    """Ctrl-C as the third model step begins (the first reply's third prefill chunk)."""
+    from infer.engine import Session
+
+    real, calls = Session._forward, []
+
+    def forward(self, ids, *args, **kwargs):
+        calls.append(len(ids))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "_forward", forward)
+    return calls
+
+
+def plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+LONG = ["--ctx", "8k", "--prefill-chunk", "512"]
+
+
+def test_long_prefill_shows_a_bar_on_a_terminal_and_ctrl_c_exits_130(tiny_ckpt, monkeypatch):
+    interrupt_third_chunk(monkeypatch)
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich takes stderr (and stdout) as terminals
+    result = invoke("generate", tiny_ckpt, "word " * 5000, *FAST, *LONG)
+    assert result.exit_code == 130, result.output
+    err = plain(result.stderr)
+    assert "prefill" in err and "1,024 of 5,0" in err and "Ctrl-C stops" in err
+    assert "interrupted during prefill" in err.strip().splitlines()[-1]
+    assert "Traceback" not in result.output
+
+
+def test_no_prefill_bar_when_stderr_is_not_a_terminal(tiny_ckpt, monkeypatch):
+    calls = interrupt_third_chunk(monkeypatch)
+    result = invoke("generate", tiny_ckpt, "word " * 5000, *FAST, *LONG)
+    assert result.exit_code == 130 and len(calls) == 3, result.output
+    assert " of 5," not in result.stderr and "Ctrl-C stops" not in result.stderr
+
+
+def test_chat_ctrl_c_in_a_long_prefill_keeps_the_session(tiny_ckpt, monkeypatch):
+    interrupt_third_chunk(monkeypatch)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    result = invoke("chat", tiny_ckpt, *FAST, *LONG, "--no-think", "--json",
+                    input="word " * 5000 + "\nhello\n")
+    assert result.exit_code == 0, result.output
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["interrupted"] and first["new_tokens"] == 0
+    assert "1,024 of 5,0" in plain(result.stderr)
+    # the two chunks prefilled before the Ctrl-C stayed cached and are reused
+    assert second["reused_tokens"] == 1024 and second["new_tokens"] >= 1
+
+
 def test_help_names_the_arguments():
     for command, names in (("generate", "MODEL PROMPT"), ("summarize", "FILE"),
                            ("chat", "MODEL")):
         result = invoke(command, "--help")
         usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
-        assert names.replace(" ", "} {") in usage and "{model}" not in usage, usage
+        assert f"[OPTIONS] {names}" in usage and "{" not in usage, usage
     assert "UTF-32" in invoke("summarize", "--help").stdout
+
+
+def test_help_panels_in_one_order_and_flags_without_a_type():
+    orders = {}
+    for command in ("", "generate", "summarize", "chat", "bench"):
+        result = invoke(*filter(None, [command, "--help"]))
+        assert result.exit_code == 0, result.output
+        assert "<bool>" not in result.stdout, command
+        orders[command] = [p for p in re.findall(r"─ (\w+) ─", result.stdout)
+                           if p in ("Engine", "Sampling", "Output")]
+    assert orders["bench"] == ["Engine", "Output"]
+    for command in ("generate", "summarize", "chat"):
+        assert orders[command] == ["Engine", "Sampling", "Output"], command
+    assert "--no-think" in invoke("generate", "--help").stdout  # the flag pairs are still shown
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    from cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"infer {version('infer')}\n"
 
 
 # ---------------------------------------------------------------------------- start-up and stdout
@@ -742,3 +856,48 @@ def test_output_to_a_full_device_is_one_line_exit_1(argv, stdin, tiny_ckpt, tmp_
     assert err.count("error:") == 1, err
     assert "error: cannot write output: No space left on device\n" in err, err
     assert err.count("> ") <= 1, err
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def test_presentation_lives_in_infer_ui_and_never_imports_cli():
+    """DESIGN.md: the engine never imports ``infer/ui/`` or ``cli.py``; ``infer/ui/`` never
+    imports ``cli.py`` (no circle)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).parents[1] / "infer"
+
+    def imported(path: Path) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        return names
+
+    for path in root.rglob("*.py"):
+        names = imported(path)
+        assert "cli" not in names and not any(n.startswith("cli.") for n in names), path
+        if "ui" not in path.relative_to(root).parts:
+            assert not any(n == "infer.ui" or n.startswith("infer.ui.") for n in names), path
+    for gone in ("console", "render", "repl", "textio"):
+        assert not (root / f"{gone}.py").exists()
+
+
+def test_shared_options_needs_opts_and_no_clash():
+    from infer.ui.options import Options, shared_options
+
+    def no_opts(model: str):
+        pass
+
+    def clash(model: str, ctx: str = "1k", *, opts: Options):
+        pass
+
+    with pytest.raises(TypeError, match="opts: Options"):
+        shared_options()(no_opts)
+    with pytest.raises(TypeError, match="ctx"):
+        shared_options()(clash)

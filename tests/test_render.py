@@ -1,4 +1,4 @@
-"""infer.render: the <think> splitter, the terminal and piped views of a reply, the stats line."""
+"""infer.ui.render: the <think> splitter, the terminal and piped views of a reply, stats line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from infer.engine import GenerationStats
-from infer.render import ReplyView, ThinkSplitter, ceiling_tokens_per_s, format_stats
+from infer.ui.render import ReplyView, ThinkSplitter, ceiling_tokens_per_s, format_stats
 
 REPLY = "<think>\nLet me think about <thin cats.\n</think>\n\nCats sleep a lot. </thi"
 
@@ -59,13 +59,28 @@ class FakeEngine:
 
 
 class FakeSession:
-    def __init__(self, n):
-        self.n, self.stats, self.num_cached = n, None, 0
+    """Yields ``n`` tokens; with ``on_prefill``, reports chunks of ``chunk`` prompt tokens first
+    and raises KeyboardInterrupt in the report after ``ctrl_c_at`` chunks (if given)."""
 
-    def generate(self, ids, sampling):
+    def __init__(self, n, chunk=1024, ctrl_c_at=None):
+        self.n, self.stats, self.num_cached = n, None, 0
+        self.chunk, self.ctrl_c_at, self.on_prefill = chunk, ctrl_c_at, None
+
+    def generate(self, ids, sampling, **kw):
+        self.on_prefill = kw.pop("on_prefill", None)
+        assert not kw
+
         def gen():
             self.stats = GenerationStats(prompt_tokens=len(ids), ttft_s=0.5)
             try:
+                if self.on_prefill is not None:
+                    self.on_prefill(0, len(ids))
+                    for k, done in enumerate(range(self.chunk, len(ids) + self.chunk,
+                                                   self.chunk), start=1):
+                        if k == self.ctrl_c_at:
+                            raise KeyboardInterrupt
+                        self.num_cached = min(done, len(ids))
+                        self.on_prefill(self.num_cached, len(ids))
                 for i in range(self.n):
                     self.stats.new_tokens += 1
                     self.stats.decode_s = 0.1 * i
@@ -147,3 +162,57 @@ def test_stats_line_when_interrupted_during_prefill():
         assert "first token" not in line and "tok/s" not in line
     stats.new_tokens, stats.ttft_s = 1, 0.5  # one token came: the usual line
     assert "first token 0.50 s" in format_stats(stats)
+
+
+# ---------------------------------------------------------------------------- prefill progress
+
+
+def run_prefill(n_prompt: int, stderr_terminal: bool, ctrl_c_at=None, text_terminal=False):
+    text = Console(file=io.StringIO(), force_terminal=text_terminal, width=100, height=8)
+    status = Console(file=io.StringIO(), force_terminal=stderr_terminal, width=100)
+    engine, session = FakeEngine(PIECES), FakeSession(len(PIECES), ctrl_c_at=ctrl_c_at)
+    reply = ReplyView(text, status, engine, session).run(list(range(n_prompt)), None)
+    return reply, session, status.file.getvalue(), text.file.getvalue()
+
+
+@pytest.mark.parametrize("text_terminal", [False, True])
+def test_long_prefill_on_a_terminal_shows_the_bar(text_terminal):
+    reply, session, err, out = run_prefill(10_000, True, text_terminal=text_terminal)
+    assert session.on_prefill is not None
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
+    assert "prefill" in plain and "of 10,000 tokens" in plain and "tok/s" in plain
+    assert "10,000 of 10,000 tokens" in plain  # updated after each chunk, to the end
+    assert reply.answer == "Cats purr." and not reply.interrupted
+    if not text_terminal:
+        assert out == "".join(PIECES) + "\n"  # the reply itself is untouched
+
+
+@pytest.mark.parametrize("n_prompt,terminal", [(10_000, False), (4096, True), (100, True)])
+def test_no_bar_for_pipes_or_short_prompts(n_prompt, terminal):
+    reply, session, err, _ = run_prefill(n_prompt, terminal)
+    assert session.on_prefill is None  # no callback, so no device sync per chunk
+    assert f"of {n_prompt:,} tokens" not in err and "Ctrl-C stops" not in err
+    assert reply.answer == "Cats purr."
+
+
+def test_bar_waits_for_the_exact_total():
+    from infer.ui.progress import PrefillBar
+
+    status = Console(file=io.StringIO(), force_terminal=True)
+    bar = PrefillBar(status)
+    bar(0, 4096)  # most of a long prompt was reused: no bar
+    bar(4096, 4096)
+    bar.close()
+    assert not bar.shown and status.file.getvalue() == ""
+    piped = PrefillBar(Console(file=io.StringIO(), force_terminal=False))
+    piped(0, 100_000)
+    assert not piped.shown
+
+
+def test_ctrl_c_during_a_long_prefill_ends_the_reply():
+    reply, session, err, out = run_prefill(10_000, True, ctrl_c_at=3)
+    assert reply.interrupted and reply.stats.stop_reason == "interrupted"
+    assert reply.raw == "" and reply.stats.new_tokens == 0 and out == ""
+    assert session.num_cached == 2048  # the chunks that completed
+    assert "2,048 of 10,000 tokens" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
+    assert format_stats(reply.stats).endswith("interrupted during prefill")

@@ -1,4 +1,4 @@
-"""infer.textio: encodings, line endings, replaced bytes and the input errors of summarize."""
+"""infer.ui.textio: encodings, line endings, replaced bytes and the input errors of summarize."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from infer import textio
-from infer.textio import decode_text, detect_encoding, read_text_input
+from infer.ui import textio
+from infer.ui.textio import decode_text, detect_encoding, read_text_input
 
 TEXT = "Caf\u00e9 na\u00efve \u201cquoted\u201d \u2014 \u65e5\u672c\u8a9e\nsecond line\n"
 

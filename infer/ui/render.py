@@ -1,8 +1,9 @@
 """Show one streamed reply with rich: thinking apart from the answer, live tokens/s, final stats.
 
-Used by ``cli.py``; no tensor math. ``ReplyView.run`` drives ``Session.generate``, turns ids into
-text with the tokenizer's ``StreamDecoder`` and splits Qwen3's ``<think>...</think>`` block from the
-answer (``ThinkSplitter``, on text, so a tag cut across pieces is still found). Two ways to show it:
+Used by ``infer/ui/oneshot.py`` and ``infer/ui/repl.py``; no tensor math. ``ReplyView.run``
+drives ``Session.generate``, turns ids into text with the tokenizer's ``StreamDecoder`` and splits
+Qwen3's ``<think>...</think>`` block from the answer (``ThinkSplitter``, on text, so a tag cut
+across pieces is still found). Two ways to show it:
 
 - the text console is a terminal: a rich ``Live`` region holds the last lines of the reply
   (thinking dimmed) and a status line (tokens, tokens/s, and the bandwidth ceiling when the engine
@@ -10,18 +11,24 @@ answer (``ThinkSplitter``, on text, so a tag cut across pieces is still found). 
 - otherwise (piped, tests): the text is written as it comes, verbatim with its ``<think>`` tags
   (dropped with ``hide_thinking``); the status line is shown live on stderr if that is a terminal.
 
-Ctrl-C during a reply ends that reply only: the generator is closed (the engine keeps the session
-consistent) and ``Reply.interrupted`` is set.
+A long prefill (more than ``infer.ui.progress.MIN_TOKENS`` prompt tokens to prefill) on a terminal
+stderr shows a progress bar there first (``PrefillBar``); the live view starts with the first token.
+
+Ctrl-C during a reply (its prefill included) ends that reply only: the generator is closed (the
+engine keeps the session consistent) and ``Reply.interrupted`` is set.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
+
+from infer.ui.progress import PrefillBar
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -123,16 +130,26 @@ class ReplyView:
         self._prev_stats = session.stats
 
     def run(self, prompt_ids: list[int], sampling) -> Reply:
-        """Generate and show the reply. Raises ValueError (from the engine) for a bad prompt."""
-        gen = self.session.generate(prompt_ids, sampling)
+        """Generate and show the reply. Raises ValueError (from the engine) for a bad prompt.
+
+        A long prefill on a terminal stderr shows ``infer.ui.progress.PrefillBar`` first; the
+        live view starts after it (with the first token), so the two never share the screen."""
+        bar = None
+        if PrefillBar.wanted(self.status, len(prompt_ids) - self.session.num_cached):
+            bar = PrefillBar(self.status)
+            gen = self.session.generate(prompt_ids, sampling, on_prefill=bar)
+        else:
+            gen = self.session.generate(prompt_ids, sampling)
         decoder = self.engine.tokenizer.stream_decoder()
         interrupted = False
         try:
-            with self._live():
+            first, interrupted = _prefill(gen, bar)
+            with _NoLive() if interrupted else self._live():
                 try:
-                    for tok in gen:
-                        self._add(decoder.push(tok))
-                    self._add(decoder.flush())
+                    if not interrupted:
+                        for tok in itertools.chain(first, gen):
+                            self._add(decoder.push(tok))
+                        self._add(decoder.flush())
                 except KeyboardInterrupt:
                     interrupted = True
                 finally:
@@ -206,6 +223,25 @@ class ReplyView:
         if ceiling:
             line += f" (ceiling {ceiling:.0f} tok/s)"
         return Text(line, style="dim")
+
+
+def _prefill(gen, bar: PrefillBar | None) -> tuple[list[int], bool]:
+    """With a bar: run ``gen`` to its first token while the bar shows the prefill, then remove
+    the bar. Returns ``(the first token, or none if the reply ended first; interrupted)``; a
+    Ctrl-C closes ``gen`` (the engine keeps the session consistent). Without: ``([], False)``."""
+    if bar is None:
+        return [], False
+    try:
+        with bar:
+            return [next(gen)], False
+    except StopIteration:
+        return [], False
+    except KeyboardInterrupt:
+        gen.close()
+        return [], True
+    except BaseException:
+        gen.close()
+        raise
 
 
 class _NoLive:

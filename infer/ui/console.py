@@ -7,7 +7,7 @@ an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C, 0 for a closed stdout.
 through ``CheckedOutput``, so that a stdout that cannot be written (a full disk, ``> /dev/full``) is
 told apart from other OSErrors: ``error: cannot write output: <reason>``, exit 1.
 ``click_exceptions`` finds the click exceptions typer raises, for ``cli.main``. Used by ``cli.py``
-and ``infer/repl.py``; no tensor math here.
+and the rest of ``infer/ui/``; no tensor math here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from cli import Options
+    from infer.ui.options import Options
 
 
 class OutputError(Exception):
@@ -98,7 +98,6 @@ class UI:
 
     def status(self, msg: str):
         return self.err.status(msg) if self.err.is_terminal else nullcontext()
-
 
 
 def print_json(obj: dict) -> None:
@@ -177,7 +176,6 @@ def errors(debug: bool, as_json: bool = False):
         msg, bad_input = error_message(e, debug)
         print_error(msg, 2 if bad_input else 1, as_json)
         raise typer.Exit(2 if bad_input else 1) from None
-
 
 
 def click_exceptions():

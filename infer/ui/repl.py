@@ -2,9 +2,8 @@
 
 Owns the chat commands (``/reset``, ``/stats``, ``/exit``, ``/quit``; ``//text`` sends ``/text``),
 the conversation's messages and the per-turn error handling: a failed turn prints its error, drops
-the message, and the chat goes on; ``run_repl`` returns the exit code the failures call for. The
-context check and the ``--json`` record come from ``cli.py`` as arguments, so that ``infer/`` never
-imports the command line. No tensor math here.
+the message, and the chat goes on; ``run_repl`` returns the exit code the failures call for. No
+tensor math here.
 """
 
 from __future__ import annotations
@@ -12,12 +11,13 @@ from __future__ import annotations
 import re
 import sys
 import traceback
-from collections.abc import Callable
 
 from rich.markup import escape
 
-from infer.console import UI, OutputError, error_message
-from infer.render import ReplyView, format_stats
+from infer.ui.console import UI, OutputError, error_message
+from infer.ui.prepare import check_fits
+from infer.ui.records import reply_record
+from infer.ui.render import ReplyView, format_stats
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
              "(or /quit) quits, //text sends /text")
@@ -26,16 +26,14 @@ CHAT_COMMANDS = ("/reset", "/stats", "/exit", "/quit")
 _COMMAND = re.compile(r"/[A-Za-z]")
 
 
-def run_repl(ui: UI, engine, system: str | None, load_s: float, *,
-             check_fits: Callable[..., None], result: Callable[..., dict]) -> int:
+def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
     """The chat loop; returns on /exit, Ctrl-D or Ctrl-C at the prompt.
 
     A line starting with ``/`` and a letter is a command (unknown: a warning); ``//text`` sends
     ``/text``. A failed turn (the message does not fit, or the engine raised) prints the error,
     drops the message and the chat goes on. Returns the exit code the failures call for: 0 none,
-    2 bad input, 1 a runtime failure (which wins over 2). ``check_fits(n_prompt, ctx)`` raises
-    ValueError when a turn's prompt does not fit; ``result(command, engine, reply, load_s)`` is the
-    ``--json`` object for a reply (both from ``cli.py``).
+    2 bad input, 1 a runtime failure (which wins over 2). With ``--json`` each reply is one
+    ``reply_record`` line, each failed turn one ``{"error", "turn"}`` line.
     """
     o = ui.opts
     sampling = engine.default_sampling(**o.sampling_overrides())
@@ -107,7 +105,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float, *,
         # The reply as the model wrote it (thinking included; the template drops old thinking).
         messages.append({"role": "assistant", "content": last.raw})
         if o.json:
-            ui.emit_json(result("chat", engine, last, load_s))
+            ui.emit_json(reply_record("chat", engine, last, load_s))
         else:
             ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True), style="dim")
         if last.stats.stop_reason == "context":

@@ -1,0 +1,117 @@
+"""From a command's flags to a loaded engine: the checks that run before any slow work.
+
+Owns the flag validation and model resolution (``prepare``: an ``EngineConfig`` and the tokenizer,
+not the weights), the warning past the checkpoint's trained length, the context check of a prompt
+and its reply (``check_fits``), reading a text input (``read_input``) and loading the engine
+(``load_engine``, under a status spinner). Every user mistake raises ValueError with a message
+that says how to fix it; ``infer.ui.console.errors`` turns it into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+
+from infer.ui.console import UI
+
+# Qwen3's largest context: 32768 trained positions x YaRN factor 4 (the Qwen3 model cards).
+QWEN3_MAX_CTX = 131072
+YARN_SNIPPET = ('"rope_scaling": {"rope_type": "yarn", "factor": 4.0, '
+                '"original_max_position_embeddings": 32768}')
+
+
+def prepare(ui: UI, model: str):
+    """Validate the flags, resolve the model folder and load its tokenizer (not the weights).
+
+    Returns ``(EngineConfig, Qwen3Tokenizer)``. Raises ValueError on a bad flag or model.
+    """
+    import torch
+
+    from infer.config import EngineConfig, SamplingParams, check_device_available, parse_ctx
+    from models.config import Qwen3Config
+    from models.hub import resolve_model
+    from models.tokenizer import Qwen3Tokenizer
+
+    o = ui.opts
+    if o.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be an integer >= 0 (0 = no limit), "
+                         f"got {o.max_new_tokens}")
+    cfg = EngineConfig(model="", ctx=parse_ctx(o.ctx), kv_cache=o.kv_cache.value,
+                       page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
+                       attention=o.attention.value, cuda_graphs=o.cuda_graphs)
+    SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
+    check_device_available(cfg.torch_device)
+    if (cfg.attention == "triton" and cfg.torch_device.type == "cpu"
+            and os.environ.get("TRITON_INTERPRET") != "1"):
+        raise ValueError("--attention triton needs a CUDA GPU (or TRITON_INTERPRET=1, very slow): "
+                         "use --attention reference or auto on the CPU")
+    if o.device is None and not torch.cuda.is_available():
+        ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
+    folder = resolve_model(model)
+    warn_past_trained_length(ui, cfg.ctx, Qwen3Config.from_json(folder))
+    return replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder)
+
+
+def warn_past_trained_length(ui: UI, ctx: int, mc) -> None:
+    """Warn when ``ctx`` exceeds the positions the checkpoint supports: ``max_position_embeddings``
+    (40960 for Qwen3), or ``factor x original_max_position_embeddings`` with YaRN. ``mc``:
+    ``models.config.Qwen3Config``."""
+    if mc.rope_scaling is not None:
+        limit = int(mc.rope_scaling.factor * mc.rope_scaling.original_max_position_embeddings)
+        if ctx > limit:
+            ui.warn(f"--ctx {ctx} is past the {limit} positions of this checkpoint's YaRN "
+                    "rope_scaling in config.json: raise its factor, or quality degrades")
+    elif ctx > mc.max_position_embeddings:
+        ui.warn(f"--ctx {ctx} is past the model's max_position_embeddings "
+                f"({mc.max_position_embeddings}): Qwen3 needs YaRN rope_scaling in config.json "
+                f"past that length, e.g. {YARN_SNIPPET}")
+
+
+def check_fits(n_prompt: int, ctx: int, max_new: int = 0) -> None:
+    """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
+    least one token) do not fit in the context; the message gives both counts and a --ctx, or,
+    past ``QWEN3_MAX_CTX`` (131072, the most Qwen3 supports, with YaRN), says to shorten the text.
+    """
+    n_reply = max(max_new, 1)
+    if n_prompt + n_reply <= ctx:
+        return
+    need = -(-(n_prompt + n_reply) // 1024)
+    beyond = f"beyond the largest context Qwen3 supports ({QWEN3_MAX_CTX} tokens, with YaRN)"
+    if n_prompt + 1 > QWEN3_MAX_CTX:
+        raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text or split "
+                         "it into parts (summarizing longer files is planned)")
+    if n_prompt + n_reply > QWEN3_MAX_CTX:
+        raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+                         f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: lower "
+                         f"--max-new-tokens to at most {QWEN3_MAX_CTX - n_prompt}, or shorten "
+                         "the text")
+    if max_new <= 0:
+        size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
+        raise ValueError(f"the prompt is {n_prompt} tokens, {size} the context of {ctx} "
+                         f"tokens: raise --ctx (e.g. --ctx {need}k) or shorten the input")
+    raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+                     f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
+                     f"{ctx} tokens: raise --ctx (e.g. --ctx {need}k) or lower --max-new-tokens")
+
+
+def load_engine(ui: UI, cfg, tokenizer):
+    """Load the weights and allocate the KV pool. Returns ``(engine, seconds)``."""
+    from infer.engine import Engine
+
+    t0 = time.perf_counter()
+    with ui.status(f"loading {cfg.model} ..."):
+        engine = Engine(cfg, tokenizer=tokenizer)
+    return engine, time.perf_counter() - t0
+
+
+def read_input(ui: UI, path: str) -> tuple[str, int]:
+    """Read a text file or ``-`` (stdin) with ``infer.ui.textio``; warn about replaced bytes.
+    Returns ``(text, replaced byte sequences)``."""
+    from infer.ui.textio import read_text_input
+
+    text, n_bad = read_text_input(path)
+    if n_bad:
+        name = "<stdin>" if path == "-" else path
+        ui.warn(f"{n_bad} invalid byte sequences in {name} were replaced with U+FFFD")
+    return text, n_bad
