@@ -137,8 +137,9 @@ class Session:
             if event is not None:
                 event.record()
             pending.append((event, done))
-            # report a chunk once it has completed, keeping the next one in flight
-            while pending and (len(pending) > 1 or done == total):
+            # report a chunk once it has completed, keeping the next one in flight (on CUDA;
+            # elsewhere a chunk has completed when its forward returns)
+            while pending and (len(pending) > 1 or done == total or event is None):
                 ev, n = pending.pop(0)
                 if ev is not None:
                     ev.synchronize()
