@@ -116,8 +116,25 @@ def _targets(model: Qwen3ForCausalLM) -> dict[str, tuple[str, int, int]]:
     return out
 
 
+# Config fields that fix the weights' shapes and layout: an overriding config must keep them.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
+
+
+def check_same_shapes(ours: Qwen3Config, checkpoint: Qwen3Config, folder: str | Path) -> None:
+    """Raise ValueError unless ``ours`` has the checkpoint's ``SHAPE_FIELDS`` (naming each that
+    differs). The other fields (RoPE, norms' eps, stored dtype) may differ."""
+    diff = [f"{f} {getattr(ours, f)} (the checkpoint has {getattr(checkpoint, f)})"
+            for f in SHAPE_FIELDS if getattr(ours, f) != getattr(checkpoint, f)]
+    if diff:
+        raise ValueError(f"the config passed to load_model does not fit the checkpoint {folder}: "
+                         f"{'; '.join(diff)}; derive it from that folder's config.json "
+                         "(models.loader.read_config)")
+
+
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
-               dtype: torch.dtype | str = torch.bfloat16) -> Qwen3ForCausalLM:
+               dtype: torch.dtype | str = torch.bfloat16,
+               config: Qwen3Config | None = None) -> Qwen3ForCausalLM:
     """Load a Qwen3 checkpoint folder (Hugging Face layout) into ``Qwen3ForCausalLM``.
 
     Args:
@@ -126,13 +143,17 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         device: where the weights go (e.g. "cuda"); tensors are copied there one at a time.
         dtype: run dtype (torch dtype or "bfloat16"/"float16"/"float32"); stored bf16/fp16/fp32
             tensors are cast to it.
+        config: build the model from this config instead of the folder's ``config.json``, e.g.
+            ``models.context.plan_context(read_config(folder), ctx).config`` with YaRN added. It
+            must keep the checkpoint's ``SHAPE_FIELDS``; RoPE and the other fields are its own.
 
     Returns:
         The model in eval mode, without gradients.
 
     Raises:
-        ValueError: missing/unreadable/unsupported config, missing files or shards, missing or
-            unexpected tensors, wrong shapes or unsupported stored dtypes (each names the problem).
+        ValueError: missing/unreadable/unsupported config, a ``config`` whose shapes differ from
+            the checkpoint's, missing files or shards, missing or unexpected tensors, wrong shapes
+            or unsupported stored dtypes (each names the problem).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -141,7 +162,10 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         if dtype not in _RUN_DTYPES:
             raise ValueError(f"unsupported dtype {dtype!r}: use one of {', '.join(_RUN_DTYPES)}")
         dtype = _RUN_DTYPES[dtype]
-    config = read_config(folder)
+    if config is None:
+        config = read_config(folder)
+    else:
+        check_same_shapes(config, read_config(folder), folder)
     stored = _read_headers(checkpoint_files(folder))
 
     with torch.device("meta"):

@@ -7,9 +7,10 @@ Usage::
 
 Sizes: ``tiny`` (hidden 64, 2 layers, 4 query / 2 KV heads, head_dim 32, intermediate 128, the
 real vocabulary of 151936 so that ids from the real tokenizer are valid; ``vocab_size=`` makes it
-smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b``, read from the
-published configs in ``$INFER_SHARED/data/qwen3-configs/`` (INFER_SHARED defaults to ``../shared``
-next to the repo; or pass ``config_dir=`` / ``--config-dir``).
+smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b`` and ``4b-2507``
+(Qwen3-4B-Instruct-2507, also the shape of its Thinking twin: 262144 native positions, rope_theta
+5e6), read from the published configs in ``$INFER_SHARED/data/qwen3-configs/`` (INFER_SHARED
+defaults to ``../shared`` next to the repo; or pass ``config_dir=`` / ``--config-dir``).
 
 Design: weights are drawn with torch on the fastest device present (CUDA if any), one tensor at a
 time, and streamed into the safetensors files by a small writer of our own (8-byte header length,
@@ -39,7 +40,7 @@ SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared"))
 DEFAULT_CONFIG_DIR = SHARED / "data" / "qwen3-configs"
 
 REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
-              "14b": "Qwen3-14B"}
+              "14b": "Qwen3-14B", "4b-2507": "Qwen3-4B-Instruct-2507"}
 SIZES = ("tiny", *REAL_SIZES)
 PARTIAL_SUFFIX = ".partial"  # a shard being written; renamed when complete
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
@@ -180,7 +181,8 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
 
     Args:
         out_dir: folder to create (existing files of the same names are overwritten).
-        size: "tiny" or one of 0.6b, 1.7b, 4b, 8b, 14b (real configs from ``config_dir``).
+        size: "tiny" or one of 0.6b, 1.7b, 4b, 8b, 14b, 4b-2507 (real configs from
+            ``config_dir``).
         shards: number of safetensors files; None = 1 file per ~5 GB. With more than one file,
             ``model.safetensors.index.json`` lists them as transformers does.
         dtype: stored dtype, "bfloat16", "float16" or "float32" (also written as torch_dtype).

@@ -214,7 +214,7 @@ def test_unsupported_stored_dtype_is_named(tiny_ckpt_factory, tmp_path):
 # ------------------------------------------------------------------ random checkpoints
 
 
-@pytest.mark.parametrize("size", ["tiny", "0.6b", "1.7b", "4b", "8b", "14b"])
+@pytest.mark.parametrize("size", ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "4b-2507"])
 def test_random_checkpoint_layout_matches_transformers(size):
     """The writer's tensor list equals the names and shapes of transformers' model (on meta)."""
     transformers = pytest.importorskip("transformers")
