@@ -9,7 +9,8 @@ Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``
 4. Build the model on the ``meta`` device, materialize it empty on the target device in the run
    dtype, then copy the tensors in one at a time (a fused ``qkv_proj``/``gate_up_proj`` receives
    each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host memory holds
-   one tensor at a time, never a second copy of the model.
+   one tensor at a time, never a second copy of the model. Each tensor is checked for inf/NaN
+   after the copy, on its device (non-finite weights would give garbage text with exit 0).
 
 Tied embeddings are an explicit branch: with ``tie_word_embeddings`` and no ``lm_head.weight``
 stored, lm_head shares the embedding matrix; a stored ``lm_head.weight`` is always used.
@@ -152,8 +153,9 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
 
     Raises:
         ValueError: missing/unreadable/unsupported config, a ``config`` whose shapes differ from
-            the checkpoint's, missing files or shards, missing or unexpected tensors, wrong shapes
-            or unsupported stored dtypes (each names the problem).
+            the checkpoint's, missing files or shards, missing or unexpected tensors, wrong shapes,
+            unsupported stored dtypes, or a tensor with inf/NaN values, stored or from the cast
+            to ``dtype`` (each names the problem).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -186,8 +188,33 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
                 for name, (file, _, _) in stored.items():
                     if file == path:
                         pname, lo, hi = targets[name]
-                        params[pname][lo:hi].copy_(f.get_tensor(name))
+                        src = f.get_tensor(name)
+                        dst = params[pname][lo:hi]
+                        dst.copy_(src)
+                        if not _all_finite(dst):
+                            raise ValueError(_non_finite_message(name, file, src, dst.dtype))
     return model.eval().requires_grad_(False)
+
+
+_CHECK_CHUNK = 1 << 24  # elements per finiteness check: bounds its temporary bool tensor
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """Whether every value of ``t`` is finite, checked in chunks (one host sync per chunk)."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(c).all()) for c in flat.split(_CHECK_CHUNK))
+
+
+def _non_finite_message(name: str, file: Path, src: torch.Tensor, dtype: torch.dtype) -> str:
+    """One line naming the tensor with inf/NaN values, and whether the checkpoint holds them or
+    the cast to the run dtype made them (float16 ends at 65504)."""
+    if _all_finite(src):
+        run = str(dtype).removeprefix("torch.")
+        return (f"tensor {name} in {file.name} has values beyond the range of {run} (largest "
+                f"{torch.finfo(dtype).max:g}), which become inf when loaded as {run}: "
+                "run the model in bfloat16 or float32")
+    return (f"tensor {name} in {file.name} holds non-finite values (inf or NaN): the checkpoint "
+            "is corrupt; download or convert it again")
 
 
 def _check(folder: Path, stored: dict, targets: dict, params: dict) -> None:
