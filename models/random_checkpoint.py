@@ -5,6 +5,10 @@ Usage::
     python -m models.random_checkpoint --size 8b --out /tmp/qwen3-8b-random \\
         [--tokenizer DIR] [--shards N] [--dtype bfloat16] [--seed 0] [--tie|--no-tie]
 
+The folder it writes is complete for ``infer``: the tokenizer files come from ``--tokenizer DIR``,
+by default from ``$INFER_SHARED/data/qwen3-tokenizer`` (an error naming that path and the flag
+when it is not there). ``write_random_checkpoint`` itself copies a tokenizer only when asked.
+
 Sizes: ``tiny`` (hidden 64, 2 layers, 4 query / 2 KV heads, head_dim 32, intermediate 128, the
 real vocabulary of 151936 so that ids from the real tokenizer are valid; ``vocab_size=`` makes it
 smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b`` and ``4b-2507``
@@ -38,6 +42,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared"))
 DEFAULT_CONFIG_DIR = SHARED / "data" / "qwen3-configs"
+DEFAULT_TOKENIZER_DIR = SHARED / "data" / "qwen3-tokenizer"  # the CLI copies it in by default
 
 REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
               "14b": "Qwen3-14B", "4b-2507": "Qwen3-4B-Instruct-2507"}
@@ -316,7 +321,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", choices=SIZES, default="tiny")
     p.add_argument("--out", required=True)
-    p.add_argument("--tokenizer", default=None, help="folder with tokenizer files to copy")
+    p.add_argument("--tokenizer", default=None,
+                   help=f"folder with the tokenizer files (default {DEFAULT_TOKENIZER_DIR})")
     p.add_argument("--shards", type=int, default=None, help="files (default: one per ~5 GB)")
     p.add_argument("--dtype", choices=tuple(_DTYPES), default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
@@ -327,6 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config-dir", default=None, help=f"default {DEFAULT_CONFIG_DIR}")
     p.add_argument("--device", default=None, help="default: cuda if available")
     a = p.parse_args(argv)
+    if a.tokenizer is None:
+        if not (DEFAULT_TOKENIZER_DIR / "tokenizer.json").is_file():
+            p.error(f"no tokenizer.json in {DEFAULT_TOKENIZER_DIR} (the default): pass "
+                    "--tokenizer DIR, a folder holding a Qwen3 tokenizer.json and "
+                    "tokenizer_config.json; infer cannot run a checkpoint without them")
+        a.tokenizer = str(DEFAULT_TOKENIZER_DIR)
     t0 = time.perf_counter()
     try:
         out = write_random_checkpoint(a.out, a.size, config_dir=a.config_dir, shards=a.shards,

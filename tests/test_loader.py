@@ -345,3 +345,24 @@ def test_fused_part_out_of_float16_range_is_named(tiny_ckpt_factory, tmp_path):
                                          r"model\.safetensors has values beyond the range of "
                                          r"float16 \(largest 65504\).*bfloat16 or float32"):
         load_model(folder, dtype=torch.float16)
+
+
+def test_random_checkpoint_cli_writes_a_folder_infer_accepts(tmp_path, tokenizer_dir,
+                                                             monkeypatch, capsys):
+    """Without --tokenizer the CLI copies the shared tokenizer (the folder used to be rejected
+    by infer with a hint to run the same command), or says which flag to pass."""
+    import models.random_checkpoint as rc
+    from models.hub import resolve_model
+
+    out = tmp_path / "ckpt"
+    monkeypatch.setattr(rc, "DEFAULT_TOKENIZER_DIR", tokenizer_dir)
+    main(["--out", str(out), "--vocab-size", "256", "--layers", "1", "--device", "cpu"])
+    assert (out / "tokenizer.json").read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
+    assert resolve_model(out) == out.resolve()
+    monkeypatch.setattr(rc, "DEFAULT_TOKENIZER_DIR", tmp_path / "nowhere")
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(tmp_path / "other"), "--device", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"no tokenizer.json in {tmp_path / 'nowhere'} (the default): pass --tokenizer DIR" in err
+    assert not (tmp_path / "other").exists()
