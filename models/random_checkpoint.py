@@ -17,9 +17,9 @@ smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b
 defaults to ``../shared`` next to the repo; or pass ``config_dir=`` / ``--config-dir``).
 
 Design: weights are drawn with torch on the fastest device present (CUDA if any), one tensor at a
-time, and streamed into the safetensors files by a small writer of our own (8-byte header length,
-JSON header, raw little-endian data; the format of huggingface/safetensors) on a background thread,
-so host memory holds at most a few tensors and never a whole shard or a second copy of the model.
+time, and streamed into the safetensors files by ``models/safetensors_writer.py`` on a background
+thread, so host memory holds at most a few tensors and never a whole shard or a second copy of the
+model.
 Linear weights are N(0, 0.02^2) and norm weights 1 + N(0, 0.02^2), which keeps bf16 activations
 finite and makes attention non-trivial (q/k are RMS-normalized per head).
 """
@@ -30,14 +30,13 @@ import argparse
 import json
 import math
 import os
-import queue
 import shutil
-import struct
-import threading
 import time
 from pathlib import Path
 
 import torch
+
+from models.safetensors_writer import write_checkpoint_files
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared"))
@@ -47,7 +46,6 @@ DEFAULT_TOKENIZER_DIR = SHARED / "data" / "qwen3-tokenizer"  # the CLI copies it
 REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
               "14b": "Qwen3-14B", "4b-2507": "Qwen3-4B-Instruct-2507"}
 SIZES = ("tiny", *REAL_SIZES)
-PARTIAL_SUFFIX = ".partial"  # a shard being written; renamed when complete
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
 TINY_CONFIG = {
@@ -88,7 +86,6 @@ DEFAULT_GENERATION_CONFIG = {
     "top_p": 0.95,
 }
 
-_ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _SHARD_BYTES = 5 * 10**9  # default shard size, as transformers' save_pretrained
 
@@ -129,51 +126,6 @@ def tensor_specs(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
     if not cfg.get("tie_word_embeddings", False):
         specs.append(("lm_head.weight", (cfg["vocab_size"], h), "linear"))
     return specs
-
-
-def _split_shards(sizes: list[int], shards: int) -> list[int]:
-    """Shard index per tensor: contiguous groups of about equal bytes, none empty."""
-    shards = max(1, min(shards, len(sizes)))
-    target = sum(sizes) / shards
-    out, cur, acc, done = [], 0, 0, 0  # acc: bytes in shard `cur`; done: bytes before it
-    for k, nbytes in enumerate(sizes):
-        must_move = len(sizes) - k <= shards - 1 - cur  # one tensor per remaining shard
-        want_move = done + acc + nbytes / 2 > (cur + 1) * target
-        if acc > 0 and cur < shards - 1 and (must_move or want_move):
-            cur, done, acc = cur + 1, done + acc, 0
-        out.append(cur)
-        acc += nbytes
-    return out
-
-
-class _StreamingWriter:
-    """Writes one safetensors file tensor by tensor from a background thread.
-
-    The bytes go to ``<name>.partial``, renamed to ``path`` by ``close()``, so a crash midway
-    leaves no truncated ``*.safetensors`` that the loader would take for a checkpoint.
-    """
-
-    def __init__(self, path: Path, entries: list[tuple[str, tuple[int, ...]]], dtype: torch.dtype):
-        esize = torch.empty((), dtype=dtype).element_size()
-        header, offset = {"__metadata__": {"format": "pt"}}, 0
-        for name, shape in entries:
-            nbytes = math.prod(shape) * esize
-            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape),
-                            "data_offsets": [offset, offset + nbytes]}
-            offset += nbytes
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)
-        self.path, self.tmp = path, path.with_name(path.name + PARTIAL_SUFFIX)
-        self.f = open(self.tmp, "wb")  # noqa: SIM115 (closed in close())
-        self.f.write(struct.pack("<Q", len(raw)) + raw)
-        self.total = offset
-
-    def write(self, t: torch.Tensor) -> None:
-        self.f.write(t.contiguous().view(torch.uint8).numpy().data)
-
-    def close(self) -> None:
-        self.f.close()
-        os.replace(self.tmp, self.path)
 
 
 def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
@@ -228,65 +180,15 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
 
     specs = tensor_specs(cfg)
     esize = torch.empty((), dtype=tdtype).element_size()
-    sizes = [math.prod(s) * esize for _, s, _ in specs]
-    n_shards = shards if shards is not None else max(1, math.ceil(sum(sizes) / _SHARD_BYTES))
-    shard_of = _split_shards(sizes, n_shards)
-    n_shards = shard_of[-1] + 1
-    names = (["model.safetensors"] if n_shards == 1 else
-             [f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors" for k in range(n_shards)])
-    for stale in (list(out.glob("model*.safetensors")) + list(out.glob("*" + PARTIAL_SUFFIX))
-                  + [out / "model.safetensors.index.json"]):
-        stale.unlink(missing_ok=True)
-
+    total = sum(math.prod(shape) * esize for _, shape, _ in specs)
+    n_shards = shards if shards is not None else max(1, math.ceil(total / _SHARD_BYTES))
+    init = {name: how for name, _, how in specs}
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gen = torch.Generator(device=dev).manual_seed(seed)
-    q: queue.Queue = queue.Queue(maxsize=3)
-    errors: list[BaseException] = []
-
-    def drain():
-        try:
-            while (item := q.get()) is not None:
-                writer, tensor = item
-                if tensor is None:
-                    writer.close()
-                else:
-                    writer.write(tensor)
-        except BaseException as e:  # re-raised in the main thread below
-            errors.append(e)
-            while q.get() is not None:
-                pass
-
-    worker = threading.Thread(target=drain, daemon=True)
-    worker.start()
-    done = False
-    try:
-        for k in range(n_shards):
-            entries = [(n, s) for (n, s, _), sh in zip(specs, shard_of, strict=True) if sh == k]
-            writer = _StreamingWriter(out / names[k], entries, tdtype)
-            for (_, shape, init), sh in zip(specs, shard_of, strict=True):
-                if sh == k:
-                    q.put((writer, _draw(shape, init, tdtype, dev, gen)))
-            q.put((writer, None))
-            if errors:
-                break
-        done = True
-    finally:
-        q.put(None)
-        worker.join()
-        if errors or not done:  # leave no half-written checkpoint behind
-            _remove_partials(out)
-    if errors:
-        raise errors[0]
-    if n_shards > 1:
-        weight_map = {n: names[sh] for (n, _, _), sh in zip(specs, shard_of, strict=True)}
-        index = {"metadata": {"total_size": sum(sizes)}, "weight_map": weight_map}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    write_checkpoint_files(out, [(name, shape) for name, shape, _ in specs], tdtype,
+                           lambda name, shape: _draw(shape, init[name], tdtype, dev, gen),
+                           n_shards)
     return out
-
-
-def _remove_partials(out: Path) -> None:
-    for partial in out.glob("*" + PARTIAL_SUFFIX):
-        partial.unlink(missing_ok=True)
 
 
 def _draw(shape, init: str, dtype: torch.dtype, dev: torch.device, gen) -> torch.Tensor:

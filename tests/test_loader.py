@@ -292,6 +292,7 @@ def test_real_size_config_is_the_published_one():
 def test_random_checkpoint_crash_leaves_no_weights_file(tmp_path, monkeypatch, fail_in):
     """A crash midway (e.g. torch without numpy) leaves no *.safetensors, not a truncated one."""
     import models.random_checkpoint as rc
+    import models.safetensors_writer as sw
 
     calls = []
 
@@ -301,9 +302,9 @@ def test_random_checkpoint_crash_leaves_no_weights_file(tmp_path, monkeypatch, f
             raise RuntimeError("Numpy is not available")
         return real(*args, **kw)
 
-    real = rc._StreamingWriter.write if fail_in == "writer" else rc._draw
+    real = sw.StreamingWriter.write if fail_in == "writer" else rc._draw
     if fail_in == "writer":
-        monkeypatch.setattr(rc._StreamingWriter, "write", lambda self, t: boom(self, t))
+        monkeypatch.setattr(sw.StreamingWriter, "write", lambda self, t: boom(self, t))
     else:
         monkeypatch.setattr(rc, "_draw", boom)
     with pytest.raises(RuntimeError, match="Numpy"):
