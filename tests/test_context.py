@@ -188,3 +188,19 @@ def test_random_2507_checkpoint_has_the_published_config(tmp_path):
     mc = Qwen3Config.from_dict(cfg)
     assert (mc.max_position_embeddings, mc.rope_theta, mc.num_hidden_layers) == (262144, 5e6, 36)
     assert plan_context(mc, 262144).config is mc
+
+
+@pytest.mark.gpu
+def test_auto_yarn_on_the_gpu_matches_the_cpu(tiny_ckpt_factory):
+    """The fused CUDA path (q/k-norm + RoPE kernel) with the added YaRN gives the CPU torch
+    path's logits past the native length (float32)."""
+    folder = tiny_ckpt_factory()
+    plan = plan_context(read_config(folder), 100_000)
+    cpu = load_model(folder, dtype=torch.float32, config=plan.config)
+    gpu = load_model(folder, device="cuda", dtype=torch.float32, config=plan.config)
+    ids = torch.randint(0, VOCAB_LIMIT, (PROMPT_LEN,))
+    pos = torch.arange(99_000, 99_000 + PROMPT_LEN)
+    ref = _logits(cpu, ids, pos)
+    out = _logits(gpu, ids.cuda(), pos.cuda()).cpu()
+    assert _rel_err(out, ref) < 1e-3
+    assert _rel_err(_logits(load_model(folder, dtype=torch.float32), ids, pos), ref) > 1e-3
