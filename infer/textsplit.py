@@ -49,10 +49,10 @@ _HEADING = re.compile(
     r"|(?:[IVXLCDM]+|\d{1,3})\.?(?=\s*$)|(?:[IVXLCDM]+|\d{1,3})\.\s+\S"
     r"|第[0-9一二三四五六七八九十百千零〇两]+[章回节卷部篇集]|#{1,6}\s+\S)"
     r"[^\n]{0,80}$"  # the heading is a short line
-    r"(?=\n(?:[ \t]*\n|[=\-~*#]{3,}[ \t]*\n)|\n?\Z)",  # followed by a blank line or underline
+    r"(?=\n(?:[ \t\r]*\n|[=\-~*#]{3,}[ \t\r]*\n)|\r?\n?\Z)",  # then a blank line or underline
     re.MULTILINE)
-_SETEXT = re.compile(r"^[^\n]{1,80}(?=\n[=\-~^]{3,}[ \t]*$)", re.MULTILINE)  # Title\n=====
-_PARAGRAPH = re.compile(r"\n(?:[ \t]*\n)+")
+_SETEXT = re.compile(r"^[^\n]{1,80}(?=\n[=\-~^]{3,}[ \t\r]*$)", re.MULTILINE)  # Title\n=====
+_PARAGRAPH = re.compile(r"\n(?:[ \t\r]*\n)+")
 _LINE = re.compile(r"\n")
 _SENTENCE = re.compile(r"(?:[.!?…]+[\"'”’)\]»]*(?=\s)|[。！？]+[」』”’）]*)")
 _SPACE = re.compile(r"(?<=\S)\s")
@@ -180,7 +180,7 @@ def _candidates(text: str, cut_chars: np.ndarray,
 def _ends_blank(before: str) -> bool:
     """Whether ``before`` (text up to a line start) ends with a blank line."""
     tail = before[-200:].rstrip(" \t")
-    return tail.endswith("\n") and tail[:-1].rstrip(" \t").endswith("\n")
+    return tail.endswith("\n") and tail[:-1].rstrip(" \t\r").endswith("\n")
 
 
 def _plan(levels, total: int, budget: int, n: int) -> tuple[list[int], int]:

@@ -52,12 +52,14 @@ def test_a_text_that_fits_is_one_part(tok):
     assert split_text(text, tok, len(tok.encode(text))) == [text]
 
 
-def test_chapters_are_preferred(tok):
-    text = _book(random.Random(1), 6)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_chapters_are_preferred(tok, newline):
+    text = _book(random.Random(1), 6).replace("\n", newline)
     total = len(tok.encode(text))
     parts = split_text(text, tok, int(total / 6 * 2.5))  # 2.5 chapters fit: 3 parts of 2
     _check(parts, text, tok, int(total / 6 * 2.5))
-    assert [p.split("\n")[0] for p in parts] == ["CHAPTER I", "CHAPTER III", "CHAPTER V"]
+    assert [p.split(newline)[0] for p in parts] == ["CHAPTER I", "CHAPTER III", "CHAPTER V"]
+    assert all(p.endswith(newline * 2) for p in parts[:-1])
 
 
 @pytest.mark.parametrize("heading", ["BOOK ONE: 1805", "Chapter 3", "XIV", "II. A CASE OF IDENTITY",
@@ -84,7 +86,9 @@ def test_paragraphs_then_lines_then_sentences(tok):
     paragraphs = "\n\n".join(_paragraph(rng, 4) for _ in range(40))
     lines = "\n".join(_paragraph(rng, 4) for _ in range(40))
     sentences = " ".join(_paragraph(rng, 4) for _ in range(40))
-    for text, end in ((paragraphs, "\n\n"), (lines, "\n"), (sentences, (".", "!", "?", "”"))):
+    cases = ((paragraphs, "\n\n"), (paragraphs.replace("\n", "\r\n"), "\r\n\r\n"),
+             (lines, "\n"), (sentences, (".", "!", "?", "”")))
+    for text, end in cases:
         max_tokens = len(tok.encode(text)) // 5
         parts = split_text(text, tok, max_tokens)
         _check(parts, text, tok, max_tokens)
