@@ -77,7 +77,8 @@ class Qwen3Config:
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+                     "num_attention_heads", "num_key_value_heads", "head_dim",
+                     "max_position_embeddings"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"config field {name} must be a positive integer")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -101,6 +102,18 @@ class Qwen3Config:
     @property
     def kv_size(self) -> int:
         return self.num_key_value_heads * self.head_dim
+
+    @property
+    def max_context(self) -> int:
+        """The most positions (tokens) this config supports as it stands: with YaRN
+        ``rope_scaling``, ``factor x original_max_position_embeddings`` (or the native length if
+        that is larger), else the native ``max_position_embeddings``. ``models.context``
+        decides when YaRN is added for a longer context."""
+        native = self.max_position_embeddings
+        s = self.rope_scaling
+        if s is None:
+            return native
+        return max(native, int(s.factor * s.original_max_position_embeddings))
 
     @property
     def dtype(self) -> torch.dtype:

@@ -23,7 +23,10 @@ ALLOW_PATTERNS = [
 ]
 
 _LOCAL_HINT = ("pass a local folder holding config.json, tokenizer.json, tokenizer_config.json "
-               "and *.safetensors instead (python -m models.random_checkpoint writes one)")
+               "and *.safetensors instead (python -m models.random_checkpoint --out DIR writes "
+               "one, with the tokenizer files of --tokenizer DIR)")
+_TOKENIZER_HINT = ("copy tokenizer.json and tokenizer_config.json of the same model into it "
+                   "(e.g. from a Qwen3 checkpoint folder)")
 
 
 class HubUnreachableError(RuntimeError):
@@ -66,6 +69,8 @@ def check_model_folder(folder: Path) -> Path:
     missing = [f for f in ("config.json", "tokenizer.json") if not (folder / f).is_file()]
     if not any(folder.glob("*.safetensors")):
         missing.append("*.safetensors")
+    if missing == ["tokenizer.json"]:  # weights without a tokenizer: say which files to add
+        raise ValueError(f"model folder {folder} has no tokenizer.json: {_TOKENIZER_HINT}")
     if missing:
         raise ValueError(f"model folder {folder} has no {', '.join(missing)}: {_LOCAL_HINT}")
     return folder.resolve()

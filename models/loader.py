@@ -9,7 +9,8 @@ Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``
 4. Build the model on the ``meta`` device, materialize it empty on the target device in the run
    dtype, then copy the tensors in one at a time (a fused ``qkv_proj``/``gate_up_proj`` receives
    each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host memory holds
-   one tensor at a time, never a second copy of the model.
+   one tensor at a time, never a second copy of the model. Each tensor is checked for inf/NaN
+   after the copy, on its device (non-finite weights would give garbage text with exit 0).
 
 Tied embeddings are an explicit branch: with ``tie_word_embeddings`` and no ``lm_head.weight``
 stored, lm_head shares the embedding matrix; a stored ``lm_head.weight`` is always used.
@@ -116,8 +117,25 @@ def _targets(model: Qwen3ForCausalLM) -> dict[str, tuple[str, int, int]]:
     return out
 
 
+# Config fields that fix the weights' shapes and layout: an overriding config must keep them.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")
+
+
+def check_same_shapes(ours: Qwen3Config, checkpoint: Qwen3Config, folder: str | Path) -> None:
+    """Raise ValueError unless ``ours`` has the checkpoint's ``SHAPE_FIELDS`` (naming each that
+    differs). The other fields (RoPE, norms' eps, stored dtype) may differ."""
+    diff = [f"{f} {getattr(ours, f)} (the checkpoint has {getattr(checkpoint, f)})"
+            for f in SHAPE_FIELDS if getattr(ours, f) != getattr(checkpoint, f)]
+    if diff:
+        raise ValueError(f"the config passed to load_model does not fit the checkpoint {folder}: "
+                         f"{'; '.join(diff)}; derive it from that folder's config.json "
+                         "(models.loader.read_config)")
+
+
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
-               dtype: torch.dtype | str = torch.bfloat16) -> Qwen3ForCausalLM:
+               dtype: torch.dtype | str = torch.bfloat16,
+               config: Qwen3Config | None = None) -> Qwen3ForCausalLM:
     """Load a Qwen3 checkpoint folder (Hugging Face layout) into ``Qwen3ForCausalLM``.
 
     Args:
@@ -126,13 +144,18 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         device: where the weights go (e.g. "cuda"); tensors are copied there one at a time.
         dtype: run dtype (torch dtype or "bfloat16"/"float16"/"float32"); stored bf16/fp16/fp32
             tensors are cast to it.
+        config: build the model from this config instead of the folder's ``config.json``, e.g.
+            ``models.context.plan_context(read_config(folder), ctx).config`` with YaRN added. It
+            must keep the checkpoint's ``SHAPE_FIELDS``; RoPE and the other fields are its own.
 
     Returns:
         The model in eval mode, without gradients.
 
     Raises:
-        ValueError: missing/unreadable/unsupported config, missing files or shards, missing or
-            unexpected tensors, wrong shapes or unsupported stored dtypes (each names the problem).
+        ValueError: missing/unreadable/unsupported config, a ``config`` whose shapes differ from
+            the checkpoint's, missing files or shards, missing or unexpected tensors, wrong shapes,
+            unsupported stored dtypes, or a tensor with inf/NaN values, stored or from the cast
+            to ``dtype`` (each names the problem).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -141,7 +164,10 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         if dtype not in _RUN_DTYPES:
             raise ValueError(f"unsupported dtype {dtype!r}: use one of {', '.join(_RUN_DTYPES)}")
         dtype = _RUN_DTYPES[dtype]
-    config = read_config(folder)
+    if config is None:
+        config = read_config(folder)
+    else:
+        check_same_shapes(config, read_config(folder), folder)
     stored = _read_headers(checkpoint_files(folder))
 
     with torch.device("meta"):
@@ -162,8 +188,33 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
                 for name, (file, _, _) in stored.items():
                     if file == path:
                         pname, lo, hi = targets[name]
-                        params[pname][lo:hi].copy_(f.get_tensor(name))
+                        src = f.get_tensor(name)
+                        dst = params[pname][lo:hi]
+                        dst.copy_(src)
+                        if not _all_finite(dst):
+                            raise ValueError(_non_finite_message(name, file, src, dst.dtype))
     return model.eval().requires_grad_(False)
+
+
+_CHECK_CHUNK = 1 << 24  # elements per finiteness check: bounds its temporary bool tensor
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """Whether every value of ``t`` is finite, checked in chunks (one host sync per chunk)."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(c).all()) for c in flat.split(_CHECK_CHUNK))
+
+
+def _non_finite_message(name: str, file: Path, src: torch.Tensor, dtype: torch.dtype) -> str:
+    """One line naming the tensor with inf/NaN values, and whether the checkpoint holds them or
+    the cast to the run dtype made them (float16 ends at 65504)."""
+    if _all_finite(src):
+        run = str(dtype).removeprefix("torch.")
+        return (f"tensor {name} in {file.name} has values beyond the range of {run} (largest "
+                f"{torch.finfo(dtype).max:g}), which become inf when loaded as {run}: "
+                "run the model in bfloat16 or float32")
+    return (f"tensor {name} in {file.name} holds non-finite values (inf or NaN): the checkpoint "
+            "is corrupt; download or convert it again")
 
 
 def _check(folder: Path, stored: dict, targets: dict, params: dict) -> None:

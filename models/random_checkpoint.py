@@ -5,16 +5,21 @@ Usage::
     python -m models.random_checkpoint --size 8b --out /tmp/qwen3-8b-random \\
         [--tokenizer DIR] [--shards N] [--dtype bfloat16] [--seed 0] [--tie|--no-tie]
 
+The folder it writes is complete for ``infer``: the tokenizer files come from ``--tokenizer DIR``,
+by default from ``$INFER_SHARED/data/qwen3-tokenizer`` (an error naming that path and the flag
+when it is not there). ``write_random_checkpoint`` itself copies a tokenizer only when asked.
+
 Sizes: ``tiny`` (hidden 64, 2 layers, 4 query / 2 KV heads, head_dim 32, intermediate 128, the
 real vocabulary of 151936 so that ids from the real tokenizer are valid; ``vocab_size=`` makes it
-smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b``, read from the
-published configs in ``$INFER_SHARED/data/qwen3-configs/`` (INFER_SHARED defaults to ``../shared``
-next to the repo; or pass ``config_dir=`` / ``--config-dir``).
+smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b`` and ``4b-2507``
+(Qwen3-4B-Instruct-2507, also the shape of its Thinking twin: 262144 native positions, rope_theta
+5e6), read from the published configs in ``$INFER_SHARED/data/qwen3-configs/`` (INFER_SHARED
+defaults to ``../shared`` next to the repo; or pass ``config_dir=`` / ``--config-dir``).
 
 Design: weights are drawn with torch on the fastest device present (CUDA if any), one tensor at a
-time, and streamed into the safetensors files by a small writer of our own (8-byte header length,
-JSON header, raw little-endian data; the format of huggingface/safetensors) on a background thread,
-so host memory holds at most a few tensors and never a whole shard or a second copy of the model.
+time, and streamed into the safetensors files by ``models/safetensors_writer.py`` on a background
+thread, so host memory holds at most a few tensors and never a whole shard or a second copy of the
+model.
 Linear weights are N(0, 0.02^2) and norm weights 1 + N(0, 0.02^2), which keeps bf16 activations
 finite and makes attention non-trivial (q/k are RMS-normalized per head).
 """
@@ -25,23 +30,22 @@ import argparse
 import json
 import math
 import os
-import queue
 import shutil
-import struct
-import threading
 import time
 from pathlib import Path
 
 import torch
 
+from models.safetensors_writer import write_checkpoint_files
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared"))
 DEFAULT_CONFIG_DIR = SHARED / "data" / "qwen3-configs"
+DEFAULT_TOKENIZER_DIR = SHARED / "data" / "qwen3-tokenizer"  # the CLI copies it in by default
 
 REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
-              "14b": "Qwen3-14B"}
+              "14b": "Qwen3-14B", "4b-2507": "Qwen3-4B-Instruct-2507"}
 SIZES = ("tiny", *REAL_SIZES)
-PARTIAL_SUFFIX = ".partial"  # a shard being written; renamed when complete
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
 TINY_CONFIG = {
@@ -82,7 +86,6 @@ DEFAULT_GENERATION_CONFIG = {
     "top_p": 0.95,
 }
 
-_ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _SHARD_BYTES = 5 * 10**9  # default shard size, as transformers' save_pretrained
 
@@ -125,51 +128,6 @@ def tensor_specs(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
     return specs
 
 
-def _split_shards(sizes: list[int], shards: int) -> list[int]:
-    """Shard index per tensor: contiguous groups of about equal bytes, none empty."""
-    shards = max(1, min(shards, len(sizes)))
-    target = sum(sizes) / shards
-    out, cur, acc, done = [], 0, 0, 0  # acc: bytes in shard `cur`; done: bytes before it
-    for k, nbytes in enumerate(sizes):
-        must_move = len(sizes) - k <= shards - 1 - cur  # one tensor per remaining shard
-        want_move = done + acc + nbytes / 2 > (cur + 1) * target
-        if acc > 0 and cur < shards - 1 and (must_move or want_move):
-            cur, done, acc = cur + 1, done + acc, 0
-        out.append(cur)
-        acc += nbytes
-    return out
-
-
-class _StreamingWriter:
-    """Writes one safetensors file tensor by tensor from a background thread.
-
-    The bytes go to ``<name>.partial``, renamed to ``path`` by ``close()``, so a crash midway
-    leaves no truncated ``*.safetensors`` that the loader would take for a checkpoint.
-    """
-
-    def __init__(self, path: Path, entries: list[tuple[str, tuple[int, ...]]], dtype: torch.dtype):
-        esize = torch.empty((), dtype=dtype).element_size()
-        header, offset = {"__metadata__": {"format": "pt"}}, 0
-        for name, shape in entries:
-            nbytes = math.prod(shape) * esize
-            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape),
-                            "data_offsets": [offset, offset + nbytes]}
-            offset += nbytes
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)
-        self.path, self.tmp = path, path.with_name(path.name + PARTIAL_SUFFIX)
-        self.f = open(self.tmp, "wb")  # noqa: SIM115 (closed in close())
-        self.f.write(struct.pack("<Q", len(raw)) + raw)
-        self.total = offset
-
-    def write(self, t: torch.Tensor) -> None:
-        self.f.write(t.contiguous().view(torch.uint8).numpy().data)
-
-    def close(self) -> None:
-        self.f.close()
-        os.replace(self.tmp, self.path)
-
-
 def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
                             config_dir: str | Path | None = None, shards: int | None = None,
                             dtype: str = "bfloat16", seed: int = 0, tie: bool | None = None,
@@ -180,7 +138,8 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
 
     Args:
         out_dir: folder to create (existing files of the same names are overwritten).
-        size: "tiny" or one of 0.6b, 1.7b, 4b, 8b, 14b (real configs from ``config_dir``).
+        size: "tiny" or one of 0.6b, 1.7b, 4b, 8b, 14b, 4b-2507 (real configs from
+            ``config_dir``).
         shards: number of safetensors files; None = 1 file per ~5 GB. With more than one file,
             ``model.safetensors.index.json`` lists them as transformers does.
         dtype: stored dtype, "bfloat16", "float16" or "float32" (also written as torch_dtype).
@@ -221,65 +180,15 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
 
     specs = tensor_specs(cfg)
     esize = torch.empty((), dtype=tdtype).element_size()
-    sizes = [math.prod(s) * esize for _, s, _ in specs]
-    n_shards = shards if shards is not None else max(1, math.ceil(sum(sizes) / _SHARD_BYTES))
-    shard_of = _split_shards(sizes, n_shards)
-    n_shards = shard_of[-1] + 1
-    names = (["model.safetensors"] if n_shards == 1 else
-             [f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors" for k in range(n_shards)])
-    for stale in (list(out.glob("model*.safetensors")) + list(out.glob("*" + PARTIAL_SUFFIX))
-                  + [out / "model.safetensors.index.json"]):
-        stale.unlink(missing_ok=True)
-
+    total = sum(math.prod(shape) * esize for _, shape, _ in specs)
+    n_shards = shards if shards is not None else max(1, math.ceil(total / _SHARD_BYTES))
+    init = {name: how for name, _, how in specs}
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gen = torch.Generator(device=dev).manual_seed(seed)
-    q: queue.Queue = queue.Queue(maxsize=3)
-    errors: list[BaseException] = []
-
-    def drain():
-        try:
-            while (item := q.get()) is not None:
-                writer, tensor = item
-                if tensor is None:
-                    writer.close()
-                else:
-                    writer.write(tensor)
-        except BaseException as e:  # re-raised in the main thread below
-            errors.append(e)
-            while q.get() is not None:
-                pass
-
-    worker = threading.Thread(target=drain, daemon=True)
-    worker.start()
-    done = False
-    try:
-        for k in range(n_shards):
-            entries = [(n, s) for (n, s, _), sh in zip(specs, shard_of, strict=True) if sh == k]
-            writer = _StreamingWriter(out / names[k], entries, tdtype)
-            for (_, shape, init), sh in zip(specs, shard_of, strict=True):
-                if sh == k:
-                    q.put((writer, _draw(shape, init, tdtype, dev, gen)))
-            q.put((writer, None))
-            if errors:
-                break
-        done = True
-    finally:
-        q.put(None)
-        worker.join()
-        if errors or not done:  # leave no half-written checkpoint behind
-            _remove_partials(out)
-    if errors:
-        raise errors[0]
-    if n_shards > 1:
-        weight_map = {n: names[sh] for (n, _, _), sh in zip(specs, shard_of, strict=True)}
-        index = {"metadata": {"total_size": sum(sizes)}, "weight_map": weight_map}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    write_checkpoint_files(out, [(name, shape) for name, shape, _ in specs], tdtype,
+                           lambda name, shape: _draw(shape, init[name], tdtype, dev, gen),
+                           n_shards)
     return out
-
-
-def _remove_partials(out: Path) -> None:
-    for partial in out.glob("*" + PARTIAL_SUFFIX):
-        partial.unlink(missing_ok=True)
 
 
 def _draw(shape, init: str, dtype: torch.dtype, dev: torch.device, gen) -> torch.Tensor:
@@ -314,7 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", choices=SIZES, default="tiny")
     p.add_argument("--out", required=True)
-    p.add_argument("--tokenizer", default=None, help="folder with tokenizer files to copy")
+    p.add_argument("--tokenizer", default=None,
+                   help=f"folder with the tokenizer files (default {DEFAULT_TOKENIZER_DIR})")
     p.add_argument("--shards", type=int, default=None, help="files (default: one per ~5 GB)")
     p.add_argument("--dtype", choices=tuple(_DTYPES), default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
@@ -325,6 +235,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config-dir", default=None, help=f"default {DEFAULT_CONFIG_DIR}")
     p.add_argument("--device", default=None, help="default: cuda if available")
     a = p.parse_args(argv)
+    if a.tokenizer is None:
+        if not (DEFAULT_TOKENIZER_DIR / "tokenizer.json").is_file():
+            p.error(f"no tokenizer.json in {DEFAULT_TOKENIZER_DIR} (the default): pass "
+                    "--tokenizer DIR, a folder holding a Qwen3 tokenizer.json and "
+                    "tokenizer_config.json; infer cannot run a checkpoint without them")
+        a.tokenizer = str(DEFAULT_TOKENIZER_DIR)
     t0 = time.perf_counter()
     try:
         out = write_random_checkpoint(a.out, a.size, config_dir=a.config_dir, shards=a.shards,

@@ -142,3 +142,10 @@ def test_missing_repo_is_bad_input(cls, monkeypatch, tmp_path):
 def test_empty_model_name(name):
     with pytest.raises(ValueError, match="MODEL is empty"):
         resolve_model(name)
+
+
+def test_folder_without_tokenizer_says_which_files_to_add(tmp_path, offline_cache):
+    folder = _model_folder(tmp_path / "weights-only", files=("config.json", "model.safetensors"))
+    with pytest.raises(ValueError, match=r"has no tokenizer\.json: copy tokenizer\.json and "
+                                         r"tokenizer_config\.json of the same model into it"):
+        resolve_model(folder)

@@ -214,7 +214,7 @@ def test_unsupported_stored_dtype_is_named(tiny_ckpt_factory, tmp_path):
 # ------------------------------------------------------------------ random checkpoints
 
 
-@pytest.mark.parametrize("size", ["tiny", "0.6b", "1.7b", "4b", "8b", "14b"])
+@pytest.mark.parametrize("size", ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "4b-2507"])
 def test_random_checkpoint_layout_matches_transformers(size):
     """The writer's tensor list equals the names and shapes of transformers' model (on meta)."""
     transformers = pytest.importorskip("transformers")
@@ -292,6 +292,7 @@ def test_real_size_config_is_the_published_one():
 def test_random_checkpoint_crash_leaves_no_weights_file(tmp_path, monkeypatch, fail_in):
     """A crash midway (e.g. torch without numpy) leaves no *.safetensors, not a truncated one."""
     import models.random_checkpoint as rc
+    import models.safetensors_writer as sw
 
     calls = []
 
@@ -301,9 +302,9 @@ def test_random_checkpoint_crash_leaves_no_weights_file(tmp_path, monkeypatch, f
             raise RuntimeError("Numpy is not available")
         return real(*args, **kw)
 
-    real = rc._StreamingWriter.write if fail_in == "writer" else rc._draw
+    real = sw.StreamingWriter.write if fail_in == "writer" else rc._draw
     if fail_in == "writer":
-        monkeypatch.setattr(rc._StreamingWriter, "write", lambda self, t: boom(self, t))
+        monkeypatch.setattr(sw.StreamingWriter, "write", lambda self, t: boom(self, t))
     else:
         monkeypatch.setattr(rc, "_draw", boom)
     with pytest.raises(RuntimeError, match="Numpy"):
@@ -316,3 +317,53 @@ def test_random_checkpoint_crash_leaves_no_weights_file(tmp_path, monkeypatch, f
     out = write_random_checkpoint(tmp_path / "c", "tiny", vocab_size=256, num_hidden_layers=1,
                                   device="cpu")
     assert sorted(p.name for p in out.glob("*safetensors*")) == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_non_finite_weight_is_named(tiny_ckpt_factory, tmp_path, bad):
+    """A float16 checkpoint whose model.norm.weight holds inf used to print '!!!!' (exit 0)."""
+    folder = _copy(tiny_ckpt_factory(**SMALL, tie=False, dtype="float16", shards=2), tmp_path)
+    name = "model.norm.weight"
+    shard = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"][name]
+    tensors = load_file(folder / shard)
+    tensors[name][3] = bad
+    save_file(tensors, folder / shard)
+    for run in (torch.float16, torch.float32):
+        with pytest.raises(ValueError, match=rf"^tensor model\.norm\.weight in {shard} holds "
+                                             r"non-finite values \(inf or NaN\): the checkpoint "
+                                             "is corrupt"):
+            load_model(folder, dtype=run)
+
+
+def test_fused_part_out_of_float16_range_is_named(tiny_ckpt_factory, tmp_path):
+    folder = _copy(tiny_ckpt_factory(**SMALL, tie=False, dtype="float32"), tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.1.self_attn.v_proj.weight"][0, 0] = 1e6
+    save_file(tensors, folder / "model.safetensors")
+    load_model(folder, dtype=torch.float32)  # finite in its own dtype
+    load_model(folder, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"tensor model\.layers\.1\.self_attn\.v_proj\.weight in "
+                                         r"model\.safetensors has values beyond the range of "
+                                         r"float16 \(largest 65504\).*bfloat16 or float32"):
+        load_model(folder, dtype=torch.float16)
+
+
+def test_random_checkpoint_cli_writes_a_folder_infer_accepts(tmp_path, tokenizer_dir,
+                                                             monkeypatch, capsys):
+    """Without --tokenizer the CLI copies the shared tokenizer (the folder used to be rejected
+    by infer with a hint to run the same command), or says which flag to pass."""
+    import models.random_checkpoint as rc
+    from models.hub import resolve_model
+
+    out = tmp_path / "ckpt"
+    monkeypatch.setattr(rc, "DEFAULT_TOKENIZER_DIR", tokenizer_dir)
+    main(["--out", str(out), "--vocab-size", "256", "--layers", "1", "--device", "cpu"])
+    assert (out / "tokenizer.json").read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
+    assert resolve_model(out) == out.resolve()
+    monkeypatch.setattr(rc, "DEFAULT_TOKENIZER_DIR", tmp_path / "nowhere")
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(tmp_path / "other"), "--device", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"no tokenizer.json in {tmp_path / 'nowhere'} (the default): pass --tokenizer DIR" in err
+    assert not (tmp_path / "other").exists()
