@@ -58,6 +58,7 @@ try:
 
     import typer
 
+    from infer.summarize import SUMMARY_PROMPT
     from infer.ui import prepare as setup
     from infer.ui.console import (
         UI,
@@ -80,15 +81,12 @@ try:
         shared_options,
     )
     from infer.ui.repl import run_repl
+    from infer.ui.summary_view import summarize_text
 finally:
     if signal.getsignal(signal.SIGINT) is _exit_on_ctrl_c:
         signal.signal(signal.SIGINT, _sigint)
 
 DEFAULT_SUMMARY_MODEL = "Qwen/Qwen3-0.6B"
-SUMMARY_PROMPT = (
-    "Summarize the following text. Give its main points, the key people or ideas, and how it "
-    "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
-    "Write the summary of the text above.")
 
 app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -118,10 +116,10 @@ def generate(
             prompt, _ = setup.read_input(ui, "-")
         elif not prompt.strip():
             raise ValueError("the prompt is empty: give some text, or - to read standard input")
-        cfg, tok = setup.prepare(ui, model)
+        cfg, tok, plan = setup.prepare(ui, model)
         ids = tok.encode(prompt) if raw else tok.chat_ids(chat_messages(system, prompt),
                                                           enable_thinking=opts.think)
-        one_shot("generate", ui, cfg, tok, ids)
+        one_shot("generate", ui, cfg, tok, ids, max_ctx=plan.max_ctx)
 
 
 @app.command(cls=Command)
@@ -133,16 +131,30 @@ def summarize(
     model: Annotated[str, typer.Option(
         "--model", "-m", help="Local checkpoint folder or Hugging Face hub id.",
         rich_help_panel=ENGINE)] = DEFAULT_SUMMARY_MODEL,
+    no_split: Annotated[bool, typer.Option(
+        "--no-split", help="Refuse a text longer than the context instead of summarizing it in "
+        "parts.", rich_help_panel=ENGINE)] = False,
+    part_tokens: Annotated[int, typer.Option(
+        help="Most tokens of each part's summary (a text longer than the context).",
+        rich_help_panel=ENGINE)] = 512,
+    batch: Annotated[int | None, typer.Option(
+        help="Parts decoded together, 1 to 16 (default: as many as fit in memory).",
+        show_default=False, rich_help_panel=ENGINE)] = None,
     *, opts: Options,
 ):
-    """Summarize a text FILE that fits in the context (thinking off unless --think)."""
+    """Summarize a text FILE; one longer than the context is summarized in parts, then the part
+    summaries are combined (thinking off unless --think)."""
     ui = UI(opts)
     with errors(opts.debug, opts.json):
+        if part_tokens < 1:
+            raise ValueError(f"--part-tokens must be at least 1, got {part_tokens}")
         text, n_bad = setup.read_input(ui, file)
-        cfg, tok = setup.prepare(ui, model)
+        cfg, tok, plan = setup.prepare(ui, model)
         ids = tok.chat_ids(chat_messages(None, SUMMARY_PROMPT.format(text=text)),
                            enable_thinking=opts.think)
-        one_shot("summarize", ui, cfg, tok, ids, input_chars=len(text), replaced_bytes=n_bad)
+        summarize_text(ui, cfg, tok, plan, ids, text, no_split=no_split,
+                       part_tokens=part_tokens, batch=batch,
+                       extra=dict(input_chars=len(text), replaced_bytes=n_bad))
 
 
 @app.command(cls=Command, short_help="Talk with MODEL (/reset, /stats, /exit).")
@@ -156,7 +168,7 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """
     ui = UI(opts)
     with errors(opts.debug, opts.json):
-        cfg, tok = setup.prepare(ui, model)
+        cfg, tok, _ = setup.prepare(ui, model)
         engine, load_s = setup.load_engine(ui, cfg, tok)
         code = run_repl(ui, engine, system, load_s)
         if code and not sys.stdin.isatty():
@@ -182,8 +194,8 @@ def bench(
 
     ui = UI(opts)
     with errors(opts.debug, opts.json):
-        cfg, tok = setup.prepare(ui, model)
-        lens = parse_lengths(lengths, cfg.ctx, tokens, max_ctx=setup.QWEN3_MAX_CTX)
+        cfg, tok, plan = setup.prepare(ui, model)
+        lens = parse_lengths(lengths, cfg.ctx, tokens, max_ctx=plan.max_ctx)
         engine, load_s = setup.load_engine(ui, cfg, tok)
         results, interrupted = bench_view.measure(ui, engine, lens, tokens)
         bench_view.show(ui, engine, load_s, results, interrupted)

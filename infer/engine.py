@@ -28,6 +28,7 @@ from infer.kv_pool import KVPool
 from infer.session import Session
 from infer.stats import GenerationStats
 from models.config import Qwen3Config
+from models.context import plan_context
 
 __all__ = ["Engine", "GenerationStats", "Session"]
 
@@ -68,16 +69,19 @@ class Engine:
             (tests pass mock ones): a ``DecodeModel`` and a ``TokenizerInfo``.
 
     Attributes:
-        config, model_config (Qwen3Config), model, tokenizer, pool (KVPool), attn (the attention
-        backend), device, dtype.
+        config, model_config (Qwen3Config: the model's, YaRN included), model, tokenizer, pool
+        (KVPool), attn (the attention backend), device, dtype.
+        context: the ``models.context.ContextPlan`` of ``config.ctx`` (``max_ctx``, whether
+            YaRN was turned on and the note saying so). A model passed in is used as built.
         max_batch: the most sessions ``generate_batch`` decodes together.
         cuda_graphs: bool, whether decode steps replay CUDA graphs (``config.use_cuda_graphs``)
             or run the same runner eagerly; it may be switched between replies (benchmarks
             compare both on one engine and cache).
 
     Raises:
-        ValueError: if ``config.ctx`` does not fit in free GPU memory (the message names the
-            largest context that fits for each cache dtype), or the device is not available.
+        ValueError: if ``config.ctx`` is beyond what the checkpoint supports, does not fit in
+            free GPU memory (the message names the largest context that fits for each cache
+            dtype), or the device is not available.
         FileNotFoundError: if the model folder lacks ``config.json``.
     """
 
@@ -86,8 +90,11 @@ class Engine:
         self.device = config.torch_device
         self.dtype = config.torch_dtype
         check_device_available(self.device)
+        # the checkpoint's config, with static YaRN added when ctx is past its native length
+        self.context = plan_context(model.config if model is not None
+                                    else Qwen3Config.from_json(config.model), config.ctx)
         self.model_config: Qwen3Config = model.config if model is not None \
-            else Qwen3Config.from_json(config.model)
+            else self.context.config
         self.attention_kind = resolve_attention(config.attention, self.device)
         if self.device.type == "cuda" and model is None:
             check_capacity(config, self.model_config, self.attention_kind, self.device)
@@ -95,7 +102,8 @@ class Engine:
             check_host_capacity(config, self.model_config, weights=model is None)
         if model is None:
             from models.loader import load_model
-            model = load_model(config.model, device=self.device, dtype=self.dtype)
+            model = load_model(config.model, device=self.device, dtype=self.dtype,
+                               config=self.model_config)
         if tokenizer is None:
             from models.tokenizer import Qwen3Tokenizer
             tokenizer = Qwen3Tokenizer.from_folder(config.model)

@@ -132,26 +132,18 @@ class Summarizer:
         return self.prompt_ids(SUMMARY_PROMPT, text)
 
     def _overhead(self, template: str) -> int:
-        return len(self.prompt_ids(template, "", k=999, n=999, first=999, last=999)) \
-            + TEMPLATE_MARGIN
+        return template_overhead(self.tokenizer, template, self.think)
 
     def _final_budget(self) -> int:
         return self.final_tokens or self.part_tokens
 
     def part_limit(self) -> int:
-        """The most tokens of text one part may hold (its prompt and reply must fit in ctx).
+        """``part_limit`` for this engine's context (tokens of text per part).
 
         Raises:
-            ValueError: the context is too small for a part, or for combining two summaries.
+            ValueError: as ``part_limit``.
         """
-        ctx = self.engine.ctx
-        limit = ctx - self._overhead(PART_PROMPT) - self.part_tokens
-        group = ctx - self._overhead(GROUP_PROMPT) - self.part_tokens
-        if limit < self.part_tokens or group < 2 * self.part_tokens + 16:
-            raise ValueError(f"--ctx {ctx} is too small to summarize a text in parts with "
-                             f"{self.part_tokens}-token part summaries: raise --ctx (at least "
-                             f"{ctx - group + 2 * self.part_tokens + 16 + 64} tokens)")
-        return limit
+        return part_limit(self.tokenizer, self.engine.ctx, self.part_tokens, self.think)
 
     def fits_whole(self, prompt: Sequence[int]) -> bool:
         """Whether ``prompt`` plus the final reply budget fits in the context."""
@@ -276,3 +268,27 @@ class Summarizer:
 def strip_thinking(text: str) -> str:
     """``text`` after its last ``</think>`` (the answer of a thinking reply), stripped."""
     return text.split(_THINK_END)[-1].strip()
+
+
+def template_overhead(tokenizer, template: str, think: bool) -> int:
+    """Tokens ``template``'s chat prompt takes without its text, plus ``TEMPLATE_MARGIN``."""
+    content = template.format(text="", k=999, n=999, first=999, last=999)
+    ids = tokenizer.chat_ids([{"role": "user", "content": content}], enable_thinking=think)
+    return len(ids) + TEMPLATE_MARGIN
+
+
+def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False) -> int:
+    """The most tokens of text one part may hold: its prompt (``PART_PROMPT``) plus its reply
+    budget ``part_tokens`` must fit in ``ctx``, and so must two summaries' combining prompt.
+
+    Raises:
+        ValueError: the context is too small for that (the message names a --ctx that works).
+    """
+    limit = ctx - template_overhead(tokenizer, PART_PROMPT, think) - part_tokens
+    group = ctx - template_overhead(tokenizer, GROUP_PROMPT, think) - part_tokens
+    if limit < part_tokens or group < 2 * part_tokens + 16:
+        need = ctx - min(limit - part_tokens, group - 2 * part_tokens - 16) + 64
+        raise ValueError(f"--ctx {ctx} is too small to summarize a text in parts with "
+                         f"{part_tokens}-token part summaries: raise --ctx to at least {need} "
+                         f"or lower --part-tokens")
+    return limit

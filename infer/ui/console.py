@@ -92,6 +92,10 @@ class UI:
     def warn(self, msg: str) -> None:
         self.err.print(f"[yellow]warning:[/] {escape(msg)}")
 
+    def note(self, msg: str) -> None:
+        """One line of information on stderr (not a warning: nothing is wrong)."""
+        self.err.print(f"[dim]note: {escape(msg)}[/]")
+
     def emit_json(self, obj: dict) -> None:
         self.out.file.write(json.dumps(obj, ensure_ascii=False) + "\n")
         self.out.file.flush()

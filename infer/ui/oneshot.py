@@ -21,22 +21,35 @@ def chat_messages(system: str | None, user: str) -> list[dict]:
         [{"role": "user", "content": user}]
 
 
-def one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], **extra) -> None:
+def one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], *, max_ctx: int,
+             **extra) -> None:
     """Load, reply once to ``ids``, print the stats (or the JSON object, with ``extra`` fields).
 
     Raises:
-        ValueError: the prompt and ``--max-new-tokens`` do not fit in the context.
+        ValueError: the prompt and ``--max-new-tokens`` do not fit in the context (or beyond
+            ``max_ctx``, the largest the checkpoint supports).
         typer.Exit(130): Ctrl-C cut the reply (its stats are printed first).
     """
-    check_fits(len(ids), cfg.ctx, ui.opts.max_new_tokens)
+    check_fits(len(ids), cfg.ctx, ui.opts.max_new_tokens, max_ctx=max_ctx)
     engine, load_s = load_engine(ui, cfg, tokenizer)
-    session = engine.new_session()
     sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+    reply_once(command, ui, engine, load_s, ids, sampling, extra)
+
+
+def reply_once(command: str, ui: UI, engine, load_s: float, ids: list[int], sampling,
+               extra: dict, stats_suffix: str = "") -> None:
+    """Show one reply to ``ids`` on a fresh session of ``engine``, then its stats line (with
+    ``stats_suffix``) or, with ``--json``, its object (with ``extra`` fields).
+
+    Raises:
+        typer.Exit(130): Ctrl-C cut the reply (its stats are printed first).
+    """
+    session = engine.new_session()
     reply = ReplyView(ui.text, ui.err, engine, session,
                       hide_thinking=ui.opts.hide_thinking).run(ids, sampling)
     if ui.opts.json:
         ui.emit_json(reply_record(command, engine, reply, load_s, **extra))
     else:
-        ui.err.print(format_stats(reply.stats, ceiling=reply.ceiling), style="dim")
+        ui.err.print(format_stats(reply.stats, ceiling=reply.ceiling) + stats_suffix, style="dim")
     if reply.interrupted:
         raise typer.Exit(130)

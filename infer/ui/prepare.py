@@ -1,10 +1,11 @@
 """From a command's flags to a loaded engine: the checks that run before any slow work.
 
-Owns the flag validation and model resolution (``prepare``: an ``EngineConfig`` and the tokenizer,
-not the weights), the warning past the checkpoint's trained length, the context check of a prompt
-and its reply (``check_fits``), reading a text input (``read_input``) and loading the engine
-(``load_engine``, under a status spinner). Every user mistake raises ValueError with a message
-that says how to fix it; ``infer.ui.console.errors`` turns it into one line and exit code 2.
+Owns the flag validation and model resolution (``prepare``: an ``EngineConfig``, the tokenizer
+and the context plan, not the weights; the note when ``--ctx`` turns YaRN on), the context check
+of a prompt and its reply (``check_fits``), reading a text input (``read_input``) and loading
+the engine (``load_engine``, under a status spinner). Every user mistake raises ValueError with a
+message that says how to fix it; ``infer.ui.console.errors`` turns it into one line and exit
+code 2.
 """
 
 from __future__ import annotations
@@ -15,21 +16,20 @@ from dataclasses import replace
 
 from infer.ui.console import UI
 
-# Qwen3's largest context: 32768 trained positions x YaRN factor 4 (the Qwen3 model cards).
-QWEN3_MAX_CTX = 131072
-YARN_SNIPPET = ('"rope_scaling": {"rope_type": "yarn", "factor": 4.0, '
-                '"original_max_position_embeddings": 32768}')
-
 
 def prepare(ui: UI, model: str):
-    """Validate the flags, resolve the model folder and load its tokenizer (not the weights).
+    """Validate the flags, resolve the model folder and load its tokenizer (not the weights);
+    say so when ``--ctx`` turns static YaRN on.
 
-    Returns ``(EngineConfig, Qwen3Tokenizer)``. Raises ValueError on a bad flag or model.
+    Returns ``(EngineConfig, Qwen3Tokenizer, ContextPlan)`` (``models.context``: the largest
+    context the checkpoint supports, ``max_ctx``). Raises ValueError on a bad flag or model, or a
+    ``--ctx`` beyond what the checkpoint supports.
     """
     import torch
 
     from infer.config import EngineConfig, SamplingParams, check_device_available, parse_ctx
     from models.config import Qwen3Config
+    from models.context import plan_context
     from models.hub import resolve_model
     from models.tokenizer import Qwen3Tokenizer
 
@@ -49,42 +49,28 @@ def prepare(ui: UI, model: str):
     if o.device is None and not torch.cuda.is_available():
         ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
     folder = resolve_model(model)
-    warn_past_trained_length(ui, cfg.ctx, Qwen3Config.from_json(folder))
-    return replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder)
+    plan = plan_context(Qwen3Config.from_json(folder), cfg.ctx)
+    if plan.note:
+        ui.note(plan.note)
+    return replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder), plan
 
 
-def warn_past_trained_length(ui: UI, ctx: int, mc) -> None:
-    """Warn when ``ctx`` exceeds the positions the checkpoint supports: ``max_position_embeddings``
-    (40960 for Qwen3), or ``factor x original_max_position_embeddings`` with YaRN. ``mc``:
-    ``models.config.Qwen3Config``."""
-    if mc.rope_scaling is not None:
-        limit = int(mc.rope_scaling.factor * mc.rope_scaling.original_max_position_embeddings)
-        if ctx > limit:
-            ui.warn(f"--ctx {ctx} is past the {limit} positions of this checkpoint's YaRN "
-                    "rope_scaling in config.json: raise its factor, or quality degrades")
-    elif ctx > mc.max_position_embeddings:
-        ui.warn(f"--ctx {ctx} is past the model's max_position_embeddings "
-                f"({mc.max_position_embeddings}): Qwen3 needs YaRN rope_scaling in config.json "
-                f"past that length, e.g. {YARN_SNIPPET}")
-
-
-def check_fits(n_prompt: int, ctx: int, max_new: int = 0) -> None:
+def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> None:
     """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
     least one token) do not fit in the context; the message gives both counts and a --ctx, or,
-    past ``QWEN3_MAX_CTX`` (131072, the most Qwen3 supports, with YaRN), says to shorten the text.
+    past ``max_ctx`` (the largest context the checkpoint supports), says to shorten the text.
     """
     n_reply = max(max_new, 1)
     if n_prompt + n_reply <= ctx:
         return
     need = -(-(n_prompt + n_reply) // 1024)
-    beyond = f"beyond the largest context Qwen3 supports ({QWEN3_MAX_CTX} tokens, with YaRN)"
-    if n_prompt + 1 > QWEN3_MAX_CTX:
-        raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text or split "
-                         "it into parts (summarizing longer files is planned)")
-    if n_prompt + n_reply > QWEN3_MAX_CTX:
+    beyond = f"beyond the largest context this model supports ({max_ctx} tokens)"
+    if n_prompt + 1 > max_ctx:
+        raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text")
+    if n_prompt + n_reply > max_ctx:
         raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
                          f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: lower "
-                         f"--max-new-tokens to at most {QWEN3_MAX_CTX - n_prompt}, or shorten "
+                         f"--max-new-tokens to at most {max_ctx - n_prompt}, or shorten "
                          "the text")
     if max_new <= 0:
         size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")

@@ -85,7 +85,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
         messages.append({"role": "user", "content": line})
         try:
             ids = engine.tokenizer.chat_ids(messages, enable_thinking=o.think)
-            check_fits(len(ids), engine.ctx)
+            check_fits(len(ids), engine.ctx, max_ctx=engine.context.max_ctx)
             reply = ReplyView(ui.text, ui.err, engine, session,
                               hide_thinking=o.hide_thinking).run(ids, sampling)
         except (BrokenPipeError, OutputError):  # stdout is gone or full: the chat ends

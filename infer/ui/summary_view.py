@@ -1,0 +1,116 @@
+"""``infer summarize``: one reply for a text that fits, map-reduce in parts for one that does not.
+
+``summarize_text`` decides. A text whose summary prompt and reply fit in ``--ctx`` is summarized in
+one reply (``one_shot``). A longer one (unless ``--no-split``, which keeps it an error) is said to
+be longer, with both token counts, then split and summarized in parts (``infer/summarize.py``):
+before loading, the capacity check decides how many parts decode together (``--batch``, default
+as many as fit, up to 16) and says so; each part summary is shown on stderr as it finishes (part k
+of N), the prefill of each part on a progress status, and the final summary streams on stdout
+like any reply. ``--json`` adds the parts (level, index, character and token ranges, summary) and
+the stage times to the reply's object; the stats line gives the stage times too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rich.markup import escape
+
+from infer.summarize import Summarizer, part_limit
+from infer.ui.console import UI
+from infer.ui.oneshot import one_shot, reply_once
+from infer.ui.prepare import check_fits, load_engine
+
+
+def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_split: bool,
+                   part_tokens: int, batch: int | None, extra: dict) -> None:
+    """Summarize ``text`` (its one-reply prompt is ``ids``) as the module docstring says.
+
+    Raises:
+        ValueError: a text too long with ``--no-split``, a context too small for parts, a
+            ``--batch`` that does not fit in memory.
+        typer.Exit(130): Ctrl-C cut the final reply.
+    """
+    max_new = ui.opts.max_new_tokens
+    if no_split or len(ids) + max(max_new, 1) <= cfg.ctx:
+        one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, **extra)
+        return
+    limit = part_limit(tok, cfg.ctx, part_tokens, ui.opts.think)
+    text_tokens = len(tok.encode(text))
+    est_parts = -(-text_tokens // limit)
+    ui.note(f"the text is {text_tokens:,} tokens, longer than the context of {cfg.ctx:,}: "
+            f"summarizing it in about {est_parts} parts of at most {limit:,} tokens, then "
+            f"combining their summaries (--no-split refuses instead)")
+    cfg = replace(cfg, max_batch=_batch(ui, cfg, plan, min(est_parts, 16), batch))
+    engine, load_s = load_engine(ui, cfg, tok)
+    sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+    from infer.textsplit import split_text
+
+    sm = Summarizer(engine, tok, lambda t, m: split_text(t, tok, m), sampling,
+                    part_tokens=part_tokens, final_tokens=max_new or None, think=ui.opts.think)
+    with ui.status("summarizing the parts ...") as status:
+        def on_prefill(level, index, done, total):
+            if status is not None and done < total:
+                status.update(f"level {level + 1}, part {index + 1}: prefill {done:,} of "
+                              f"{total:,} tokens")
+            elif status is not None:
+                status.update(f"level {level + 1}: decoding part summaries ...")
+
+        final = sm.run(text, on_part=lambda p: _show_part(ui, p), on_prefill=on_prefill)
+    check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
+    t = sm.times
+    stages = {"parts": len([p for p in sm.parts if p.level == 0]), "batch": cfg.max_batch,
+              "map_prefill_s": round(t.map_prefill_s, 3),
+              "map_decode_s": round(t.map_decode_s, 3), "reduce_s": round(t.reduce_s, 3)}
+    suffix = (f" · {stages['parts']} parts, {cfg.max_batch} at a time: prefill "
+              f"{t.map_prefill_s:.1f} s, decode {t.map_decode_s:.1f} s, reduce {t.reduce_s:.1f} s")
+    extra = {**extra, "split": True, "stages": stages,
+             "parts": [p.to_dict() for p in sm.parts]}
+    reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)
+
+
+def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
+    """The parts decoded together: ``--batch``, or as many as fit (up to ``want``); said once.
+
+    Raises:
+        ValueError: ``--batch`` outside 1..16 or more than fit.
+    """
+    from infer.attention import resolve_attention
+    from infer.capacity import largest_batch
+
+    if batch is not None and not 1 <= batch <= 16:
+        raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
+    kind = resolve_attention(cfg.attention, cfg.torch_device)
+    fits = largest_batch(cfg, plan.config, kind, cfg.torch_device)
+    if fits == 0:
+        return 1  # the engine's capacity check names the largest context that fits
+    if batch is not None and batch > fits:
+        raise ValueError(f"--batch {batch} does not fit: {fits} sequences of --ctx {cfg.ctx} "
+                         f"fit in memory with --kv-cache {cfg.kv_cache}")
+    chosen = batch or max(1, min(want, fits))
+    ui.note(f"decoding {chosen} part{'s' if chosen > 1 else ''} at a time ({fits} fit in "
+            f"memory): {_size(_kv_bytes(cfg, plan.config))} of {cfg.kv_cache} KV cache each")
+    return chosen
+
+
+def _kv_bytes(cfg, mc) -> int:
+    """KV pool bytes of one sequence of ``cfg.ctx`` positions."""
+    from infer.kv_pool import KVPool, pages_for
+
+    per_page = KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
+                                     cfg.page_size, cfg.kv_cache, cfg.torch_dtype.itemsize)
+    return pages_for(cfg.ctx, cfg.page_size) * per_page
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def _show_part(ui: UI, part) -> None:
+    """A finished part summary on stderr (not with --json: the object holds them)."""
+    if ui.opts.json:
+        return
+    what = "part" if part.level == 0 else f"level {part.level + 1} group"
+    ui.err.print(f"[bold]{what} {part.index + 1} of {part.count}[/] [dim](tokens "
+                 f"{part.tokens[0]:,}-{part.tokens[1]:,}, {part.new_tokens} new)[/]")
+    ui.err.print(escape(part.summary), style="dim")
