@@ -466,22 +466,20 @@ def test_triton_without_gpu_errors_without_the_cpu_warning(tiny_ckpt, monkeypatc
     assert_one_line_error(result, 2, "--attention triton needs a CUDA GPU")
 
 
-def test_ctx_past_max_position_embeddings_warns_about_yarn(tiny_ckpt):
+def test_ctx_past_max_position_embeddings_turns_yarn_on_and_says_so(tiny_ckpt):
     ok = invoke("generate", tiny_ckpt, "hi", *FAST, "--max-new-tokens", "1", "--ctx", "40960")
-    assert ok.exit_code == 0 and "warning" not in ok.stderr, ok.output
+    assert ok.exit_code == 0 and "YaRN" not in ok.stderr, ok.output
     result = invoke("generate", tiny_ckpt, "hi", *FAST, "--max-new-tokens", "1", "--ctx", "41k")
     assert result.exit_code == 0, result.output
-    warn = [line for line in result.stderr.splitlines() if "max_position_embeddings" in line]
-    assert len(warn) == 1 and "(40960)" in warn[0] and '"rope_type": "yarn"' in warn[0]
+    notes = [line for line in result.stderr.splitlines() if "YaRN" in line]
+    assert len(notes) == 1 and notes[0].startswith("note:") and "40960" in notes[0]
+    assert "factor 1.5 over 32768" in notes[0] and "warning" not in result.stderr
 
 
-def test_huge_ctx_on_the_cpu_names_the_largest_that_fits(tiny_ckpt):
-    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", "99999999999k")
-    assert result.exit_code == 2 and result.stdout == "", result.output
-    lines = result.stderr.strip().splitlines()  # the YaRN warning, then the error
-    assert len(lines) == 2 and lines[0].startswith("warning:") and "YaRN" in lines[0]
-    assert lines[1].startswith("error:") and "host memory" in lines[1]
-    assert "largest context that fits" in lines[1] and "Traceback" not in result.output
+@pytest.mark.parametrize("ctx", ["3000000", "99999999999k", "131073"])
+def test_ctx_beyond_the_checkpoint_is_bad_input_naming_the_largest(tiny_ckpt, ctx):
+    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", ctx)
+    assert_one_line_error(result, 2, "beyond the largest context", "131072")
 
 
 def test_unreachable_hub_exits_1_and_suggests_a_folder(monkeypatch, tmp_path):
@@ -624,23 +622,26 @@ def test_no_limit_reply_fills_the_context_and_no_more(tiny_ckpt, tok):
     assert free["stop_reason"] in ("context", "stop")
 
 
-def test_check_fits_past_qwen3_largest_context():
-    from infer.ui.prepare import QWEN3_MAX_CTX, check_fits
+def test_check_fits_past_the_largest_context():
+    from infer.ui.prepare import check_fits
 
-    check_fits(QWEN3_MAX_CTX - 1, QWEN3_MAX_CTX)  # fits: no error
-    with pytest.raises(ValueError) as info:  # war_and_peace.txt at 32k
-        check_fits(774_000, 32768, 1024)
+    top = 131072  # Qwen3's largest context (YaRN factor 4 over 32768): models/context.py
+    check_fits(top - 1, top, max_ctx=top)  # fits: no error
+    with pytest.raises(ValueError) as info:  # war_and_peace.txt at 32k, with --no-split
+        check_fits(774_000, 32768, 1024, max_ctx=top)
     msg = str(info.value)
-    assert "774000 tokens" in msg and f"largest context Qwen3 supports ({QWEN3_MAX_CTX}" in msg
-    assert "shorten" in msg and "split" in msg and "--ctx" not in msg
+    assert "774000 tokens" in msg and f"largest context this model supports ({top}" in msg
+    assert "shorten" in msg and "--ctx" not in msg
     with pytest.raises(ValueError) as info:  # the prompt fits alone, not with the reply
-        check_fits(QWEN3_MAX_CTX - 100, 32768, 1000)
+        check_fits(top - 100, 32768, 1000, max_ctx=top)
     msg = str(info.value)
     assert "largest context" in msg and "--max-new-tokens to at most 100" in msg
     assert "--ctx" not in msg
-    with pytest.raises(ValueError) as info:  # within Qwen3's reach: suggest a --ctx
-        check_fits(100_000, 32768)
+    with pytest.raises(ValueError) as info:  # within the model's reach: suggest a --ctx
+        check_fits(100_000, 32768, max_ctx=top)
     assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
+    with pytest.raises(ValueError, match="supports \\(262144 tokens\\)"):  # Qwen3-4B-2507
+        check_fits(300_000, 262144, max_ctx=262144)
 
 
 def test_closed_stdout_exits_0_quietly(tiny_ckpt, monkeypatch):

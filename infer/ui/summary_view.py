@@ -1,8 +1,9 @@
 """``infer summarize``: one reply for a text that fits, map-reduce in parts for one that does not.
 
 ``summarize_text`` decides. A text whose summary prompt and reply fit in ``--ctx`` is summarized in
-one reply (``one_shot``). A longer one (unless ``--no-split``, which keeps it an error) is said to
-be longer, with both token counts, then split and summarized in parts (``infer/summarize.py``):
+one reply (``one_shot``), and so is (as an error) one whose reply budget alone fills the context.
+A longer one (unless ``--no-split``, which keeps it an error) is said to be longer, with both
+token counts, then split and summarized in parts (``infer/summarize.py``):
 before loading, the capacity check decides how many parts decode together (``--batch``, default
 as many as fit, up to 16) and says so; each part summary is shown on stderr as it finishes (part k
 of N), the prefill of each part on a progress status, and the final summary streams on stdout
@@ -32,7 +33,8 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
         typer.Exit(130): Ctrl-C cut the final reply.
     """
     max_new = ui.opts.max_new_tokens
-    if no_split or len(ids) + max(max_new, 1) <= cfg.ctx:
+    # parts help when the text is too long, not when the reply budget alone fills the context
+    if no_split or len(ids) + max(max_new, 1) <= cfg.ctx or max_new >= cfg.ctx:
         one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, **extra)
         return
     limit = part_limit(tok, cfg.ctx, part_tokens, ui.opts.think)

@@ -1,0 +1,87 @@
+"""``infer summarize`` of a file longer than the context (``infer/ui/summary_view.py``) on a tiny
+random Qwen3 on the CPU: the note with both token counts and the batch the capacity check chose,
+part summaries as they finish, the final summary on stdout, the stage times in the stats line;
+``--json`` with the parts (ranges that cover the file once) and stages; ``--no-split`` and bad
+``--batch`` / ``--part-tokens`` values as one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cli import app
+
+# greedy with a presence penalty: a random model's replies are varied text
+LONG = ["--ctx", "2k", "--device", "cpu", "--part-tokens", "16", "--max-new-tokens", "16",
+        "--temperature", "0", "--presence-penalty", "2"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def book(texts_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("book") / "book.txt"
+    text = (texts_dir / "war_and_peace.txt").read_text(encoding="utf-8")[:20000]
+    path.write_text(text, encoding="utf-8")
+    return path, text
+
+
+def test_long_file_is_summarized_in_parts_json(tiny_ckpt, book):
+    path, text = book
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--json")
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.stdout)
+    assert obj["split"] is True and obj["input_chars"] == len(text)
+    parts = [p for p in obj["parts"] if p["level"] == 0]
+    assert len(parts) == obj["stages"]["parts"] >= 2
+    assert parts[0]["chars"][0] == 0 and parts[-1]["chars"][1] == len(text)
+    assert all(a["chars"][1] == b["chars"][0] for a, b in zip(parts, parts[1:], strict=False))
+    assert all(p["prompt_tokens"] + 16 <= 2048 and p["summary"] for p in parts)
+    assert obj["stages"]["batch"] == len(parts)  # all parts fit in one batch
+    assert obj["stages"]["map_prefill_s"] > 0 and obj["stages"]["map_decode_s"] > 0
+    assert obj["prompt_tokens"] + obj["new_tokens"] <= 2048 and obj["new_tokens"] == 16
+
+
+def test_long_file_shows_parts_then_streams_the_summary(tiny_ckpt, book):
+    path, _ = book
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "2")
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    assert "longer than the context of 2,048" in err and "tokens" in err
+    assert "decoding 2 parts at a time" in err
+    assert "part 1 of " in err and "part 2 of " in err
+    stats = err.strip().splitlines()[-1]
+    assert "parts, 2 at a time" in stats and "reduce" in stats
+    assert result.stdout.strip()  # the final summary
+
+
+def test_no_split_refuses_with_both_counts(tiny_ckpt, book):
+    path, _ = book
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--no-split")
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "prompt is" in lines[0]
+    assert "context of 2048 tokens" in lines[0]
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--batch", "17"], "--batch must be 1 to 16"),
+    (["--batch", "0"], "--batch must be 1 to 16"),
+    (["--part-tokens", "0"], "--part-tokens must be at least 1"),
+    (["--part-tokens", "1500"], "too small to summarize a text in parts"),
+])
+def test_bad_split_flags_are_one_line_errors(tiny_ckpt, book, flags, needle):
+    path, _ = book
+    args = list(LONG)
+    i = args.index("--part-tokens")
+    del args[i:i + 2]
+    result = invoke("summarize", path, "--model", tiny_ckpt, *args, "--part-tokens", "16",
+                    *flags)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error:") and needle in lines[-1], result.stderr
+    assert "Traceback" not in result.output
