@@ -18,9 +18,9 @@ import torch
 
 from infer.kv_pool import KV_DTYPES as KV_CACHES
 from infer.kv_pool import PAGE_SIZES, pages_for
+from models.dtypes import TORCH_DTYPES as DTYPES
 
 ATTENTION_KINDS = ("auto", "reference", "triton")
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
 MAX_BATCH = 16  # sequences in one decode step: the projections' GEMM is row-invariant up to 16

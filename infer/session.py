@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from infer.config import SamplingParams
+from infer.fits import check_fits
 from infer.meta import build_meta, grow_pages
 from infer.stats import GenerationStats
 
@@ -99,16 +100,12 @@ class Session:
         """``prompt_ids`` as a list of ints, checked to leave room for a reply.
 
         Raises:
-            ValueError: an empty prompt, or ``len(prompt_ids) + 1 > ctx`` (both counts given).
+            ValueError: an empty prompt, or ``len(prompt_ids) + 1 > ctx`` (``check_fits``).
         """
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("the prompt is empty: give at least one token")
-        ctx = self.engine.ctx
-        if len(prompt) + 1 > ctx:
-            raise ValueError(f"the prompt has {len(prompt)} tokens but the context holds {ctx} "
-                             f"(prompt + at least 1 new token): raise --ctx above "
-                             f"{len(prompt)} or shorten the prompt")
+        check_fits(len(prompt), self.engine.ctx, max_ctx=self.engine.context.max_ctx)
         return prompt
 
     # ------------------------------------------------------------------ engine internals

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
+from models.dtypes import TORCH_DTYPES
+
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Qwen3Config:
                 f"num_key_value_heads ({self.num_key_value_heads})")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
-        if self.torch_dtype not in _DTYPES:
+        if self.torch_dtype not in TORCH_DTYPES:
             raise ValueError(f"unsupported torch_dtype {self.torch_dtype!r}")
 
     @property
@@ -118,16 +119,7 @@ class Qwen3Config:
     @property
     def dtype(self) -> torch.dtype:
         """The checkpoint's stored dtype."""
-        return _DTYPES[self.torch_dtype]
-
-    def kv_bytes_per_token(self, kv_dtype: str) -> int:
-        """Bytes of KV cache one token occupies over all layers.
-
-        ``kv_dtype`` is ``"bf16"`` (2-byte K and V) or ``"int8"`` (1-byte codes plus one float32
-        scale per token, KV head and K/V).
-        """
-        per_head = {"bf16": 2 * self.head_dim, "int8": self.head_dim + 4}[kv_dtype]
-        return 2 * self.num_hidden_layers * self.num_key_value_heads * per_head
+        return TORCH_DTYPES[self.torch_dtype]
 
     def weight_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """Bytes of weights read per decoded token (embedding rows excluded; lm_head included)."""

@@ -25,13 +25,12 @@ import torch
 from safetensors import safe_open
 
 from models.config import Qwen3Config
+from models.dtypes import SAFETENSORS_DTYPES, TORCH_DTYPES
 from models.qwen3 import Qwen3ForCausalLM
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 LM_HEAD = "lm_head.weight"
-_STORED_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
-_RUN_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _MAX_NAMES = 8  # tensor names listed in an error message
 
 
@@ -161,9 +160,9 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     if not folder.is_dir():
         raise ValueError(f"model folder {folder} does not exist")
     if isinstance(dtype, str):
-        if dtype not in _RUN_DTYPES:
-            raise ValueError(f"unsupported dtype {dtype!r}: use one of {', '.join(_RUN_DTYPES)}")
-        dtype = _RUN_DTYPES[dtype]
+        if dtype not in TORCH_DTYPES:
+            raise ValueError(f"unsupported dtype {dtype!r}: use one of {', '.join(TORCH_DTYPES)}")
+        dtype = TORCH_DTYPES[dtype]
     if config is None:
         config = read_config(folder)
     else:
@@ -234,6 +233,6 @@ def _check(folder: Path, stored: dict, targets: dict, params: dict) -> None:
         if shape != want:
             raise ValueError(f"tensor {name} in {file.name} has shape {list(shape)}, but the "
                              f"config implies {list(want)}: config.json does not match the weights")
-        if st_dtype not in _STORED_DTYPES:
+        if st_dtype not in SAFETENSORS_DTYPES:
             raise ValueError(f"tensor {name} in {file.name} is stored as {st_dtype}; only "
                              "bfloat16, float16 and float32 checkpoints are supported")

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from models.dtypes import TORCH_DTYPES
 from models.safetensors_writer import write_checkpoint_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,7 +87,6 @@ DEFAULT_GENERATION_CONFIG = {
     "top_p": 0.95,
 }
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _SHARD_BYTES = 5 * 10**9  # default shard size, as transformers' save_pretrained
 
 
@@ -155,9 +155,9 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
         ValueError: unknown size or dtype, a missing config, or a ``tokenizer`` folder without
             ``tokenizer.json`` (raised before anything is written).
     """
-    if dtype not in _DTYPES:
-        raise ValueError(f"unsupported dtype {dtype!r}: choose one of {', '.join(_DTYPES)}")
-    tdtype = _DTYPES[dtype]
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}: choose one of {', '.join(TORCH_DTYPES)}")
+    tdtype = TORCH_DTYPES[dtype]
     cfg = base_config(size, config_dir)
     cfg["torch_dtype"] = dtype
     if tie is not None:
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tokenizer", default=None,
                    help=f"folder with the tokenizer files (default {DEFAULT_TOKENIZER_DIR})")
     p.add_argument("--shards", type=int, default=None, help="files (default: one per ~5 GB)")
-    p.add_argument("--dtype", choices=tuple(_DTYPES), default="bfloat16")
+    p.add_argument("--dtype", choices=tuple(TORCH_DTYPES), default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tie", action=argparse.BooleanOptionalAction, default=None,
                    help="override tie_word_embeddings")

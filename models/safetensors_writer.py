@@ -25,9 +25,10 @@ from pathlib import Path
 
 import torch
 
+from models.dtypes import SAFETENSORS_CODES
+
 PARTIAL_SUFFIX = ".partial"  # a shard being written; renamed when complete
 INDEX_FILE = "model.safetensors.index.json"
-_ST_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 
 MakeTensor = Callable[[str, tuple[int, ...]], torch.Tensor]
 
@@ -65,7 +66,7 @@ class StreamingWriter:
         header, offset = {"__metadata__": {"format": "pt"}}, 0
         for name, shape in entries:
             nbytes = math.prod(shape) * esize
-            header[name] = {"dtype": _ST_DTYPES[dtype], "shape": list(shape),
+            header[name] = {"dtype": SAFETENSORS_CODES[dtype], "shape": list(shape),
                             "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()

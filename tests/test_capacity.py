@@ -37,8 +37,10 @@ def test_weight_bytes_from_files(tiny_ckpt):
 def test_bytes_needed_counts_the_pool(qwen8b):
     cfg = EngineConfig("m", ctx=32768, device="cuda", attention="triton")
     kv = 32768 // 64 + 1
-    for kv_cache in ("bf16", "int8"):
-        per_page = 64 * qwen8b.kv_bytes_per_token(kv_cache)
+    # DESIGN.md: 147,456 B of BF16 KV per cached token for Qwen3-8B, 76,032 B in INT8 with
+    # float32 scales (36 layers x 8 KV heads x K and V x (128 x 2 B, or 128 + 4 B))
+    for kv_cache, per_token in (("bf16", 147_456), ("int8", 76_032)):
+        per_page = 64 * per_token
         need = capacity.bytes_needed(cfg, qwen8b, "triton", kv_cache, 32768)
         act = capacity.activation_bytes(qwen8b, 2048, 32768, "triton", 2)
         assert need == kv * per_page + act

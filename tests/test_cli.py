@@ -623,7 +623,7 @@ def test_no_limit_reply_fills_the_context_and_no_more(tiny_ckpt, tok):
 
 
 def test_check_fits_past_the_largest_context():
-    from infer.ui.prepare import check_fits
+    from infer.fits import check_fits
 
     top = 131072  # Qwen3's largest context (YaRN factor 4 over 32768): models/context.py
     check_fits(top - 1, top, max_ctx=top)  # fits: no error

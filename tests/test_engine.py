@@ -180,7 +180,7 @@ def test_context_full_stops_without_error():
 
 def test_prompt_too_long_and_empty():
     s = mock_engine(ctx=32).new_session()
-    with pytest.raises(ValueError, match=r"32 tokens.*holds 32"):
+    with pytest.raises(ValueError, match=r"32 tokens, which leaves no room .* context of 32"):
         s.generate(prompt_of(32))
     list(s.generate(prompt_of(31), GREEDY.replace(max_new_tokens=1)))  # 31 + 1 fits
     with pytest.raises(ValueError, match="empty"):

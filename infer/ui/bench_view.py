@@ -14,15 +14,14 @@ from rich.table import Table
 from infer.bench import BenchResult, cache_dtype, run_bench
 from infer.ui.console import UI
 from infer.ui.records import bench_record
-
-_SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+from models.dtypes import SHORT_NAMES
 
 
 def cache_label(engine) -> str:
     """The KV cache as the table's title names it: ``"int8 cache"``, ``"bf16 cache"`` on CUDA,
     ``"float32 cache"`` on the CPU (``infer.bench.cache_dtype``)."""
     name = cache_dtype(engine)
-    return f"{_SHORT_DTYPES.get(name, name)} cache"
+    return f"{SHORT_NAMES.get(name, name)} cache"
 
 
 def results_table(results: list[BenchResult], title: str) -> Table:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import typer
 
+from infer.fits import check_fits
 from infer.ui.console import UI
-from infer.ui.prepare import check_fits, load_engine
+from infer.ui.prepare import load_engine
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView, format_stats
 

@@ -1,11 +1,11 @@
 """From a command's flags to a loaded engine: the checks that run before any slow work.
 
 Owns the flag validation and model resolution (``prepare``: an ``EngineConfig``, the tokenizer
-and the context plan, not the weights; the note when ``--ctx`` turns YaRN on), the context check
-of a prompt and its reply (``check_fits``), reading a text input (``read_input``) and loading
-the engine (``load_engine``, under a status spinner). Every user mistake raises ValueError with a
-message that says how to fix it; ``infer.ui.console.errors`` turns it into one line and exit
-code 2.
+and the context plan, not the weights; the note when ``--ctx`` turns YaRN on), reading a text
+input (``read_input``) and loading the engine (``load_engine``, under a status spinner). The
+context check of a prompt and its reply is ``infer.fits.check_fits``. Every user mistake raises
+ValueError with a message that says how to fix it; ``infer.ui.console.errors`` turns it into one
+line and exit code 2.
 """
 
 from __future__ import annotations
@@ -53,32 +53,6 @@ def prepare(ui: UI, model: str):
     if plan.note:
         ui.note(plan.note)
     return replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder), plan
-
-
-def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> None:
-    """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
-    least one token) do not fit in the context; the message gives both counts and a --ctx, or,
-    past ``max_ctx`` (the largest context the checkpoint supports), says to shorten the text.
-    """
-    n_reply = max(max_new, 1)
-    if n_prompt + n_reply <= ctx:
-        return
-    need = -(-(n_prompt + n_reply) // 1024)
-    beyond = f"beyond the largest context this model supports ({max_ctx} tokens)"
-    if n_prompt + 1 > max_ctx:
-        raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text")
-    if n_prompt + n_reply > max_ctx:
-        raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
-                         f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: lower "
-                         f"--max-new-tokens to at most {max_ctx - n_prompt}, or shorten "
-                         "the text")
-    if max_new <= 0:
-        size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
-        raise ValueError(f"the prompt is {n_prompt} tokens, {size} the context of {ctx} "
-                         f"tokens: raise --ctx (e.g. --ctx {need}k) or shorten the input")
-    raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
-                     f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
-                     f"{ctx} tokens: raise --ctx (e.g. --ctx {need}k) or lower --max-new-tokens")
 
 
 def load_engine(ui: UI, cfg, tokenizer):

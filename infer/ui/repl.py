@@ -14,8 +14,8 @@ import traceback
 
 from rich.markup import escape
 
+from infer.fits import check_fits
 from infer.ui.console import UI, OutputError, error_message
-from infer.ui.prepare import check_fits
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView, format_stats
 

@@ -17,10 +17,11 @@ from dataclasses import replace
 
 from rich.markup import escape
 
+from infer.fits import check_fits
 from infer.summarize import Summarizer, part_limit
 from infer.ui.console import UI
 from infer.ui.oneshot import one_shot, reply_once
-from infer.ui.prepare import check_fits, load_engine
+from infer.ui.prepare import load_engine
 
 
 def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_split: bool,

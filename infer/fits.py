@@ -1,0 +1,32 @@
+"""The one context rule: a prompt and its reply fit in the context (prompt + reply <= ctx), and no
+context is longer than the checkpoint supports (``models.context``). The engine, the commands and
+the chat loop check through ``check_fits``; the decode loop stops a reply by the same rule
+(``infer/decode_loop.py``)."""
+
+from __future__ import annotations
+
+
+def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> None:
+    """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
+    least one token) do not fit in the context; the message gives both counts and a --ctx, or,
+    past ``max_ctx`` (the largest context the checkpoint supports), says to shorten the text.
+    """
+    n_reply = max(max_new, 1)
+    if n_prompt + n_reply <= ctx:
+        return
+    need = -(-(n_prompt + n_reply) // 1024)
+    beyond = f"beyond the largest context this model supports ({max_ctx} tokens)"
+    if n_prompt + 1 > max_ctx:
+        raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text")
+    if n_prompt + n_reply > max_ctx:
+        raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+                         f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: lower "
+                         f"--max-new-tokens to at most {max_ctx - n_prompt}, or shorten "
+                         "the text")
+    if max_new <= 0:
+        size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
+        raise ValueError(f"the prompt is {n_prompt} tokens, {size} the context of {ctx} "
+                         f"tokens: raise --ctx (e.g. --ctx {need}k) or shorten the input")
+    raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+                     f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
+                     f"{ctx} tokens: raise --ctx (e.g. --ctx {need}k) or lower --max-new-tokens")
