@@ -117,7 +117,7 @@ def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
         lengths: prompt lengths in tokens.
         tokens: tokens to decode per length (>= 2), greedy, past stop tokens.
     """
-    vocab = getattr(engine.tokenizer, "vocab_limit", None) or engine.model_config.vocab_size
+    vocab = engine.tokenizer.vocab_limit or engine.model_config.vocab_size
     prompt = bench_prompt(max(lengths), vocab)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
     # warm-up, not timed: compiles the kernels a full prefill chunk and a decode step use and

@@ -68,20 +68,6 @@ class ThinkSplitter:
         return out
 
 
-def ceiling_tokens_per_s(engine, num_cached: int) -> float | None:
-    """Decode ceiling in tokens/s with ``num_cached`` tokens in the cache, or None if unknown.
-
-    ceiling = device read bandwidth / bytes read per token (weights + KV of the cached tokens +
-    INT8 scales), DESIGN.md "Measuring speed".
-
-    HOOK: the engine does not measure the bandwidth yet. This calls
-    ``engine.ceiling_tokens_per_s(num_cached) -> float | None`` when the engine defines it; the
-    live status line, the stats line and ``--json`` then show it.
-    """
-    fn = getattr(engine, "ceiling_tokens_per_s", None)
-    return fn(num_cached) if callable(fn) else None
-
-
 def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str:
     """One line: prompt tokens (reused, in a chat), new tokens, time to first token, decode
     tokens/s (and the ceiling when known), why it stopped. ``stats``: ``GenerationStats``.
@@ -166,7 +152,7 @@ class ReplyView:
         return Reply(raw="".join(self._raw), answer="".join(self._parts[False]).strip(),
                      thinking="".join(self._parts[True]).strip(), stats=self.session.stats,
                      interrupted=interrupted,
-                     ceiling=ceiling_tokens_per_s(self.engine, self.session.num_cached))
+                     ceiling=self.engine.ceiling_tokens_per_s(self.session.num_cached))
 
     # ---------------------------------------------------------------- text
 
@@ -219,7 +205,7 @@ class ReplyView:
                         f"({stats.reused_tokens:,} reused) · "
                         f"{time.perf_counter() - self._t0:.1f} s", style="dim")
         line = f"{stats.new_tokens:,} tokens · {stats.decode_tokens_per_s:.1f} tok/s"
-        ceiling = ceiling_tokens_per_s(self.engine, self.session.num_cached)
+        ceiling = self.engine.ceiling_tokens_per_s(self.session.num_cached)
         if ceiling:
             line += f" (ceiling {ceiling:.0f} tok/s)"
         return Text(line, style="dim")
