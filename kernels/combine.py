@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.decode_plan import supports_pdl
+from kernels.device import supports_pdl
 
 
 @triton.jit

@@ -50,7 +50,7 @@ group's K/V tiles come from L2, so packing would save L2 traffic, not FLOPs.
 K/V tiles come in by pointer loads (Triton pipelines them with cp.async over ``num_stages``), or,
 with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]`` (Hopper+; a
 tile is one page slice, masked tiles are zeroed in registers instead; the default on Hopper). Tile
-sizes come from a fixed heuristic in the launcher (``_default_config``, no autotuning);
+sizes come from a fixed heuristic (``kernels.tiles.prefill_tiles``, no autotuning);
 ``benchmarks/attention.py --sweep`` measures the others.
 """
 
@@ -63,6 +63,7 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check_pool_pair
+from kernels.tiles import PrefillTiles, prefill_tiles, qk_int8_supported
 
 LOG2E = 1.4426950408889634
 
@@ -97,7 +98,7 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
                    lo, hi, q_pos, kv_end, qk_scale,
                    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                    IS_INT8: tl.constexpr, MASKED: tl.constexpr, DOT_PREC: tl.constexpr,
-                   USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, QK_INT8: tl.constexpr,
+                   USE_TMA: tl.constexpr, QK_INT8: tl.constexpr,
                    dt: tl.constexpr):
     """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N).
 
@@ -105,7 +106,7 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
     halves of the query tile and ``q_scale`` its row scales (``_split_query_int8``)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    for n0 in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+    for n0 in tl.range(lo, hi, BLOCK_N):
         kpos = n0 + offs_n                                              # [BLOCK_N]
         kmask = kpos < kv_end
         if BLOCK_N <= PAGE_SIZE:
@@ -202,8 +203,8 @@ def _prefill_kernel(
     qk_scale,                  # sm_scale * log2(e)
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.constexpr,
-    DOT_PREC: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
-    QK_INT8: tl.constexpr, STAGE_Q: tl.constexpr,
+    DOT_PREC: tl.constexpr, USE_TMA: tl.constexpr, QK_INT8: tl.constexpr,
+    STAGE_Q: tl.constexpr,
 ):
     head = tl.program_id(0)
     tile = tl.num_programs(1) - 1 - tl.program_id(1)     # last (longest) tiles first
@@ -265,57 +266,16 @@ def _prefill_kernel(
                                    vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
                                    k_head_row, v_head_row, 0, full_blocks_end, q_pos, kv_end,
                                    qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, False,
-                                   DOT_PREC, USE_TMA, WARP_SPEC, QK_INT8, dt)
+                                   DOT_PREC, USE_TMA, QK_INT8, dt)
     # Phase 2: the blocks that overlap the diagonal (or the sequence end).
     acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale, k_base, v_base, ks_base,
                                    vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
                                    k_head_row, v_head_row, full_blocks_end, kv_end, q_pos, kv_end,
                                    qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, True,
-                                   DOT_PREC, USE_TMA, False, QK_INT8, dt)
+                                   DOT_PREC, USE_TMA, QK_INT8, dt)
     out = acc / l_i[:, None]
     tl.store(o_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-def _default_config(max_query_len: int, page_size: int, device: torch.device,
-                    is_int8: bool, tma: bool = True, elem_bytes: int = 2, head_dim: int = 128,
-                    block_m: int | None = None) -> tuple:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads) for a step; deterministic.
-
-    ``elem_bytes``: the widest of q's and the pool's element sizes; ``block_m``: a caller's
-    override (the warp count follows it).
-
-    On Hopper (sm_90+) K/V tiles come through TMA descriptors: BLOCK_M 128 on 8 warps for 16-bit
-    pools and 64 on 4 warps for INT8, with 6 pipeline stages (7 for INT8). The stage count matters
-    because of the page table: Triton's pipeliner (``AssignLatencies``) gives each pipelined load a
-    latency of ``(num_stages - 1) // (indirection levels + 1)`` iterations, and the K/V loads sit
-    one indirection below the page-id load. At 3 stages they are issued one iteration ahead (INT8 V
-    single-buffered); at 5-6, two. On an H200 (``.gpu`` A/B at b3c7276, identical outputs, TFLOP/s
-    at 4k / 32k): BF16 394 / 437 with 4 warps and 3 stages (the default since fe210ce) -> 438 / 485
-    with 8 warps and 6 stages (8 warps at 3 stages: 312 / 314; 4 warps at 5: 359 / 417); INT8 276 /
-    314 -> 276 / 331 (7 stages: 271-274 / 333, 9: slower). Since the INT8 query halves come from
-    shared memory (``STAGE_Q``) 7 stages beat 6 (three tiles ahead instead of two; A/B in one run,
-    identical outputs: 282 -> 283 at 4k, 336 -> 343 at 32k, 336 -> 341 for a 4k chunk after 128k,
-    321 -> 336 for a 512-token chunk after 32k; 8 stages the same as 7, 9 slower). The 6-stage tiles
-    need up to 132 KB of shared memory with 16-bit operands and head_dim 128; float32 operands or
-    head_dim 256 would need ~260 KB (over the 227 KB an H100/H200 CTA may use), so those keep the
-    earlier 4-warp, 3-stage tiles, as do pointer loads (``tma=False``: a pool no descriptor can
-    describe). ``tests/compile_prefill_tiles.py`` compiles the defaults for sm_90 and reports their
-    shared memory. Older GPUs: pointer loads.
-    """
-    if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
-        return block_m or 16, min(16, page_size), 4, 1, False
-    hopper = torch.cuda.get_device_capability(device)[0] >= 9
-    block_n = min(64, page_size)
-    if hopper and block_n >= 16:
-        block_m = block_m or min(64 if is_int8 else 128,
-                                 max(16, triton.next_power_of_2(max_query_len)))
-        if tma and elem_bytes <= 2 and head_dim <= 128:
-            return block_m, block_n, 8 if block_m >= 128 else 4, 7 if is_int8 else 6, True
-        return block_m, block_n, 4, 3, tma
-    block_m = block_m or min(128, max(16, triton.next_power_of_2(max_query_len)))
-    num_warps = 8 if block_m >= 128 else 4
-    return block_m, 64, num_warps, 3 if hopper else 2, False
 
 
 def _pool_rows(cache: torch.Tensor) -> int:
@@ -349,7 +309,7 @@ def _pool_descriptor(cache: torch.Tensor, block_n: int, transposed: bool = False
     rows = _pool_rows(cache)
     if rows >= 2**31:
         raise ValueError(f"prefill_attention: a pool of {rows} rows is too large for TMA loads "
-                         "(int32 coordinates); use use_tma=False")
+                         "(int32 coordinates); use tiles with use_tma=False")
     block = [r, block_n] if transposed else [block_n, w]
     return TensorDescriptor(cache, [rows, w], [w, 1], block)
 
@@ -358,11 +318,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                       seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
                       page_table: torch.Tensor, *, max_query_len: int, sm_scale: float | None,
                       k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-                      out: torch.Tensor | None = None, block_m: int | None = None,
-                      block_n: int | None = None, num_warps: int | None = None,
-                      num_stages: int | None = None, use_tma: bool | None = None,
-                      warp_specialize: bool = False, qk_int8: bool | None = None,
-                      stage_q: bool | None = None) -> torch.Tensor:
+                      out: torch.Tensor | None = None,
+                      tiles: PrefillTiles | None = None) -> torch.Tensor:
     """Causal attention of a step's new queries to their sequences' paged K/V (prefill chunks).
 
     The step's own K/V must already be in the pool (``kernels/store_kv.py``). Oracle:
@@ -385,30 +342,17 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         k_scale, v_scale: float32 [num_pages, Hkv, page_size] per-(position, KV head) scales for an
             INT8 pool (both with the same strides, last dim contiguous); None otherwise.
         out: optional [T, Hq, D] output in q's dtype (last dim contiguous); allocated if None.
-            It may be q itself but must not otherwise overlap q: with ``stage_q`` its slots
+            It may be q itself but must not otherwise overlap q: with ``tiles.stage_q`` its slots
             also hold the int8 query halves for a while.
-        block_m, block_n, num_warps, num_stages: tile overrides for benchmarks; the defaults come
-            from a fixed heuristic (``_default_config``; the default warp count follows
-            ``block_m``). block_n must divide page_size or be a multiple of it.
-        use_tma: load K/V tiles through TMA tensor descriptors (Hopper+; needs block_n <= page_size
-            and the pool's page/head strides multiples of D). None: the default for the device
-            (on for sm_90+ when block_n <= page_size). Without TMA the default tiles are the
-            pointer-load ones (on Hopper 4 warps and 3 stages instead of TMA's 6).
-        warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks). With
-            Triton 3.6 on sm_90 the compiler aborts on this kernel with 4 warps and specializes
-            nothing with 8 (BENCHMARKS.md).
-        qk_int8: for an INT8 pool, score with two int8 dots on the raw key codes (module notes).
-            None: the default, on for 16-bit queries (on CUDA: sm_80+ and head_dim 32 to 1024);
-            float32 queries always convert the codes.
-        stage_q: with ``qk_int8``, pass the int8 query halves through ``out`` so that the MMA
-            reads them from shared memory (module notes). None: the default, on for Hopper
-            (sm_90, where it was measured) and in the interpreter; off elsewhere.
+        tiles: a ``kernels.tiles.PrefillTiles``; None takes ``prefill_tiles`` for the device,
+            dtypes and shapes (TMA loads where the pool allows them). ``qk_int8`` needs
+            ``kernels.tiles.qk_int8_supported``; ``stage_q`` is ignored without ``qk_int8``.
 
     Returns:
         [T, Hq, D] in q's dtype (``out`` if given). Rows are written only for real queries.
 
     Raises:
-        ValueError: on shapes, dtypes or layouts the kernel does not support.
+        ValueError: on shapes, dtypes, layouts or tiles the kernel does not support.
     """
     def check(ok: bool, msg: str) -> None:
         if not ok:
@@ -454,43 +398,25 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if t == 0 or b == 0:
         return out
 
-    widest = max(q.element_size(), k_cache.element_size())
-    dm, dn, dw, ds, dt = _default_config(max_query_len, page_size, q.device, is_int8,
-                                         elem_bytes=widest, head_dim=d, block_m=block_m)
-    if use_tma is None:  # the default: TMA where the pools allow it, else pointer loads
-        use_tma = (dt and (block_n or dn) <= page_size and _tma_ok(k_cache)
-                   and _tma_ok(v_cache))
-    if dt and not use_tma:  # pointer loads take their own default tiles
-        dm, dn, dw, ds, _ = _default_config(max_query_len, page_size, q.device, is_int8,
-                                            tma=False, elem_bytes=widest, head_dim=d,
-                                            block_m=block_m)
-    block_m, block_n = block_m or dm, block_n or dn
-    num_warps, num_stages = num_warps or dw, num_stages or ds
+    if tiles is None:
+        tiles = prefill_tiles(q.device, q.dtype, k_cache.dtype, max_query_len=max_query_len,
+                              page_size=page_size, head_dim=d,
+                              tma=_tma_ok(k_cache) and _tma_ok(v_cache))
+    block_m, block_n = tiles.block_m, tiles.block_n
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
-          f"block_n={block_n} must divide page_size={page_size} or be a multiple of it")
-    check(block_m & (block_m - 1) == 0 and block_n & (block_n - 1) == 0,
-          "block_m and block_n must be powers of two")
+          f"tiles.block_n={block_n} must divide page_size={page_size} or be a multiple of it")
     check(q.device.type != "cuda" or min(block_m, block_n) >= 16,
-          "tensor-core tiles need block_m, block_n >= 16")
+          "tensor-core tiles need tiles.block_m, tiles.block_n >= 16")
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
-    if use_tma:
+    if tiles.use_tma:
+        check(block_n <= page_size, "TMA loads need tiles.block_n <= page_size")
         desc_k = _pool_descriptor(k_cache, block_n)
         desc_v = _pool_descriptor(v_cache, block_n, transposed=is_int8)
-        check(block_n <= page_size, "TMA loads need block_n <= page_size")
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
-    qk_int8_ok = (is_int8 and q.dtype != torch.float32 and d <= 1024
-                  and (q.device.type != "cuda"
-                       or (d >= 32 and torch.cuda.get_device_capability(q.device) >= (8, 0))))
-    if qk_int8 is None:
-        qk_int8 = qk_int8_ok
-    check(not qk_int8 or qk_int8_ok, "qk_int8 needs an INT8 pool and 16-bit queries (CUDA: sm_80+, "
-          "head_dim 32 to 1024)")
-    # the int8 query halves go through ``out`` (module notes): a gain where the dots are warpgroup
-    # MMAs (measured on sm_90 only); the interpreter runs the same path so that CPU tests cover it
-    if stage_q is None:
-        stage_q = q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] == 9
-    stage_q = bool(stage_q and qk_int8)
+    check(not tiles.qk_int8 or qk_int8_supported(q.device, q.dtype, k_cache.dtype, d),
+          "tiles.qk_int8 needs an INT8 pool and 16-bit queries (CUDA: sm_80+, head_dim 32 to "
+          "1024)")
     grid = (hq, triton.cdiv(max_query_len, block_m), b)
     _prefill_kernel[grid](
         q, k_cache, v_cache, k_scale, v_scale, desc_k, desc_v, out, seq_lens, query_start_loc,
@@ -501,7 +427,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         sm_scale * LOG2E,
         GROUP=hq // hkv, HEAD_DIM=d, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=block_n,
         IS_INT8=is_int8, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
-        USE_TMA=use_tma, WARP_SPEC=warp_specialize, QK_INT8=qk_int8, STAGE_Q=stage_q,
-        num_warps=num_warps, num_stages=num_stages,
+        USE_TMA=bool(tiles.use_tma), QK_INT8=bool(tiles.qk_int8),
+        STAGE_Q=bool(tiles.stage_q and tiles.qk_int8),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out

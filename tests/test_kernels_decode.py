@@ -11,6 +11,7 @@ GPU (-m gpu): bfloat16, 32 query / 8 KV heads, head_dim 128, page 64, at 1k/32k/
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -24,6 +25,7 @@ from kernels import reference
 from kernels.combine import combine
 from kernels.decode_attention import DecodeWorkspace, decode_attention
 from kernels.decode_block import _int8_to_f16
+from kernels.tiles import DecodeTiles, decode_tiles
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
@@ -95,10 +97,21 @@ class Case:
             c.k[pages] = math.nan
             c.v[pages] = math.nan
 
-    def run(self, **kw):
+    def tiles(self, **overrides) -> DecodeTiles:
+        """The default tiles of this case with ``overrides`` (``DecodeTiles`` fields)."""
+        c = self.cache
+        rows = self.n * self.q.shape[1] // c.k.shape[1]
+        base = decode_tiles(self.device, c.k.dtype, page_size=c.k.shape[2], rows=rows)
+        return dataclasses.replace(base, **overrides)
+
+    def run(self, num_splits=None, workspace=None, out=None, **tile_overrides):
+        """``decode_attention`` on this case; keyword arguments other than the launcher's own
+        override fields of the default ``DecodeTiles``."""
         c = self.cache
         return decode_attention(self.q, c.k, c.v, self.seq_lens, self.page_table,
-                                num_queries=self.n, k_scale=c.k_scale, v_scale=c.v_scale, **kw)
+                                num_queries=self.n, k_scale=c.k_scale, v_scale=c.v_scale,
+                                num_splits=num_splits, workspace=workspace, out=out,
+                                tiles=self.tiles(**tile_overrides) if tile_overrides else None)
 
     def expected(self):
         """The reference over the pool (dequantized for INT8), zeros for empty sequences."""
@@ -146,7 +159,7 @@ CASES = [
 def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
     case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
                 dtype=dtype, int8=int8)
-    out = case.run(num_splits=splits, block_n=block_n, int8_magic=1 if int8 else None)
+    out = case.run(num_splits=splits, block_n=block_n, **({"int8_magic": 1} if int8 else {}))
     assert out.dtype == dtype and out.shape == case.q.shape
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
@@ -329,7 +342,7 @@ def test_decode_gpu_multi_query_batch(int8, magic, pdl):
     n = 4
     case = Case([5, 63, 64, 65, 3000, 0], n, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=int8, device="cuda")
-    out = case.run(num_splits=8, int8_magic=magic, pdl=pdl)
+    out = case.run(num_splits=8, pdl=pdl, **({} if magic is None else {"int8_magic": magic}))
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
     assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
 
@@ -347,7 +360,7 @@ def test_decode_gpu_cuda_graph(pdl):
     lens = case.seq_lens.clone()
     lens.copy_(torch.tensor([300, 1000], dtype=torch.int32))
     run = lambda: decode_attention(case.q, c.k, c.v, lens, case.page_table, num_splits=16,
-                                   workspace=ws, out=out, pdl=pdl)
+                                   workspace=ws, out=out, tiles=case.tiles(pdl=pdl))
     run()  # compile outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -361,6 +374,6 @@ def test_decode_gpu_cuda_graph(pdl):
 
 def test_pdl_is_never_used_off_hopper():
     """griddepcontrol exists from sm_90 on: the CPU (and pre-Hopper GPUs) never get it."""
-    from kernels.decode_plan import supports_pdl
+    from kernels.device import supports_pdl
 
     assert supports_pdl("cpu") is False
