@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.checks import check_last_dim_contiguous
 from kernels.device import supports_pdl
 
 
@@ -125,7 +126,8 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
         ``out``. Allocates nothing (safe under CUDA graph capture).
 
     Raises:
-        ValueError: on shapes that do not fit together.
+        ValueError: naming the argument, on shapes or dtypes that do not fit together or a last
+            dim that is not contiguous.
     """
     if o_part.dim() != 5 or lse.shape != o_part.shape[:4]:
         raise ValueError(f"o_part must be [B, kv_heads, splits, rows, D] and lse its first four "
@@ -143,7 +145,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
                          f"{out.shape[0]} for batch {batch}")
     if head_dim & (head_dim - 1) or head_dim < 16:
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
-    assert o_part.stride(-1) == 1 and lse.stride(-1) == 1 and out.stride(-1) == 1
+    check_last_dim_contiguous("combine", o_part=o_part, lse=lse, out=out)
     # all splits in one tile up to 256 (one round trip to L2); the head_dim split over programs
     # so that a tile stays ~4096 float32 and hundreds of splits still spread over the SMs
     block_s = min(256, triton.next_power_of_2(num_splits))

@@ -66,7 +66,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check_int8_scales, check_pool_pair
+from kernels.checks import (
+    check_contiguous,
+    check_int8_scales,
+    check_last_dim_contiguous,
+    check_pool_pair,
+)
 from kernels.combine import combine
 from kernels.decode_block import _attend_block
 from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's public helpers)
@@ -263,7 +268,8 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
         raise ValueError(f"page_table must be int32 [{batch}, max_pages]")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
-    assert q.stride(-1) == 1 and page_table.stride(-1) == 1 and seq_lens.is_contiguous()
+    check_last_dim_contiguous("decode_attention", q=q, page_table=page_table)
+    check_contiguous("decode_attention", seq_lens=seq_lens)
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
     else:

@@ -20,7 +20,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check_int8_scales, check_pool_pair
+from kernels.checks import (
+    check_contiguous,
+    check_int8_scales,
+    check_last_dim_contiguous,
+    check_pool_pair,
+)
 from kernels.device import supports_pdl
 from kernels.tiles import StoreTiles, store_tiles
 
@@ -124,8 +129,9 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     capture. Matches ``kernels.reference.store_kv`` bit for bit (INT8 included).
 
     Raises:
-        ValueError: on mismatched shapes/dtypes, a missing or unexpected scale tensor, or a
-            non-contiguous cache.
+        ValueError: naming the argument, on mismatched shapes/dtypes, a missing or unexpected
+            scale tensor, a non-contiguous cache or slot_mapping, or k/v whose last dim is not
+            contiguous.
     """
     if k.dim() != 3 or k.shape != v.shape:
         raise ValueError(f"k and v must both be [T, kv_heads, head_dim], got {tuple(k.shape)} "
@@ -146,7 +152,8 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         raise ValueError("pass k_scale and v_scale exactly when the cache is int8")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
-    assert k.stride(-1) == 1 and v.stride(-1) == 1, "k/v need a contiguous last dim"
+    check_last_dim_contiguous("store_kv", k=k, v=v)
+    check_contiguous("store_kv", slot_mapping=slot_mapping)
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
         scale_strides = (k_scale.stride(0), k_scale.stride(1))

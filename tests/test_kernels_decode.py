@@ -284,6 +284,45 @@ def test_decode_rejects_bad_arguments():
         decode_attention(case.q, c.k, c.v, case.seq_lens.long(), case.page_table)
 
 
+def test_decode_rejects_strided_views_with_value_errors():
+    """A view whose last dim is strided would be read (or written) outside its elements: every
+    launcher says which argument, with a ValueError (an assert would vanish under python -O)."""
+    case = Case([5, 20], 1, kv_heads=2, group=2, head_dim=32, page_size=16, dtype=torch.float16,
+                int8=False)
+    c = case.cache
+    wide_q = torch.cat([case.q, case.q], -1)[..., ::2]
+    with pytest.raises(ValueError, match="decode_attention: q needs a contiguous last dim"):
+        decode_attention(wide_q, c.k, c.v, case.seq_lens, case.page_table)
+    table = torch.cat([case.page_table, case.page_table], -1)[:, ::2]
+    with pytest.raises(ValueError, match="decode_attention: page_table needs a contiguous"):
+        decode_attention(case.q, c.k, c.v, case.seq_lens, table)
+    lens = torch.stack([case.seq_lens, case.seq_lens], -1)[:, 0]
+    with pytest.raises(ValueError, match="decode_attention: seq_lens must be contiguous"):
+        decode_attention(case.q, c.k, c.v, lens, case.page_table)
+    with pytest.raises(ValueError, match="block_n"):
+        case.run(block_n=24)  # not a power of two
+    odd = Case([5], 1, kv_heads=2, group=2, head_dim=32, page_size=48, dtype=torch.float16,
+               int8=False)
+    with pytest.raises(ValueError, match="tiles.block_n=32"):  # neither divides nor spans 48
+        decode_attention(odd.q, odd.cache.k, odd.cache.v, odd.seq_lens, odd.page_table,
+                         tiles=DecodeTiles(block_n=32, num_warps=4, num_stages=1))
+
+
+def test_combine_rejects_strided_views_with_value_errors():
+    """``combine(o_part, lse, out[..., ::2])`` would write outside the view."""
+    o_part = torch.randn(1, 2, 3, 4, 16)
+    lse = torch.randn(1, 2, 3, 4)
+    out = torch.empty(2, 4, 32, dtype=torch.float16)
+    with pytest.raises(ValueError, match="combine: out needs a contiguous last dim"):
+        combine(o_part, lse, out[..., ::2])
+    with pytest.raises(ValueError, match="combine: o_part needs a contiguous last dim"):
+        combine(torch.randn(1, 2, 3, 4, 32)[..., ::2], lse, out[..., :16])
+    with pytest.raises(ValueError, match="combine: lse needs a contiguous last dim"):
+        combine(o_part, torch.randn(1, 2, 3, 8)[..., ::2], out[..., :16])
+    with pytest.raises(ValueError, match="float32"):
+        combine(o_part.half(), lse, out[..., :16])
+
+
 @pytest.mark.parametrize("splits,head_dim", [(5, 16), (150, 16), (300, 16), (33, 128),
                                              (198, 128)])
 def test_combine_matches_merge_partials(splits, head_dim):

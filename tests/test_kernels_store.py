@@ -143,6 +143,13 @@ def test_store_rejects_bad_arguments():
     with pytest.raises(ValueError, match="heads"):
         store_kv(torch.randn(1, 3, 16), torch.randn(1, 3, 16), cache.k, cache.v,
                  torch.tensor([0]), cache.k_scale, cache.v_scale)
+    wide = torch.randn(1, 2, 32)
+    with pytest.raises(ValueError, match="store_kv: v needs a contiguous last dim"):
+        store_kv(k, wide[..., ::2], cache.k, cache.v, torch.tensor([0]), cache.k_scale,
+                 cache.v_scale)
+    with pytest.raises(ValueError, match="store_kv: slot_mapping must be contiguous"):
+        store_kv(torch.randn(2, 2, 16), torch.randn(2, 2, 16), cache.k, cache.v,
+                 torch.tensor([0, 9, 1, 9])[::2], cache.k_scale, cache.v_scale)
 
 
 @pytest.mark.gpu
