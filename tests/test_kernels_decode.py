@@ -18,6 +18,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from conftest import nmse
 
 from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import AttnMeta
@@ -30,11 +31,6 @@ from kernels.tiles import DecodeTiles, decode_tiles
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
 INT8_NMSE = 1e-3  # INT8 pool vs attention over the unquantized K/V
-
-
-def _nmse(x, ref):
-    x, ref = x.double(), ref.double()
-    return float(((x - ref) ** 2).sum() / (ref ** 2).sum())
 
 
 class Case:
@@ -166,7 +162,7 @@ def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
     pad = out[-n:]  # the length-0 padding sequence
     assert torch.equal(pad, torch.zeros_like(pad))
     if int8:
-        assert _nmse(out, case.expected_full()) < INT8_NMSE
+        assert nmse(out, case.expected_full()) < INT8_NMSE
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["fp16", "int8"])
@@ -190,7 +186,7 @@ def test_decode_int8_square_pages(n):
                 dtype=torch.float16, int8=True)
     out = case.run(num_splits=3, block_n=16)
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
-    assert _nmse(out, case.expected_full()) < INT8_NMSE
+    assert nmse(out, case.expected_full()) < INT8_NMSE
 
 
 def test_decode_rejects_untransposed_int8_v():
@@ -284,6 +280,36 @@ def test_decode_rejects_bad_arguments():
         decode_attention(case.q, c.k, c.v, case.seq_lens.long(), case.page_table)
 
 
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_stage1_partials_and_empty_splits(int8):
+    """Stage 1's own contract (``kernels/combine.py``), read from the workspace the call fills:
+    each split's partial matches ``reference.split_partials``, and a split that sees no key (an
+    empty split, a padding sequence, or every key after the row's query: the last split of the
+    33-position sequence holds key 32 only) writes ``lse = -inf`` and an exact-zero partial, not
+    the NaN the workspace held before. (The combine drops such splits by a select, so its own
+    output cannot show a broken guard here.)"""
+    n, group, splits, block_n = 4, 2, 4, 16
+    case = Case([33, 5, 0], n, kv_heads=2, group=group, head_dim=16, page_size=16,
+                dtype=torch.float32, int8=int8)
+    ws = DecodeWorkspace.allocate(3, 2, n * group, splits, 16, "cpu")
+    ws.o_part.fill_(math.nan)
+    ws.lse.fill_(math.nan)
+    case.run(num_splits=splits, workspace=ws, block_n=block_n)
+    rows = n * group
+    for b, seq_len in enumerate(case.seq_lens.tolist()):
+        o_part, lse = ws.o_part[b, :, :splits, :rows], ws.lse[b, :, :splits, :rows]
+        k, v = reference.gather_kv(case.cache, case.page_table[b], seq_len)
+        want_o, want_lse = reference.split_partials(case.q[b * n:(b + 1) * n], k, v, n, splits,
+                                                    block_n)
+        empty = torch.isinf(want_lse)
+        assert empty.any() and (seq_len == 0) == bool(empty.all())
+        assert torch.equal(lse[empty], want_lse[empty])  # -inf
+        assert torch.equal(o_part[empty], torch.zeros_like(o_part[empty]))
+        torch.testing.assert_close(lse[~empty], want_lse[~empty], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(o_part[~empty], want_o[~empty], atol=1e-4, rtol=1e-4)
+    assert torch.isinf(ws.lse[0, :, splits - 1, :(n - 1) * group]).all()  # keys after the query
+
+
 def test_decode_rejects_strided_views_with_value_errors():
     """A view whose last dim is strided would be read (or written) outside its elements: every
     launcher says which argument, with a ValueError (an assert would vanish under python -O)."""
@@ -362,13 +388,13 @@ def test_decode_gpu_qwen3_8b_shape(positions, int8, pdl):
     ref = case.expected()
     err = (out.float() - ref).abs().max().item()
     full = case.expected_full()
-    nmse = _nmse(out, full)
+    err_nmse = nmse(out, full)
     print(f"\ndecode {'int8' if int8 else 'bf16'}{' pdl' if pdl else ''} @ {positions}: max |err| "
           f"vs float32 reference "
           f"over the pool {err:.3e}; vs unquantized K/V {(out.float() - full).abs().max():.3e}"
-          f", NMSE {nmse:.2e}")
+          f", NMSE {err_nmse:.2e}")
     torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
-    assert nmse < (INT8_NMSE if int8 else 1e-4)
+    assert err_nmse < (INT8_NMSE if int8 else 1e-4)
 
 
 @pytest.mark.gpu

@@ -17,6 +17,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from conftest import nmse
 
 from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import build_meta
@@ -107,10 +108,6 @@ def full_precision_reference(q, meta, kvs):
         out[lo:hi] = ref.dense_causal_attention(q[lo:hi].float(), k, v,
                                                 q_offset=k.shape[0] - (hi - lo))
     return out
-
-
-def nmse(x, y):
-    return ((x.float() - y.float()) ** 2).sum().item() / (y.float() ** 2).sum().item()
 
 
 def check(q, cache, meta, **kw):
