@@ -63,6 +63,7 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check_pool_pair
+from kernels.paged_walk import block_page, load_scales, online_softmax, scale_probs, scale_scores
 from kernels.tiles import PrefillTiles, prefill_tiles, qk_int8_supported
 
 LOG2E = 1.4426950408889634
@@ -109,13 +110,12 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
     for n0 in tl.range(lo, hi, BLOCK_N):
         kpos = n0 + offs_n                                              # [BLOCK_N]
         kmask = kpos < kv_end
+        # NOTE: the launcher makes BLOCK_N divide PAGE_SIZE or be a multiple of it; page ids of
+        # blocks spanning pages are loaded masked in both phases.
+        page = block_page(pt_row_ptr, n0, kpos, kv_end, PAGE_SIZE, BLOCK_N, True)
         if BLOCK_N <= PAGE_SIZE:
-            # NOTE: the launcher makes BLOCK_N divide PAGE_SIZE: the block lies in one page.
-            page = tl.load(pt_row_ptr + n0 // PAGE_SIZE).to(tl.int64)
             slot = n0 % PAGE_SIZE + offs_n
         else:
-            # The block spans PAGE_SIZE-aligned pages: one page id per key.
-            page = tl.load(pt_row_ptr + kpos // PAGE_SIZE, mask=kmask, other=0).to(tl.int64)
             slot = kpos % PAGE_SIZE
         if USE_TMA:
             # Row of (page, head, slot) in the [rows, D] view; the launcher checks < 2^31.
@@ -154,36 +154,23 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
             qk = tl.dot(q, tl.trans(k.to(dt)), input_precision=DOT_PREC)
         if IS_INT8:
             s_off = page * stride_sp + slot
-            if MASKED:
-                ks = tl.load(ks_ptr + s_off, mask=kmask, other=0.0)
-                vs = tl.load(vs_ptr + s_off, mask=kmask, other=0.0)
-            else:
-                ks = tl.load(ks_ptr + s_off)
-                vs = tl.load(vs_ptr + s_off)
+            ks = load_scales(ks_ptr + s_off, kmask, MASKED)
+            vs = load_scales(vs_ptr + s_off, kmask, MASKED)
             if QK_INT8:
-                qk = qk * (ks * (qk_scale / 127.0))[None, :]
+                qk = scale_scores(qk, ks, qk_scale / 127.0)
             else:
-                qk = qk * (ks * qk_scale)[None, :]
+                qk = scale_scores(qk, ks, qk_scale)
         else:
             qk = qk * qk_scale
         if MASKED:
             keep = (kpos[None, :] <= q_pos[:, None]) & kmask[None, :]
             qk = tl.where(keep, qk, float("-inf"))
-        # NOTE: every row sees key 0 in its first block, so m_new is finite from the start.
-        if QK_INT8:
-            # the row scale (> 0) commutes with the max and folds into exp2's argument (one FFMA)
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * q_scale)
-            p = tl.math.exp2(qk * q_scale[:, None] - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        # NOTE: every row sees key 0 in its first block, so m_new is finite from the start (no
+        # guard); with QK_INT8 the row scale of the query halves is still to be applied.
+        p, m_i, l_i, acc = online_softmax(qk, q_scale, m_i, l_i, acc, False, QK_INT8, False)
         if IS_INT8:
-            p = p * vs[None, :]
+            p = scale_probs(p, vs)
         acc = tl.dot(p.to(dt), v.to(dt), acc, input_precision=DOT_PREC)
-        m_i = m_new
     return acc, l_i, m_i
 
 
