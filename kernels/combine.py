@@ -12,9 +12,8 @@ tile row r) where row ``r = t * group + g`` is query token ``t`` of the step and
 One program per (sequence, KV head, tile row, ``BLOCK_D`` slice of head_dim) loads all splits at
 once up to 256 (one L2 round trip; more splits go ``BLOCK_S`` at a time), with ``BLOCK_S *
 BLOCK_D`` about 4096 float32 so the tile fits in registers and hundreds of splits still spread over
-many programs (198 splits: 32 programs walking 64 splits at a time cost ~8 us per layer on an H200,
-256 programs with one load each 2-3 us). The merge subtracts the maximum lse first ("compute the
-scale first"), so no exp overflows; a row whose splits are all empty (a padding sequence with
+many programs (one load each rather than a few programs walking the splits: BENCHMARKS.md). The
+merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows; a row whose splits are all empty (a padding sequence with
 ``seq_len = 0``) gives exact zeros, never NaN. Oracle: ``kernels.reference.merge_partials``.
 
 Design after vLLM's ``triton_merge_attn_states.py`` and the flash-decoding reduction (Dao et al.

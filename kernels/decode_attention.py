@@ -1,7 +1,9 @@
 """Split-KV decode attention over the paged pool (flash-decoding stage 1) and its launcher.
 
 The per-block step (page lookup, scores, online softmax, P.V) and the INT8 code conversions live
-in ``kernels/decode_block.py``; the combine in ``kernels/combine.py``.
+in ``kernels/decode_block.py`` (with the steps shared with prefill in ``kernels/paged_walk.py``),
+the tiles in ``kernels/tiles.py`` (``DecodeTiles``), the workspace and split count in
+``kernels/decode_plan.py``, the combine in ``kernels/combine.py``.
 
 Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One program takes one
 (sequence, KV head) and one of ``NUM_SPLITS`` slices of that sequence's keys:
@@ -47,12 +49,8 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   earlier keys) was written by kernels that finished before the predecessor started (the KV store
   is launched without PDL); a caller must keep it so.
 
-Measured and removed (figures and commits in BENCHMARKS.md): merging the splits in stage 1's
-last program (slower: one program's merge is a serial tail), swapped operands for a warpgroup MMA
-(slower), int8 codes loaded as int32 words and the magic-number offset folded into the dots (no
-gain). Tried without gain: blocks handed to splits round-robin instead of in contiguous runs, and
-handed out at run time through an atomic counter (BENCHMARKS.md: for INT8 at 32k a plain read of
-the same bytes costs about as much as this kernel and the combine).
+Alternatives measured and removed are listed in BENCHMARKS.md ("Kernel design notes moved from
+the code").
 
 Design after vLLM's ``triton_decode_attention.py`` (``_fwd_grouped_kernel_stage1``) and
 flash-decoding (Dao et al. 2023); online softmax from FlashAttention-2 (Dao 2023).

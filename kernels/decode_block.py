@@ -5,6 +5,8 @@ notes: GQA packing, INT8 layout and conversions, conditional rescaling, masking)
 The block step, per ``BLOCK_N`` keys of one (sequence, KV head): look the page up in the page
 table, load K (and, for INT8 pools, the key scales), score ``q . K^T`` in float32 on tensor cores,
 update the running max and sum (exp2, log2 units; FlashAttention-2), and accumulate ``P . V``.
+The page lookup, the scale application and the plain online-softmax update are the shared steps
+of ``kernels/paged_walk.py``; the conditional rescaling of unmasked blocks is decode's own.
 INT8 value codes come from transposed pages (``[num_pages, kv_heads, head_dim, page_size]``).
 """
 

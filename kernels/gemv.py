@@ -2,10 +2,10 @@
 streams the weight at the memory bandwidth, with the same result for a row whatever the others.
 
 At batch 1 every projection of a decode step reads its whole weight for a handful of rows, so the
-step is bound by weight bytes (15 GB per token for Qwen3-8B). cuBLAS (``F.linear``) reaches 60-79 %
-of an H200's read bandwidth on the 8B's smaller projections (o_proj 33.5 MB, qkv_proj 50 MB,
-down_proj 100 MB); this kernel reaches more on each of them (BENCHMARKS.md, "Decode projections",
-which also records the tile sweep; its scripts are experiments kept out of the repository).
+step is bound by weight bytes (15 GB per token for Qwen3-8B). cuBLAS (``F.linear``) leaves part of
+the read bandwidth unused on the smaller projections at these row counts; this kernel streams them
+faster (BENCHMARKS.md, "Decode projections", with the tile sweep; the tiles:
+``kernels.tiles.gemv_tiles``).
 
 Each program owns ``BLOCK_N`` consecutive weight rows (output features) and walks the whole of K in
 ``BLOCK_K`` columns: the weight tile ``[BLOCK_N, BLOCK_K]`` comes in through Triton's software

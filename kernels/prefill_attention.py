@@ -4,8 +4,9 @@ FlashAttention-2 structure (Dao 2023, "FlashAttention-2: Faster Attention with B
 and Work Partitioning"; Triton's fused-attention tutorial): one program holds ``BLOCK_M`` queries of
 one sequence and one query head, walks that sequence's K/V ``BLOCK_N`` positions at a time through
 the page table, and keeps a running max and sum in float32 (online softmax, ``exp2`` with the scale
-pre-multiplied by log2(e)). Scores never touch memory. Probabilities are cast to the K/V element
-type for the P.V product on tensor cores.
+pre-multiplied by log2(e); the steps shared with decode are in ``kernels/paged_walk.py``). Scores
+never touch memory. Probabilities are cast to the K/V element type for the P.V product on tensor
+cores.
 
 Causality over the paged pool (see ``infer/meta.py`` for the length vocabulary): query ``t`` of
 sequence ``b`` sits at position ``ctx_b + t`` with ``ctx_b = seq_lens[b] - n_b``. A tile of rows
@@ -17,29 +18,14 @@ slots of the last page cannot leak (0 * NaN would poison the P.V product).
 INT8 pools (``kernels/reference.quantize_int8`` layout; V pages transposed, ``[num_pages, Hkv, D,
 page_size]``, see ``infer/kv_pool.py``): each key's scale multiplies its column of scores and each
 value's scale multiplies its column of probabilities before P.V. No dequantized copy is written.
-The value codes are converted to the query dtype in registers for P.V. The key codes feed the
-tensor cores as they are (``QK_INT8``, 16-bit queries): each program splits its query tile once
-into two int8 tiles and a float32 scale per row, ``q ~ q_scale * (q_hi + q_lo / 127)``
-(``_split_query_int8``; |error| <= row max / 32258 per entry: within bfloat16's rounding bound,
-2^-8 relative, for entries above 0.8 % of the row max, float16's, 2^-11, above 6.4 %), and scores
-with two int8 dots summed exactly in int32,
-``127 * (q_hi . k) + q_lo . k``. Two int8 dots cost the tensor cores what one 16-bit dot does, and
-the key tile goes from TMA to the tensor cores with no conversion and no shared-memory round trip:
-+10 % TFLOP/s at 32k on an H200 (BENCHMARKS.md). The split is our variant of SageAttention's int8
-Q.K^T (Zhang et al. 2024), which quantizes q once (one term) and so adds error; with the second
-term the output error stays at the converting path's (measured on an H200 at 4k, 4 heads: NMSE
-6.28e-6 against 6.26e-6 relative to a float32 reference on the dequantized cache; the one-term
-split gave 1.18e-4). A query row holding NaN or +-inf gives a NaN output row, as on the
-converting path.
-float32 queries keep the converting path.
-On Hopper the two int8 query tiles take a round trip through the program's own slots of ``out``
-(``STAGE_Q``: store, block barrier, load): Triton feeds a loaded tile to the warpgroup MMA from
+The value codes are converted to the query dtype in registers for P.V. With ``QK_INT8`` (16-bit
+queries) the key codes feed the tensor cores as they are: each program splits its query tile once
+into two int8 halves and a row scale (``kernels/query_int8.py``) and scores with two int8 dots
+summed exactly in int32, ``127 * (q_hi . k) + q_lo . k``; float32 queries keep the converting path.
+With ``STAGE_Q`` (on Hopper) the two int8 query tiles take a round trip through the program's own
+slots of ``out`` (store, block barrier, load): Triton feeds a loaded tile to the warpgroup MMA from
 shared memory, while a computed one stays in registers and is re-read from shared memory at every
-key block (for sm_90 the kernel compiles to 7.4k SASS lines instead of 10.3k). On an H200
-(BENCHMARKS.md) this moved INT8 prefill from 278 / 331 to 283 / 336 TFLOP/s at 4k / 32k; chunks
-after cached positions gained 3.4-3.6 % at 64-256 tokens (after 32k) and 0.7-1.7 % at 1024-4096
-(after 8k-128k), but 512-token chunks lost 2 %. A separate pass writing the halves to their own
-buffers reached 302 / 340 in the kernel alone, but the pass itself (24 / 158 us) ate most of that.
+key block.
 
 Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
 KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
@@ -48,10 +34,15 @@ One query head per program (not GQA packing, which decode uses): prefill is comp
 group's K/V tiles come from L2, so packing would save L2 traffic, not FLOPs.
 
 K/V tiles come in by pointer loads (Triton pipelines them with cp.async over ``num_stages``), or,
-with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]`` (Hopper+; a
-tile is one page slice, masked tiles are zeroed in registers instead; the default on Hopper). Tile
-sizes come from a fixed heuristic (``kernels.tiles.prefill_tiles``, no autotuning);
-``benchmarks/attention.py --sweep`` measures the others.
+with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]``
+(``kernels/pool_tma.py``; Hopper+; a tile is one page slice, masked tiles are zeroed in registers
+instead; the default on Hopper). Tiles come from a fixed heuristic (``kernels.tiles.prefill_tiles``,
+no autotuning); ``benchmarks/attention.py --sweep`` measures others. Measurements behind these
+choices: BENCHMARKS.md ("Prefill" and "Kernel design notes moved from the code").
+
+The file holds the block walk, the kernel and its launcher; the launcher's argument checks are long
+because the kernel takes a flattened batch, two pool layouts, two load paths and an optional int8
+scoring path, and every one of them is checked with a message at the boundary.
 """
 
 from __future__ import annotations
@@ -64,28 +55,11 @@ import triton.language as tl
 
 from kernels.checks import check_pool_pair
 from kernels.paged_walk import block_page, load_scales, online_softmax, scale_probs, scale_scores
+from kernels.pool_tma import pool_descriptor, tma_ok
+from kernels.query_int8 import split_query_int8
 from kernels.tiles import PrefillTiles, prefill_tiles, qk_int8_supported
 
 LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _split_query_int8(q):
-    """A query tile [M, D] as ``q_scale * (q_hi + q_lo / 127)``: int8 ``q_hi`` in [-127, 127],
-    int8 ``q_lo`` in [-64, 64], float32 ``q_scale`` [M] (row max / 127; 1 for an all-zero row;
-    NaN for a row holding NaN or +-inf, whose codes would otherwise drop it, so that the row's
-    output is NaN as on the converting path). Rounding is to nearest (ties up), so
-    |q - q_scale * (q_hi + q_lo / 127)| <= q_scale / 254."""
-    qf = q.to(tl.float32)
-    bad = ~(tl.abs(qf) < float("inf"))  # NaN or +-inf
-    qf = tl.where(bad, 0.0, qf)  # codes from finite values only
-    amax = tl.max(tl.abs(qf), axis=1)
-    scale = tl.where(amax > 0, amax / 127.0, 1.0)
-    qn = qf / scale[:, None]
-    hi = tl.floor(qn + 0.5)
-    lo = tl.floor((qn - hi) * 127.0 + 0.5)
-    q_scale = tl.where(tl.max(bad.to(tl.int32), axis=1) > 0, float("nan"), scale)
-    return hi.to(tl.int8), lo.to(tl.int8), q_scale
 
 
 @triton.jit
@@ -104,7 +78,7 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
     """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N).
 
     ``dt`` is the P.V dtype (the query's). With ``QK_INT8``, ``q`` and ``q_lo`` are the int8
-    halves of the query tile and ``q_scale`` its row scales (``_split_query_int8``)."""
+    halves of the query tile and ``q_scale`` its row scales (``kernels/query_int8.py``)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for n0 in tl.range(lo, hi, BLOCK_N):
@@ -214,7 +188,7 @@ def _prefill_kernel(
     q_pos = ctx + offs_m                                 # [BLOCK_M]
     dt: tl.constexpr = q_ptr.dtype.element_ty            # the P.V dtype
     if QK_INT8:
-        q, q_lo, q_scale = _split_query_int8(q)
+        q, q_lo, q_scale = split_query_int8(q)
         if STAGE_Q:
             # Round-trip the int8 halves through this tile's own output slots (each (row, head)
             # slot holds D 16-bit values: 2 * D bytes, room for q_hi then q_lo; only this program
@@ -263,42 +237,6 @@ def _prefill_kernel(
     out = acc / l_i[:, None]
     tl.store(o_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-def _pool_rows(cache: torch.Tensor) -> int:
-    """Rows of a [num_pages, Hkv, R, W] pool viewed as [rows, W] (its TMA extent); W is D for
-    K and 16-bit V, page_size for INT8 V (transposed pages)."""
-    num_pages, hkv, r, w = cache.shape
-    return ((num_pages - 1) * cache.stride(0) + (hkv - 1) * cache.stride(1)) // w + r
-
-
-def _tma_ok(cache: torch.Tensor) -> bool:
-    """Whether ``_pool_descriptor`` can describe ``cache``: page and head strides multiples of
-    the row width, a 16-byte aligned base and fewer than 2^31 rows (int32 coordinates)."""
-    w = cache.shape[-1]
-    return (cache.stride(0) % w == 0 and cache.stride(1) % w == 0 and cache.data_ptr() % 16 == 0
-            and _pool_rows(cache) < 2**31)
-
-
-def _pool_descriptor(cache: torch.Tensor, block_n: int, transposed: bool = False):
-    """A host TMA descriptor viewing a [num_pages, Hkv, R, W] pool as [rows, W] rows.
-
-    K and 16-bit V (R = page_size, W = D): row of (page, head, slot) = page * stride(0)/D + head *
-    stride(1)/D + slot, tiles [block_n, D]. INT8 V (``transposed``, R = D, W = page_size): row of
-    (page, head, d) = page * stride(0)/P + head * stride(1)/P + d, tiles [D, block_n]. Rows are
-    int32 in the kernel, so the pool must span fewer than 2^31 rows."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    r, w = cache.shape[-2:]
-    if cache.stride(0) % w or cache.stride(1) % w:
-        raise ValueError("prefill_attention: TMA needs page/head strides that are multiples of "
-                         "the pool's last dim")
-    rows = _pool_rows(cache)
-    if rows >= 2**31:
-        raise ValueError(f"prefill_attention: a pool of {rows} rows is too large for TMA loads "
-                         "(int32 coordinates); use tiles with use_tma=False")
-    block = [r, block_n] if transposed else [block_n, w]
-    return TensorDescriptor(cache, [rows, w], [w, 1], block)
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -388,7 +326,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if tiles is None:
         tiles = prefill_tiles(q.device, q.dtype, k_cache.dtype, max_query_len=max_query_len,
                               page_size=page_size, head_dim=d,
-                              tma=_tma_ok(k_cache) and _tma_ok(v_cache))
+                              tma=tma_ok(k_cache) and tma_ok(v_cache))
     block_m, block_n = tiles.block_m, tiles.block_n
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
           f"tiles.block_n={block_n} must divide page_size={page_size} or be a multiple of it")
@@ -397,8 +335,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
     if tiles.use_tma:
         check(block_n <= page_size, "TMA loads need tiles.block_n <= page_size")
-        desc_k = _pool_descriptor(k_cache, block_n)
-        desc_v = _pool_descriptor(v_cache, block_n, transposed=is_int8)
+        desc_k = pool_descriptor(k_cache, block_n)
+        desc_v = pool_descriptor(v_cache, block_n, transposed=is_int8)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
     check(not tiles.qk_int8 or qk_int8_supported(q.device, q.dtype, k_cache.dtype, d),

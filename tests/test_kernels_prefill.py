@@ -22,7 +22,9 @@ from conftest import nmse
 from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import build_meta
 from kernels import reference as ref
-from kernels.prefill_attention import _split_query_int8, prefill_attention
+from kernels.pool_tma import tma_ok
+from kernels.prefill_attention import prefill_attention
+from kernels.query_int8 import split_query_int8
 from kernels.tiles import PrefillTiles, prefill_tiles
 
 # INT8 (per-vector, scale = amax/127) output error relative to full precision, as NMSE
@@ -231,7 +233,7 @@ def test_int8_non_finite_query_rows_give_nan_rows(qk_int8):
 @triton.jit
 def _split_query_kernel(q_ptr, hi_ptr, lo_ptr, scale_ptr, M: tl.constexpr, D: tl.constexpr):
     offs = tl.arange(0, M)[:, None] * D + tl.arange(0, D)[None, :]
-    hi, lo, scale = _split_query_int8(tl.load(q_ptr + offs))
+    hi, lo, scale = split_query_int8(tl.load(q_ptr + offs))
     tl.store(hi_ptr + offs, hi)
     tl.store(lo_ptr + offs, lo)
     tl.store(scale_ptr + tl.arange(0, M), scale)
@@ -343,14 +345,12 @@ def test_gpu_long_context(kv, cached, new, tma):
 def test_tma_default_falls_back_where_a_descriptor_cannot_describe_the_pool():
     """The default TMA loads need page/head strides that are multiples of D and an aligned base;
     other pools take pointer loads instead of failing (the check is host-side, CPU-testable)."""
-    from kernels.prefill_attention import _tma_ok
-
     pool = torch.zeros(4, 2, 16, 32, dtype=torch.float16)
-    assert _tma_ok(pool)
+    assert tma_ok(pool)
     odd = torch.zeros(5000, dtype=torch.float16).as_strided((4, 2, 16, 32), (1040, 512, 32, 1))
-    assert not _tma_ok(odd)  # a page stride of 1040 elements is not a multiple of D = 32
+    assert not tma_ok(odd)  # a page stride of 1040 elements is not a multiple of D = 32
     shifted = torch.zeros(4 * 2 * 16 * 32 + 1, dtype=torch.float16)[1:].view(4, 2, 16, 32)
-    assert not _tma_ok(shifted)  # base 2 bytes past an aligned address
+    assert not tma_ok(shifted)  # base 2 bytes past an aligned address
 
 
 def test_default_tiles_on_hopper_and_older_gpus(monkeypatch):
