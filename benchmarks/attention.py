@@ -42,8 +42,9 @@ Printed, one JSON line each (also written to ``--out``), then a short human tabl
   ``GB/s = bytes / time``; queries, outputs and page-table reads are not counted. ``us`` is
   microseconds per call (per layer for ``graph_layers``); ``frac_bw = GB/s / bandwidth``.
   ``num_splits`` is the split count passed (``"default"``: the launcher's). ``opts`` (ours only)
-  holds ``--decode-opts``, a JSON object whose keys are passed as extra keyword arguments to
-  ``decode_attention`` and ``_decode_stage1`` (they win over ``num_splits``). SDPA writes into a
+  holds ``--decode-opts``, a JSON object of ``num_splits`` (it wins over the swept split counts)
+  and ``kernels.tiles.DecodeTiles`` fields, which replace those of the default tiles passed to
+  ``decode_attention`` and ``_decode_stage1``. SDPA writes into a
   preallocated output with ``copy_`` (SDPA has no ``out=``), so its figures include that copy.
   A case that fails is one record with ``error`` (the message) instead of the figures.
 - ``prefill`` (whole-prompt causal prefill, chunk = all ``S`` positions): ``impl=ours`` is

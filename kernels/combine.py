@@ -13,8 +13,9 @@ One program per (sequence, KV head, tile row, ``BLOCK_D`` slice of head_dim) loa
 once up to 256 (one L2 round trip; more splits go ``BLOCK_S`` at a time), with ``BLOCK_S *
 BLOCK_D`` about 4096 float32 so the tile fits in registers and hundreds of splits still spread over
 many programs (one load each rather than a few programs walking the splits: BENCHMARKS.md). The
-merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows; a row whose splits are all empty (a padding sequence with
-``seq_len = 0``) gives exact zeros, never NaN. Oracle: ``kernels.reference.merge_partials``.
+merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows; a row
+whose splits are all empty (a padding sequence with ``seq_len = 0``) gives exact zeros, never NaN.
+Oracle: ``kernels.reference.merge_partials``.
 
 Design after vLLM's ``triton_merge_attn_states.py`` and the flash-decoding reduction (Dao et al.
 2023, "Flash-Decoding for long-context inference").
