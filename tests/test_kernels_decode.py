@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import triton
 import triton.language as tl
-from conftest import nmse
+from conftest import REPO, nmse
 
 from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import AttnMeta
@@ -347,6 +350,18 @@ def test_combine_rejects_strided_views_with_value_errors():
         combine(o_part, torch.randn(1, 2, 3, 8)[..., ::2], out[..., :16])
     with pytest.raises(ValueError, match="float32"):
         combine(o_part.half(), lse, out[..., :16])
+
+
+def test_combine_rejects_a_strided_out_under_python_O():
+    """The check is a ValueError, not an assert that ``python -O`` would drop."""
+    code = ("import torch; from kernels.combine import combine; "
+            "combine(torch.randn(1, 2, 3, 4, 16), torch.randn(1, 2, 3, 4), "
+            "torch.empty(2, 4, 32, dtype=torch.float16)[..., ::2])")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=300)
+    assert run.returncode != 0
+    assert "ValueError: combine: out needs a contiguous last dim" in run.stderr, run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("splits,head_dim", [(5, 16), (150, 16), (300, 16), (33, 128),
