@@ -42,8 +42,9 @@ Printed, one JSON line each (also written to ``--out``), then a short human tabl
   ``GB/s = bytes / time``; queries, outputs and page-table reads are not counted. ``us`` is
   microseconds per call (per layer for ``graph_layers``); ``frac_bw = GB/s / bandwidth``.
   ``num_splits`` is the split count passed (``"default"``: the launcher's). ``opts`` (ours only)
-  holds ``--decode-opts``, a JSON object whose keys are passed as extra keyword arguments to
-  ``decode_attention`` and ``_decode_stage1`` (they win over ``num_splits``). SDPA writes into a
+  holds ``--decode-opts``, a JSON object of ``num_splits`` (it wins over the swept split counts)
+  and ``kernels.tiles.DecodeTiles`` fields, which replace those of the default tiles passed to
+  ``decode_attention`` and ``_decode_stage1``. SDPA writes into a
   preallocated output with ``copy_`` (SDPA has no ``out=``), so its figures include that copy.
   A case that fails is one record with ``error`` (the message) instead of the figures.
 - ``prefill`` (whole-prompt causal prefill, chunk = all ``S`` positions): ``impl=ours`` is
@@ -67,9 +68,8 @@ Usage (on the GPU machine, from the repository root)::
 ``--sweep`` adds prefill tile configurations (BLOCK_M 32/64/128, BLOCK_N, warps, stages, pointer
 or TMA loads) and decode split counts (single call and layered), one line each, to pick the
 launchers' defaults from. The prefill ``config`` field is ``[BLOCK_M, BLOCK_N, num_warps,
-num_stages, tma, warp_specialize]`` or ``"default"`` (the launcher's heuristic).
-``--warp-specialize`` adds two warp-specialized TMA configs (last, since Triton 3.6 documents warp
-specialization for Blackwell).
+num_stages, tma]`` (fields of ``kernels.tiles.PrefillTiles``) or ``"default"`` (the launcher's
+heuristic). ``--decode-opts`` holds ``num_splits`` and/or ``kernels.tiles.DecodeTiles`` fields.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ from benchmarks.attention_decode import (  # noqa: E402
     bench_decode,
     bench_decode_layers,
 )
-from benchmarks.attention_prefill import SWEEP_PREFILL, SWEEP_WS, bench_prefill  # noqa: E402
+from benchmarks.attention_prefill import SWEEP_PREFILL, bench_prefill  # noqa: E402
 from benchmarks.timing import read_bandwidth  # noqa: E402
 
 
@@ -172,8 +172,6 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=4096,
                     help="new tokens of the chunk timed at lengths > --prefill-max (0: skip)")
     ap.add_argument("--sweep", action="store_true", help="also sweep tile configs / splits")
-    ap.add_argument("--warp-specialize", action="store_true",
-                    help="also time warp-specialized prefill configs (TMA loads)")
     ap.add_argument("--rep-ms", type=int, default=200, help="repetitions per figure = rep_ms / 2")
     ap.add_argument("--layers", type=int, default=36,
                     help="decode only: also time L distinct layers in one CUDA graph, per-layer "
@@ -182,8 +180,9 @@ def main() -> None:
                     help="fewer layers for a case whose L pools (or SDPA caches) would exceed "
                          "this many bytes (default 48e9)")
     ap.add_argument("--decode-opts", default="{}",
-                    help="JSON object of extra keyword arguments for our decode_attention and "
-                         "_decode_stage1, e.g. '{\"int8_magic\": 2}' (default {})")
+                    help="JSON object: num_splits and/or DecodeTiles fields for our "
+                         "decode_attention and _decode_stage1, e.g. '{\"int8_magic\": 2}' "
+                         "(default {})")
     ap.add_argument("--out", default=None, help="also write the JSON lines to this file")
     args = ap.parse_args()
     try:
@@ -238,8 +237,7 @@ def main() -> None:
                         emit(rec, records, out)
                     torch.cuda.empty_cache()
             if "prefill" in what:
-                configs = [None] + (SWEEP_PREFILL if args.sweep else []) \
-                    + (SWEEP_WS if args.warp_specialize else [])
+                configs = [None] + (SWEEP_PREFILL if args.sweep else [])
                 n_new = s if s <= args.prefill_max else min(s, args.chunk)
                 if n_new > 0:
                     base = {"what": "prefill", "kv": kv, "positions": s, "new_tokens": n_new}

@@ -5,6 +5,7 @@ CUDA graph (``graph_layers``: ours, ours_stage1, the plain-read peer and SDPA).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -64,8 +65,10 @@ def fit_layers(layers: int, per_layer: int, max_bytes: float) -> int:
 
 def decode_kwargs(num_splits: int | None, opts: dict) -> dict:
     """Keyword arguments of our decode call besides tensors and workspace: ``num_splits`` (None:
-    the launcher's default) and the ``--decode-opts`` keys, which win."""
-    return {"num_splits": num_splits, **opts}
+    the launcher's default; a ``num_splits`` key of ``--decode-opts`` wins) and ``tile_opts``,
+    the other ``--decode-opts`` keys (``kernels.tiles.DecodeTiles`` fields, see ``ours_fn``)."""
+    opts = dict(opts)
+    return {"num_splits": opts.pop("num_splits", num_splits), "tile_opts": opts}
 
 
 def make_workspace(dec, kws: list, kv_dtype: torch.dtype):
@@ -78,13 +81,18 @@ def make_workspace(dec, kws: list, kv_dtype: torch.dtype):
 def ours_fn(dec, layer: dict, kw: dict, ws, stage1: bool = False):
     """A no-argument call of our decode on one layer, into its preallocated ``out`` (or of stage 1
     alone, which writes only the workspace): allocates nothing, so it can be captured."""
+    from kernels.tiles import decode_tiles
+
     args = (layer["q"], layer["k"], layer["v"], layer["seq_lens"], layer["table"])
+    default = decode_tiles(layer["q"].device, layer["k"].dtype, page_size=PAGE, rows=HQ // HKV)
+    tiles = dataclasses.replace(default, **kw["tile_opts"])
     common = dict(num_queries=1, sm_scale=D ** -0.5, k_scale=layer["ks"], v_scale=layer["vs"],
-                  workspace=ws, **kw)
+                  workspace=ws, num_splits=kw["num_splits"])
     if stage1:  # no PDL: back-to-back stage-1 kernels, which never follow each other in the model,
         # would be scheduled early onto SMs the previous layer's stage 1 still fills
-        return lambda: dec._decode_stage1(*args, **{**common, "pdl": False})
-    return lambda: dec.decode_attention(*args, out=layer["out"], **common)
+        no_pdl = dataclasses.replace(tiles, pdl=False)
+        return lambda: dec._decode_stage1(*args, **common, tiles=no_pdl)
+    return lambda: dec.decode_attention(*args, out=layer["out"], tiles=tiles, **common)
 
 
 def sdpa_fn(q4: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, o4: torch.Tensor):

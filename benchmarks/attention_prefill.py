@@ -4,26 +4,22 @@ defines the records): ours per tile config against SDPA's FlashAttention-2 and c
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
 from benchmarks.attention_common import DEVICE, HKV, HQ, D, bench, make_pool
 
-# Prefill tile sweep: (BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads, warp-specialized loop).
-SWEEP_PREFILL = [(128, 64, 8, 3, False, False), (128, 128, 8, 3, False, False),
-                 (128, 64, 8, 4, False, False), (128, 64, 4, 3, False, False),
-                 (64, 64, 4, 3, False, False), (64, 128, 4, 3, False, False),
-                 (64, 64, 4, 4, False, False), (32, 64, 4, 3, False, False),
-                 (32, 32, 4, 4, False, False),
-                 (128, 64, 8, 3, True, False), (128, 64, 8, 4, True, False),
-                 (64, 64, 4, 3, True, False), (128, 64, 4, 3, True, False),
-                 (128, 64, 4, 4, True, False), (128, 64, 4, 2, True, False),
-                 (64, 64, 4, 4, True, False), (64, 64, 4, 6, True, False),
-                 (128, 64, 8, 5, True, False), (128, 64, 8, 6, True, False)]
-# Warp-specialized key loop: opt-in (--warp-specialize). With Triton 3.6 on sm_90 the 4-warp
-# config aborts the compiler (an assertion ends the process) and the 8-warp one compiles to the
-# same SASS as without (BENCHMARKS.md, prefill).
-SWEEP_WS = [(128, 64, 8, 3, True, True), (128, 64, 4, 3, True, True)]
+# Prefill tile sweep: (BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads); the other
+# ``PrefillTiles`` fields (int8 scoring, staged queries) keep the default for the step.
+SWEEP_PREFILL = [(128, 64, 8, 3, False), (128, 128, 8, 3, False), (128, 64, 8, 4, False),
+                 (128, 64, 4, 3, False), (64, 64, 4, 3, False), (64, 128, 4, 3, False),
+                 (64, 64, 4, 4, False), (32, 64, 4, 3, False), (32, 32, 4, 4, False),
+                 (128, 64, 8, 3, True), (128, 64, 8, 4, True), (64, 64, 4, 3, True),
+                 (128, 64, 4, 3, True), (128, 64, 4, 4, True), (128, 64, 4, 2, True),
+                 (64, 64, 4, 4, True), (64, 64, 4, 6, True), (128, 64, 8, 5, True),
+                 (128, 64, 8, 6, True)]
 
 
 def causal_flops(n_new: int, seq_len: int) -> float:
@@ -37,19 +33,25 @@ def bench_prefill(seq_len: int, n_new: int, kv: str, configs: list, rep_ms: int)
     """Yields prefill records: ours per tile config for the last ``n_new`` positions of a
     ``seq_len`` sequence; SDPA flash and cuDNN for bf16 whole-prompt prefill (n_new = seq_len)."""
     from kernels.prefill_attention import prefill_attention
+    from kernels.tiles import prefill_tiles
     base = {"what": "prefill", "kv": kv, "positions": seq_len, "new_tokens": n_new}
     flops = causal_flops(n_new, seq_len)
     k, v, ks, vs, table, seq_lens = make_pool(seq_len, kv)
     q = torch.randn(n_new, HQ, D, dtype=torch.bfloat16, device=DEVICE)
     qsl = torch.tensor([0, n_new], dtype=torch.int32, device=DEVICE)
     out = torch.empty_like(q)
+    default = prefill_tiles(q.device, q.dtype, k.dtype, max_query_len=n_new, page_size=k.shape[2],
+                            head_dim=D)
     for cfg in configs:
-        bm, bn, nw, st, tma, ws = cfg or (None, None, None, None, None, False)
         try:
-            fn = lambda bm=bm, bn=bn, nw=nw, st=st, tma=tma, ws=ws: prefill_attention(  # noqa: E731
+            tiles = None
+            if cfg:
+                bm, bn, nw, st, tma = cfg
+                tiles = dataclasses.replace(default, block_m=bm, block_n=bn, num_warps=nw,
+                                            num_stages=st, use_tma=tma)
+            fn = lambda tiles=tiles: prefill_attention(  # noqa: E731
                 q, k, v, seq_lens, qsl, table, max_query_len=n_new, sm_scale=D ** -0.5,
-                k_scale=ks, v_scale=vs, out=out, block_m=bm, block_n=bn, num_warps=nw,
-                num_stages=st, use_tma=tma, warp_specialize=ws)
+                k_scale=ks, v_scale=vs, out=out, tiles=tiles)
             fn()
             ms = bench(fn, rep_ms)
             yield {**base, "impl": "ours", "config": list(cfg) if cfg else "default",

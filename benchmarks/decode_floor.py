@@ -32,6 +32,7 @@ Usage (GPU machine, repository root): ``python benchmarks/decode_floor.py [--len
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -194,7 +195,10 @@ def timeline(layers, seq_lens, table, out, splits) -> dict:
 def bench_length(seq_len: int, bw: float, with_timeline: bool) -> None:
     """Prints the ``floor`` records (and the ``timeline`` record) of one context length."""
     from kernels.decode_attention import DecodeWorkspace, _decode_stage1, default_num_splits
+    from kernels.tiles import decode_tiles
     splits = default_num_splits(1, HKV, torch.device("cuda"), torch.int8)
+    no_pdl = dataclasses.replace(decode_tiles("cuda", torch.int8, page_size=PAGE, rows=4),
+                                 pdl=False)
     n_pages = math.ceil(seq_len / PAGE)
     table = torch.randperm(n_pages + 16, device="cuda")[:n_pages].to(torch.int32)[None, :]
     seq_lens = torch.tensor([seq_len], dtype=torch.int32, device="cuda")
@@ -205,7 +209,7 @@ def bench_length(seq_len: int, bw: float, with_timeline: bool) -> None:
     cases = {
         "stage1": lambda ly: _decode_stage1(ly["q"], ly["k"], ly["v"], seq_lens, table,
                                             k_scale=ly["ks"], v_scale=ly["vs"], workspace=ws,
-                                            pdl=False),
+                                            tiles=no_pdl),
         "stream_contiguous_w1": lambda ly: stream(ly, seq_lens, table, out, splits, False, 1),
         "stream_round_robin_w4": lambda ly: stream(ly, seq_lens, table, out, splits, True, 4),
         "stream_tma": lambda ly: stream_tma(ly, seq_lens, table, out),

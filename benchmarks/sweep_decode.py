@@ -13,13 +13,15 @@ the float32 scales for INT8) for ``seq_len`` positions x 8 KV heads x 128 dims. 
         --stages 1 2 4 --magic 0 1 2 --split-timing
 
 ``--magic`` (INT8 only) is the code conversion: 0 cvt, 1 magic number with integer ops, 2 magic
-number in packed inline PTX. ``--opts`` adds launcher options (e.g. ``'{"pdl": false}'``). The last
-line is the best config per (dtype, seq_len) as JSON.
+number in packed inline PTX. ``--opts`` adds ``DecodeTiles`` fields (e.g. ``'{"pdl": false}'``). The
+last line is the best config per (dtype, seq_len) as JSON. Each config is passed to the launcher as
+a ``kernels.tiles.DecodeTiles`` (the default for the cache dtype with the swept fields replaced).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -35,6 +37,7 @@ from kernels.decode_attention import (
     decode_attention,
     default_num_splits,
 )
+from kernels.tiles import decode_tiles
 
 KV_HEADS, GROUP, HEAD_DIM, PAGE = 8, 4, 128, 64
 
@@ -115,7 +118,7 @@ def main() -> None:
     ap.add_argument("--magic", type=int, nargs="+", default=[1, 2], choices=[0, 1, 2],
                     help="INT8 conversion (bf16 runs ignore it)")
     ap.add_argument("--opts", nargs="+", default=["{}"],
-                    help="JSON dicts of extra decode_attention options, each crossed with every "
+                    help="JSON dicts of extra DecodeTiles fields, each crossed with every "
                          "config (e.g. '{}' '{\"pdl\": false}')")
     ap.add_argument("--split-timing", action="store_true",
                     help="also time stage 1 alone and the combine alone")
@@ -154,8 +157,10 @@ def main() -> None:
         splits = splits or default_num_splits(1, KV_HEADS, dev, torch.int8 if int8 else None)
         ws = DecodeWorkspace.allocate(1, KV_HEADS, GROUP, splits, HEAD_DIM, dev)
         out = torch.empty_like(pool["q"])
-        cfg = dict(num_splits=splits, workspace=ws, block_n=block_n, num_warps=warps,
-                   num_stages=stages, int8_magic=magic, **extra)
+        tiles = dataclasses.replace(
+            decode_tiles(dev, torch.int8 if int8 else torch.bfloat16, page_size=PAGE, rows=GROUP),
+            block_n=block_n, num_warps=warps, num_stages=stages, int8_magic=magic, **extra)
+        cfg = dict(num_splits=splits, workspace=ws, tiles=tiles)
         cfg.update(pool)
         fn = lambda cfg=cfg, out=out: decode_attention(**cfg, out=out)
         row = dict(dtype=dtype, seq_len=seq_len, block_n=block_n, num_warps=warps,

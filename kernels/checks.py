@@ -47,3 +47,32 @@ def check_int8_scales(k_cache: torch.Tensor, k_scale: torch.Tensor,
             or not (k_scale.is_contiguous() and v_scale.is_contiguous())):
         raise ValueError("k_scale/v_scale must be contiguous float32 [num_pages, kv_heads, "
                          "page_size]")
+
+
+def check_last_dim_contiguous(where: str, **tensors: torch.Tensor) -> None:
+    """Check that each named tensor's last dim has stride 1 (the kernels index it with
+    ``offs_d`` alone; a strided view would be read and written outside its elements).
+
+    Args:
+        where: the launcher's name, for the message.
+        tensors: name -> tensor; a last dim of size <= 1 passes whatever its stride.
+
+    Raises:
+        ValueError: naming the first tensor that fails and its strides.
+    """
+    for name, t in tensors.items():
+        if t.dim() == 0 or (t.stride(-1) != 1 and t.shape[-1] > 1):
+            raise ValueError(f"{where}: {name} needs a contiguous last dim (stride 1), got shape "
+                             f"{tuple(t.shape)} with strides {t.stride()}")
+
+
+def check_contiguous(where: str, **tensors: torch.Tensor) -> None:
+    """Check that each named tensor is contiguous.
+
+    Raises:
+        ValueError: naming the first tensor that is not.
+    """
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{where}: {name} must be contiguous, got shape {tuple(t.shape)} "
+                             f"with strides {t.stride()}")

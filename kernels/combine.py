@@ -12,10 +12,10 @@ tile row r) where row ``r = t * group + g`` is query token ``t`` of the step and
 One program per (sequence, KV head, tile row, ``BLOCK_D`` slice of head_dim) loads all splits at
 once up to 256 (one L2 round trip; more splits go ``BLOCK_S`` at a time), with ``BLOCK_S *
 BLOCK_D`` about 4096 float32 so the tile fits in registers and hundreds of splits still spread over
-many programs (198 splits: 32 programs walking 64 splits at a time cost ~8 us per layer on an H200,
-256 programs with one load each 2-3 us). The merge subtracts the maximum lse first ("compute the
-scale first"), so no exp overflows; a row whose splits are all empty (a padding sequence with
-``seq_len = 0``) gives exact zeros, never NaN. Oracle: ``kernels.reference.merge_partials``.
+many programs (one load each rather than a few programs walking the splits: BENCHMARKS.md). The
+merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows; a row
+whose splits are all empty (a padding sequence with ``seq_len = 0``) gives exact zeros, never NaN.
+Oracle: ``kernels.reference.merge_partials``.
 
 Design after vLLM's ``triton_merge_attn_states.py`` and the flash-decoding reduction (Dao et al.
 2023, "Flash-Decoding for long-context inference").
@@ -27,7 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.decode_plan import supports_pdl
+from kernels.checks import check_last_dim_contiguous
+from kernels.device import supports_pdl
 
 
 @triton.jit
@@ -125,7 +126,8 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
         ``out``. Allocates nothing (safe under CUDA graph capture).
 
     Raises:
-        ValueError: on shapes that do not fit together.
+        ValueError: naming the argument, on shapes or dtypes that do not fit together or a last
+            dim that is not contiguous.
     """
     if o_part.dim() != 5 or lse.shape != o_part.shape[:4]:
         raise ValueError(f"o_part must be [B, kv_heads, splits, rows, D] and lse its first four "
@@ -143,7 +145,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
                          f"{out.shape[0]} for batch {batch}")
     if head_dim & (head_dim - 1) or head_dim < 16:
         raise ValueError(f"head_dim must be a power of two >= 16, got {head_dim}")
-    assert o_part.stride(-1) == 1 and lse.stride(-1) == 1 and out.stride(-1) == 1
+    check_last_dim_contiguous("combine", o_part=o_part, lse=lse, out=out)
     # all splits in one tile up to 256 (one round trip to L2); the head_dim split over programs
     # so that a tile stays ~4096 float32 and hundreds of splits still spread over the SMs
     block_s = min(256, triton.next_power_of_2(num_splits))

@@ -1,7 +1,9 @@
 """Split-KV decode attention over the paged pool (flash-decoding stage 1) and its launcher.
 
 The per-block step (page lookup, scores, online softmax, P.V) and the INT8 code conversions live
-in ``kernels/decode_block.py``; the combine in ``kernels/combine.py``.
+in ``kernels/decode_block.py`` (with the steps shared with prefill in ``kernels/paged_walk.py``),
+the tiles in ``kernels/tiles.py`` (``DecodeTiles``), the workspace and split count in
+``kernels/decode_plan.py``, the combine in ``kernels/combine.py``.
 
 Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One program takes one
 (sequence, KV head) and one of ``NUM_SPLITS`` slices of that sequence's keys:
@@ -47,12 +49,8 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   earlier keys) was written by kernels that finished before the predecessor started (the KV store
   is launched without PDL); a caller must keep it so.
 
-Measured and removed (figures and commits in BENCHMARKS.md): merging the splits in stage 1's
-last program (slower: one program's merge is a serial tail), swapped operands for a warpgroup MMA
-(slower), int8 codes loaded as int32 words and the magic-number offset folded into the dots (no
-gain). Tried without gain: blocks handed to splits round-robin instead of in contiguous runs, and
-handed out at run time through an atomic counter (BENCHMARKS.md: for INT8 at 32k a plain read of
-the same bytes costs about as much as this kernel and the combine).
+Alternatives measured and removed are listed in BENCHMARKS.md ("Kernel design notes moved from
+the code").
 
 Design after vLLM's ``triton_decode_attention.py`` (``_fwd_grouped_kernel_stage1``) and
 flash-decoding (Dao et al. 2023); online softmax from FlashAttention-2 (Dao 2023).
@@ -66,16 +64,20 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check_int8_scales, check_pool_pair
+from kernels.checks import (
+    check_contiguous,
+    check_int8_scales,
+    check_last_dim_contiguous,
+    check_pool_pair,
+)
 from kernels.combine import combine
 from kernels.decode_block import _attend_block
 from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's public helpers)
-    TILE_DEFAULTS,
     DecodeWorkspace,
     default_num_splits,
-    supports_pdl,
-    tile_defaults,
 )
+from kernels.device import supports_pdl
+from kernels.tiles import DecodeTiles, decode_tiles
 
 _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)
@@ -176,9 +178,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      sm_scale: float | None = None, k_scale: torch.Tensor | None = None,
                      v_scale: torch.Tensor | None = None, num_splits: int | None = None,
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
-                     block_n: int | None = None, num_warps: int | None = None,
-                     num_stages: int | None = None, int8_magic: int | None = None,
-                     pdl: bool | None = None, lazy_rescale: bool | None = None) -> torch.Tensor:
+                     tiles: DecodeTiles | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -189,8 +189,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             int8 (an int8 ``v_cache`` holds transposed pages, [num_pages, kv_heads, head_dim,
             page_size]: ``infer/kv_pool.py``). The step's own K/V must already be stored
             (``kernels.store_kv``).
-        seq_lens: int32 [B] cached positions per sequence including this step's ``n``; a 0 marks
-            a padding sequence, whose output rows are exact zeros.
+        seq_lens: contiguous int32 [B] cached positions per sequence including this step's ``n``;
+            a 0 marks a padding sequence, whose output rows are exact zeros.
         page_table: int32 [B, max_pages] page ids, row-contiguous; entries past
             ``cdiv(seq_lens[b], page_size)`` are never read.
         num_queries: n, new tokens per sequence (1..16), the same for every sequence.
@@ -200,57 +200,45 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         num_splits: key splits per (sequence, KV head); default ``default_num_splits`` for the
             cache dtype. Fix it per CUDA-graph bucket.
         workspace: a ``DecodeWorkspace`` large enough for this call; allocated if None.
-        out: [B * n, num_q_heads, head_dim] in q's dtype; allocated if None.
-        block_n, num_warps, num_stages: tile overrides for tuning (keys per iteration, a power of
-            two that divides or is a multiple of page_size); defaults from ``TILE_DEFAULTS`` on a
-            GPU (INT8 steps of more than 16 tile rows: 64-key blocks, 4 warps), ``block_n =
-            page_size`` on a CPU.
-        int8_magic: INT8 code conversion, 0 (cvt), 1 (magic number, integer ops) or 2 (magic
-            number, packed inline PTX; 1 under the interpreter); default from ``TILE_DEFAULTS``.
-        pdl: launch stage 1 and the combine with programmatic dependent launch (see the module
-            docstring). Results are unchanged; used on sm_90+ only (ignored elsewhere), default
-            from ``TILE_DEFAULTS``.
-        lazy_rescale: in blocks without a mask, rescale the accumulator only when a row's running
-            max grows by more than 8 (log2 units, a factor 256), as FlashAttention-4 does;
-            otherwise probabilities are taken against the stale max (at most 256). The result
-            differs only by rounding. INT8 pools with the float16 P.V (``int8_magic`` 1, 2) then
-            need ``256 * amax / 127 < 65504`` for each value row, i.e. values below ~32k in
-            magnitude (before: ~8e6); bfloat16 operands have no such limit. Default from
-            ``TILE_DEFAULTS``.
+        out: [B * n, num_q_heads, head_dim] in q's dtype, last dim contiguous; allocated if None.
+        tiles: a ``kernels.tiles.DecodeTiles``; None takes ``decode_tiles`` for the device, the
+            cache dtype and the step's ``n * group`` rows. With ``lazy_rescale`` an INT8 pool
+            whose P.V runs in float16 (``int8_magic`` 1, 2) needs ``256 * amax / 127 < 65504``
+            for each value row, i.e. values below ~32k in magnitude; bfloat16 operands have no
+            such limit.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
         the call allocates nothing and never reads device memory on the host (CUDA-graph safe).
 
     Raises:
-        ValueError: on inconsistent shapes/dtypes, a missing/unexpected scale, a too-small
-            workspace, or an unsupported head_dim (must be a power of two >= 16).
+        ValueError: naming the argument, on inconsistent shapes/dtypes/strides, a missing or
+            unexpected scale, a too-small workspace, tiles that do not fit the pages, or an
+            unsupported head_dim (must be a power of two >= 16).
     """
     if out is None:
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} with a contiguous last dim")
-    o_part, lse = _decode_stage1(
+    o_part, lse, tiles = _stage1(
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
-        block_n=block_n, num_warps=num_warps, num_stages=num_stages, int8_magic=int8_magic,
-        pdl=pdl, lazy_rescale=lazy_rescale)
+        tiles=tiles)
     if seq_lens.shape[0] == 0:
         return out
-    if pdl is None:
-        pdl = tile_defaults(k_cache.dtype)["pdl"]
-    return combine(o_part, lse, out, pdl=pdl)
+    return combine(o_part, lse, out, pdl=tiles.pdl)
 
 
-def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
-                   k_scale=None, v_scale=None, num_splits=None, workspace=None, block_n=None,
-                   num_warps=None, num_stages=None, int8_magic=None, pdl=None,
-                   lazy_rescale=None):
-    """Stage 1 alone (checks and launch); returns the workspace views ``(o_part, lse)``.
+def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, **kw):
+    """Stage 1 alone; returns the workspace views ``(o_part, lse)``. Arguments as
+    ``decode_attention`` (without ``out``); split out so benchmarks can time stage 1 and the
+    combine separately."""
+    return _stage1(q, k_cache, v_cache, seq_lens, page_table, **kw)[:2]
 
-    Arguments as ``decode_attention``; split out so benchmarks can time stage 1 and the combine
-    separately.
-    """
+
+def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
+            k_scale=None, v_scale=None, num_splits=None, workspace=None, tiles=None):
+    """Stage 1's checks and launch; returns ``(o_part, lse, tiles used)``."""
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
                          f"{q.dtype} {tuple(q.shape)}")
@@ -278,7 +266,8 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         raise ValueError(f"page_table must be int32 [{batch}, max_pages]")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
-    assert q.stride(-1) == 1 and page_table.stride(-1) == 1 and seq_lens.is_contiguous()
+    check_last_dim_contiguous("decode_attention", q=q, page_table=page_table)
+    check_contiguous("decode_attention", seq_lens=seq_lens)
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
     else:
@@ -287,30 +276,20 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
     group = q_heads // kv_heads
     rows = num_queries * group
     on_gpu = q.device.type == "cuda"
-    tiles = tile_defaults(k_cache.dtype)
+    if tiles is None:
+        tiles = decode_tiles(q.device, k_cache.dtype, page_size=page_size, rows=rows)
     if num_splits is None:
         num_splits = default_num_splits(batch, kv_heads, q.device, k_cache.dtype)
     if num_splits < 1:
         raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-    # a one-warp default tile (INT8) with more than 16 rows (n * group > 16) would hold a 64 x D
-    # float32 accumulator in one warp: such steps take 4 warps and 64-key blocks
-    big_tile = max(16, triton.next_power_of_2(rows)) > 16 and tiles["num_warps"] < 4
-    if block_n is None:
-        block_n = (64 if big_tile else tiles["block_n"]) if on_gpu else page_size
-    if block_n & (block_n - 1) or (block_n % page_size and page_size % block_n):
-        raise ValueError(f"block_n={block_n} must be a power of two dividing or a multiple of "
+    block_n = tiles.block_n
+    if block_n % page_size and page_size % block_n:
+        raise ValueError(f"tiles.block_n={block_n} must divide or be a multiple of "
                          f"page_size={page_size}")
-    if int8_magic is None:
-        int8_magic = tiles["int8_magic"]
-    if int8_magic not in (0, 1, 2):
-        raise ValueError(f"int8_magic must be 0 (cvt), 1 or 2 (magic number), got {int8_magic}")
+    int8_magic = tiles.int8_magic
     if int8_magic == 2 and not on_gpu:
         int8_magic = 1  # the interpreter runs no inline PTX; 1 computes the same codes
-    if pdl is None:
-        pdl = tiles["pdl"]
-    use_pdl = bool(pdl) and supports_pdl(q.device)
-    if lazy_rescale is None:
-        lazy_rescale = tiles["lazy_rescale"]
+    use_pdl = bool(tiles.pdl) and supports_pdl(q.device)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     if workspace is None:
@@ -318,7 +297,7 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
                                              q.device)
     o_part, lse = workspace.views(batch, kv_heads, num_splits, rows, head_dim)
     if batch == 0:
-        return o_part, lse
+        return o_part, lse, tiles
 
     _decode_split_kernel[(batch * kv_heads, num_splits)](
         q, k_cache, v_cache, k_scale, v_scale, seq_lens, page_table, o_part, lse,
@@ -329,9 +308,8 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, 
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
-        LAZY_RESCALE=bool(lazy_rescale),
-        num_warps=num_warps or (4 if big_tile else tiles["num_warps"]),
-        num_stages=num_stages or tiles["num_stages"],
+        LAZY_RESCALE=bool(tiles.lazy_rescale), num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )
-    return o_part, lse
+    return o_part, lse, tiles

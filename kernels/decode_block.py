@@ -5,6 +5,8 @@ notes: GQA packing, INT8 layout and conversions, conditional rescaling, masking)
 The block step, per ``BLOCK_N`` keys of one (sequence, KV head): look the page up in the page
 table, load K (and, for INT8 pools, the key scales), score ``q . K^T`` in float32 on tensor cores,
 update the running max and sum (exp2, log2 units; FlashAttention-2), and accumulate ``P . V``.
+The page lookup, the scale application and the plain online-softmax update are the shared steps
+of ``kernels/paged_walk.py``; the conditional rescaling of unmasked blocks is decode's own.
 INT8 value codes come from transposed pages (``[num_pages, kv_heads, head_dim, page_size]``).
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from kernels.paged_walk import block_page, load_scales, online_softmax, scale_probs, scale_scores
 
 
 @triton.jit
@@ -54,15 +58,8 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     pos = blk * BLOCK_N + offs_n  # (BLOCK_N,) key positions
-    if BLOCK_N <= PAGE_SIZE:
-        # the block lies inside one page (blk < cdiv(seq_len, BLOCK_N): the entry is in use)
-        page = tl.load(pt_row_ptr + (blk * BLOCK_N) // PAGE_SIZE).to(tl.int64)
-    else:
-        if MASKED:
-            page = tl.load(pt_row_ptr + pos // PAGE_SIZE, mask=pos < seq_len, other=0)
-        else:
-            page = tl.load(pt_row_ptr + pos // PAGE_SIZE)
-        page = page.to(tl.int64)
+    # (blk < cdiv(seq_len, BLOCK_N): a block inside one page reads an entry in use)
+    page = block_page(pt_row_ptr, blk * BLOCK_N, pos, seq_len, PAGE_SIZE, BLOCK_N, MASKED)
     within = pos % PAGE_SIZE
     # contiguous pool: page stride KV_HEADS * PAGE_SIZE * HEAD_DIM elements (scales: no HEAD_DIM)
     page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)  # int64
@@ -72,8 +69,7 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
         v_ptrs = v_head_ptr + (page_off + within)[:, None] + offs_d[None, :] * PAGE_SIZE
     else:
         v_ptrs = v_head_ptr + kv_off[:, None] + offs_d[None, :]
-    if MASKED:
-        kv_valid = pos < seq_len
+    kv_valid = pos < seq_len  # used by masked blocks only
     if MASKED and not IS_INT8:  # int8 codes are finite: masked keys get scale 0 instead
         k = tl.load(k_ptrs, mask=kv_valid[:, None], other=0)
     else:
@@ -82,25 +78,18 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     # scores in log2 units: (ROWS, BLOCK_N)
     if IS_INT8:
         s_off = page * (NUM_KV_HEADS * PAGE_SIZE) + within
-        if MASKED:
-            ks = tl.load(ks_head_ptr + s_off, mask=kv_valid, other=0.0)
-        else:
-            ks = tl.load(ks_head_ptr + s_off)
+        ks = load_scales(ks_head_ptr + s_off, kv_valid, MASKED)
         s = tl.dot(q, tl.trans(_int8_codes(k, q.dtype, INT8_MAGIC)), input_precision=DOT_PREC)
-        s = s * (ks * qk_scale)[None, :]
+        s = scale_scores(s, ks, qk_scale)
     else:
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale
     if MASKED:
         s = tl.where(pos[None, :] <= qpos[:, None], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # all masked so far: no NaN
-    else:
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_use = m_new
     if LAZY_RESCALE and not MASKED:
         # rescale only when some row's max grew by more than 2^8 (FlashAttention-4's
         # conditional rescaling): otherwise keep the stale max, so p <= 256 (exact in fp16/bf16
         # range) and the acc rescale (ROWS x HEAD_DIM multiplies) is skipped
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
         if tl.max(m_new - m_i, axis=0) > 8.0:
             alpha = tl.exp2(m_i - m_new)
             acc = acc * alpha[:, None]
@@ -110,21 +99,16 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
         l_i = l_i + tl.sum(p, axis=1)
         m_new = m_i
     else:
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
+        # a masked block may hold no key of a row yet (all masked so far): guard the max
+        p, m_new, l_i, acc = online_softmax(s, m_i, m_i, l_i, acc, MASKED, False, True)
 
     if MASKED and not IS_INT8:
         v = tl.load(v_ptrs, mask=kv_valid[:, None], other=0)  # masked keys: V rows are 0
     else:
         v = tl.load(v_ptrs)
     if IS_INT8:
-        if MASKED:
-            vs = tl.load(vs_head_ptr + s_off, mask=kv_valid, other=0.0)
-        else:
-            vs = tl.load(vs_head_ptr + s_off)
-        pv = (p * vs[None, :]).to(q.dtype)
+        vs = load_scales(vs_head_ptr + s_off, kv_valid, MASKED)
+        pv = scale_probs(p, vs).to(q.dtype)
         acc = tl.dot(pv, _int8_codes(v, q.dtype, INT8_MAGIC), acc, input_precision=DOT_PREC)
     else:
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PREC)

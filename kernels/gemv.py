@@ -2,10 +2,10 @@
 streams the weight at the memory bandwidth, with the same result for a row whatever the others.
 
 At batch 1 every projection of a decode step reads its whole weight for a handful of rows, so the
-step is bound by weight bytes (15 GB per token for Qwen3-8B). cuBLAS (``F.linear``) reaches 60-79 %
-of an H200's read bandwidth on the 8B's smaller projections (o_proj 33.5 MB, qkv_proj 50 MB,
-down_proj 100 MB); this kernel reaches more on each of them (BENCHMARKS.md, "Decode projections",
-which also records the tile sweep; its scripts are experiments kept out of the repository).
+step is bound by weight bytes (15 GB per token for Qwen3-8B). cuBLAS (``F.linear``) leaves part of
+the read bandwidth unused on the smaller projections at these row counts; this kernel streams them
+faster (BENCHMARKS.md, "Decode projections", with the tile sweep; the tiles:
+``kernels.tiles.gemv_tiles``).
 
 Each program owns ``BLOCK_N`` consecutive weight rows (output features) and walks the whole of K in
 ``BLOCK_K`` columns: the weight tile ``[BLOCK_N, BLOCK_K]`` comes in through Triton's software
@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from kernels.silu_mul import silu_mul_rounded
+from kernels.tiles import GemvTiles, gemv_tiles
 
 MAX_ROWS = 16  # rows of x per call: the dot's M, padded
 
@@ -93,30 +94,6 @@ def _gemv_kernel(
              mask=in_m[:, None] & (out_n < N)[None, :])
 
 
-def _config(n: int, k: int, swiglu: bool, elem_bytes: int,
-            device: torch.device) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_stages) from the weight's shape and dtype alone (row invariance
-    depends on it).
-
-    Measured on an H200 at the Qwen3-8B shapes (tile sweep in BENCHMARKS.md, "Decode projections";
-    microseconds per layer against the best tile found): qkv_proj (N 6144) and lm_head 64 x 128 with
-    5 stages (15.1 / 14.96; 276.5 / 275.3); o_proj and down_proj (N 4096) 32 x 256 with 5 stages
-    (11.33, the best; 26.66 / 26.41); gate/up with SwiGLU 32 x 128 with 3 stages (each program
-    streams two tiles; 47.19, the best). float32 operands take half as many columns (the same bytes
-    per tile, within the 227 KB of shared memory a Hopper CTA may use; not timed). The interpreter:
-    small tiles.
-    """
-    if device.type != "cuda":
-        return 16, min(64, max(16, triton.next_power_of_2(k))), 1
-    if swiglu:
-        block_n, block_k, stages = 32, 128, 3
-    elif n >= 6144:
-        block_n, block_k, stages = 64, 128, 5
-    else:
-        block_n, block_k, stages = 32, 256, 5
-    return block_n, block_k // (elem_bytes // 2), stages
-
-
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
     if x.dim() != 2 or not 0 <= x.shape[0] <= MAX_ROWS or (x.stride(1) != 1 and x.shape[1] > 1):
         raise ValueError(f"gemv: x must be [M, K] with M <= {MAX_ROWS} and a contiguous last "
@@ -136,28 +113,32 @@ def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[in
     return weight.shape[0] // rows_per_out, weight.shape[1]
 
 
-def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool) -> torch.Tensor:
+def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
+            tiles: GemvTiles | None) -> torch.Tensor:
     y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if n == 0 or x.shape[0] == 0:
         return y
     if k == 0:  # an empty sum: 0, and silu(0) * 0 = 0
         return y.zero_()
-    block_n, block_k, stages = _config(n, k, swiglu, x.element_size(), x.device)
-    _gemv_kernel[(triton.cdiv(n, block_n),)](
+    if tiles is None:
+        tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
+    _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
-        BLOCK_M=MAX_ROWS, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-        SWIGLU=swiglu, STAGES=stages, DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32",
-        num_warps=4)
+        BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
+        DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps)
     return y
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def gemv(x: torch.Tensor, weight: torch.Tensor, *, tiles: GemvTiles | None = None) -> torch.Tensor:
     """``x @ weight.T`` for a decode step's 1 to 16 rows (``F.linear`` without bias).
 
     Args:
         x: [M, K] float16/bfloat16/float32, M <= 16 (0 gives an empty result), last dim
             contiguous, on the weight's device.
         weight: [N, K] in x's dtype, last dim contiguous (an ``nn.Linear`` weight).
+        tiles: a ``kernels.tiles.GemvTiles``; None takes ``gemv_tiles`` for the weight (never a
+            function of M: row invariance).
 
     Returns:
         A new [M, N] tensor in x's dtype: float32 accumulation, one rounding at the end; each row
@@ -169,15 +150,17 @@ def gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
             dim that is not contiguous.
     """
     n, k = _check(x, weight, 1)
-    return _launch(x, weight, n, k, swiglu=False)
+    return _launch(x, weight, n, k, swiglu=False, tiles=tiles)
 
 
-def gemv_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def gemv_swiglu(x: torch.Tensor, weight: torch.Tensor, *,
+                tiles: GemvTiles | None = None) -> torch.Tensor:
     """SwiGLU of the fused gate/up projection, ``silu(x @ W_gate^T) * (x @ W_up^T)``, one kernel.
 
     Args:
         x: [M, K] as in ``gemv``.
         weight: [2I, K], the gate rows then the up rows (the model's ``gate_up_proj.weight``).
+        tiles: as in ``gemv`` (``gemv_tiles`` of one half, ``swiglu=True``).
 
     Returns:
         A new [M, I] tensor in x's dtype, rounded as ``kernels.reference.silu_mul`` of
@@ -188,4 +171,4 @@ def gemv_swiglu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ValueError: as ``gemv``, or an odd row count.
     """
     n, k = _check(x, weight, 2)
-    return _launch(x, weight, n, k, swiglu=True)
+    return _launch(x, weight, n, k, swiglu=True, tiles=tiles)

@@ -4,8 +4,9 @@ FlashAttention-2 structure (Dao 2023, "FlashAttention-2: Faster Attention with B
 and Work Partitioning"; Triton's fused-attention tutorial): one program holds ``BLOCK_M`` queries of
 one sequence and one query head, walks that sequence's K/V ``BLOCK_N`` positions at a time through
 the page table, and keeps a running max and sum in float32 (online softmax, ``exp2`` with the scale
-pre-multiplied by log2(e)). Scores never touch memory. Probabilities are cast to the K/V element
-type for the P.V product on tensor cores.
+pre-multiplied by log2(e); the steps shared with decode are in ``kernels/paged_walk.py``). Scores
+never touch memory. Probabilities are cast to the K/V element type for the P.V product on tensor
+cores.
 
 Causality over the paged pool (see ``infer/meta.py`` for the length vocabulary): query ``t`` of
 sequence ``b`` sits at position ``ctx_b + t`` with ``ctx_b = seq_lens[b] - n_b``. A tile of rows
@@ -17,29 +18,14 @@ slots of the last page cannot leak (0 * NaN would poison the P.V product).
 INT8 pools (``kernels/reference.quantize_int8`` layout; V pages transposed, ``[num_pages, Hkv, D,
 page_size]``, see ``infer/kv_pool.py``): each key's scale multiplies its column of scores and each
 value's scale multiplies its column of probabilities before P.V. No dequantized copy is written.
-The value codes are converted to the query dtype in registers for P.V. The key codes feed the
-tensor cores as they are (``QK_INT8``, 16-bit queries): each program splits its query tile once
-into two int8 tiles and a float32 scale per row, ``q ~ q_scale * (q_hi + q_lo / 127)``
-(``_split_query_int8``; |error| <= row max / 32258 per entry: within bfloat16's rounding bound,
-2^-8 relative, for entries above 0.8 % of the row max, float16's, 2^-11, above 6.4 %), and scores
-with two int8 dots summed exactly in int32,
-``127 * (q_hi . k) + q_lo . k``. Two int8 dots cost the tensor cores what one 16-bit dot does, and
-the key tile goes from TMA to the tensor cores with no conversion and no shared-memory round trip:
-+10 % TFLOP/s at 32k on an H200 (BENCHMARKS.md). The split is our variant of SageAttention's int8
-Q.K^T (Zhang et al. 2024), which quantizes q once (one term) and so adds error; with the second
-term the output error stays at the converting path's (measured on an H200 at 4k, 4 heads: NMSE
-6.28e-6 against 6.26e-6 relative to a float32 reference on the dequantized cache; the one-term
-split gave 1.18e-4). A query row holding NaN or +-inf gives a NaN output row, as on the
-converting path.
-float32 queries keep the converting path.
-On Hopper the two int8 query tiles take a round trip through the program's own slots of ``out``
-(``STAGE_Q``: store, block barrier, load): Triton feeds a loaded tile to the warpgroup MMA from
+The value codes are converted to the query dtype in registers for P.V. With ``QK_INT8`` (16-bit
+queries) the key codes feed the tensor cores as they are: each program splits its query tile once
+into two int8 halves and a row scale (``kernels/query_int8.py``) and scores with two int8 dots
+summed exactly in int32, ``127 * (q_hi . k) + q_lo . k``; float32 queries keep the converting path.
+With ``STAGE_Q`` (on Hopper) the two int8 query tiles take a round trip through the program's own
+slots of ``out`` (store, block barrier, load): Triton feeds a loaded tile to the warpgroup MMA from
 shared memory, while a computed one stays in registers and is re-read from shared memory at every
-key block (for sm_90 the kernel compiles to 7.4k SASS lines instead of 10.3k). On an H200
-(BENCHMARKS.md) this moved INT8 prefill from 278 / 331 to 283 / 336 TFLOP/s at 4k / 32k; chunks
-after cached positions gained 3.4-3.6 % at 64-256 tokens (after 32k) and 0.7-1.7 % at 1024-4096
-(after 8k-128k), but 512-token chunks lost 2 %. A separate pass writing the halves to their own
-buffers reached 302 / 340 in the kernel alone, but the pass itself (24 / 158 us) ate most of that.
+key block.
 
 Grid: ``(Hq, cdiv(max_query_len, BLOCK_M), B)``. Heads vary fastest, so the query heads sharing a
 KV head run side by side and share K/V through L2; query tiles are visited last-first, so the
@@ -48,10 +34,15 @@ One query head per program (not GQA packing, which decode uses): prefill is comp
 group's K/V tiles come from L2, so packing would save L2 traffic, not FLOPs.
 
 K/V tiles come in by pointer loads (Triton pipelines them with cp.async over ``num_stages``), or,
-with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]`` (Hopper+; a
-tile is one page slice, masked tiles are zeroed in registers instead; the default on Hopper). Tile
-sizes come from a fixed heuristic in the launcher (``_default_config``, no autotuning);
-``benchmarks/attention.py --sweep`` measures the others.
+with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]``
+(``kernels/pool_tma.py``; Hopper+; a tile is one page slice, masked tiles are zeroed in registers
+instead; the default on Hopper). Tiles come from a fixed heuristic (``kernels.tiles.prefill_tiles``,
+no autotuning); ``benchmarks/attention.py --sweep`` measures others. Measurements behind these
+choices: BENCHMARKS.md ("Prefill" and "Kernel design notes moved from the code").
+
+The file holds the block walk, the kernel and its launcher; the launcher's argument checks are long
+because the kernel takes a flattened batch, two pool layouts, two load paths and an optional int8
+scoring path, and every one of them is checked with a message at the boundary.
 """
 
 from __future__ import annotations
@@ -63,27 +54,12 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check_pool_pair
+from kernels.paged_walk import block_page, load_scales, online_softmax, scale_probs, scale_scores
+from kernels.pool_tma import pool_descriptor, tma_ok
+from kernels.query_int8 import split_query_int8
+from kernels.tiles import PrefillTiles, prefill_tiles, qk_int8_supported
 
 LOG2E = 1.4426950408889634
-
-
-@triton.jit
-def _split_query_int8(q):
-    """A query tile [M, D] as ``q_scale * (q_hi + q_lo / 127)``: int8 ``q_hi`` in [-127, 127],
-    int8 ``q_lo`` in [-64, 64], float32 ``q_scale`` [M] (row max / 127; 1 for an all-zero row;
-    NaN for a row holding NaN or +-inf, whose codes would otherwise drop it, so that the row's
-    output is NaN as on the converting path). Rounding is to nearest (ties up), so
-    |q - q_scale * (q_hi + q_lo / 127)| <= q_scale / 254."""
-    qf = q.to(tl.float32)
-    bad = ~(tl.abs(qf) < float("inf"))  # NaN or +-inf
-    qf = tl.where(bad, 0.0, qf)  # codes from finite values only
-    amax = tl.max(tl.abs(qf), axis=1)
-    scale = tl.where(amax > 0, amax / 127.0, 1.0)
-    qn = qf / scale[:, None]
-    hi = tl.floor(qn + 0.5)
-    lo = tl.floor((qn - hi) * 127.0 + 0.5)
-    q_scale = tl.where(tl.max(bad.to(tl.int32), axis=1) > 0, float("nan"), scale)
-    return hi.to(tl.int8), lo.to(tl.int8), q_scale
 
 
 @triton.jit
@@ -97,24 +73,23 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
                    lo, hi, q_pos, kv_end, qk_scale,
                    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                    IS_INT8: tl.constexpr, MASKED: tl.constexpr, DOT_PREC: tl.constexpr,
-                   USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr, QK_INT8: tl.constexpr,
+                   USE_TMA: tl.constexpr, QK_INT8: tl.constexpr,
                    dt: tl.constexpr):
     """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N).
 
     ``dt`` is the P.V dtype (the query's). With ``QK_INT8``, ``q`` and ``q_lo`` are the int8
-    halves of the query tile and ``q_scale`` its row scales (``_split_query_int8``)."""
+    halves of the query tile and ``q_scale`` its row scales (``kernels/query_int8.py``)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    for n0 in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
+    for n0 in tl.range(lo, hi, BLOCK_N):
         kpos = n0 + offs_n                                              # [BLOCK_N]
         kmask = kpos < kv_end
+        # NOTE: the launcher makes BLOCK_N divide PAGE_SIZE or be a multiple of it; page ids of
+        # blocks spanning pages are loaded masked in both phases.
+        page = block_page(pt_row_ptr, n0, kpos, kv_end, PAGE_SIZE, BLOCK_N, True)
         if BLOCK_N <= PAGE_SIZE:
-            # NOTE: the launcher makes BLOCK_N divide PAGE_SIZE: the block lies in one page.
-            page = tl.load(pt_row_ptr + n0 // PAGE_SIZE).to(tl.int64)
             slot = n0 % PAGE_SIZE + offs_n
         else:
-            # The block spans PAGE_SIZE-aligned pages: one page id per key.
-            page = tl.load(pt_row_ptr + kpos // PAGE_SIZE, mask=kmask, other=0).to(tl.int64)
             slot = kpos % PAGE_SIZE
         if USE_TMA:
             # Row of (page, head, slot) in the [rows, D] view; the launcher checks < 2^31.
@@ -153,36 +128,23 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
             qk = tl.dot(q, tl.trans(k.to(dt)), input_precision=DOT_PREC)
         if IS_INT8:
             s_off = page * stride_sp + slot
-            if MASKED:
-                ks = tl.load(ks_ptr + s_off, mask=kmask, other=0.0)
-                vs = tl.load(vs_ptr + s_off, mask=kmask, other=0.0)
-            else:
-                ks = tl.load(ks_ptr + s_off)
-                vs = tl.load(vs_ptr + s_off)
+            ks = load_scales(ks_ptr + s_off, kmask, MASKED)
+            vs = load_scales(vs_ptr + s_off, kmask, MASKED)
             if QK_INT8:
-                qk = qk * (ks * (qk_scale / 127.0))[None, :]
+                qk = scale_scores(qk, ks, qk_scale / 127.0)
             else:
-                qk = qk * (ks * qk_scale)[None, :]
+                qk = scale_scores(qk, ks, qk_scale)
         else:
             qk = qk * qk_scale
         if MASKED:
             keep = (kpos[None, :] <= q_pos[:, None]) & kmask[None, :]
             qk = tl.where(keep, qk, float("-inf"))
-        # NOTE: every row sees key 0 in its first block, so m_new is finite from the start.
-        if QK_INT8:
-            # the row scale (> 0) commutes with the max and folds into exp2's argument (one FFMA)
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * q_scale)
-            p = tl.math.exp2(qk * q_scale[:, None] - m_new[:, None])
-        else:
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        # NOTE: every row sees key 0 in its first block, so m_new is finite from the start (no
+        # guard); with QK_INT8 the row scale of the query halves is still to be applied.
+        p, m_i, l_i, acc = online_softmax(qk, q_scale, m_i, l_i, acc, False, QK_INT8, False)
         if IS_INT8:
-            p = p * vs[None, :]
+            p = scale_probs(p, vs)
         acc = tl.dot(p.to(dt), v.to(dt), acc, input_precision=DOT_PREC)
-        m_i = m_new
     return acc, l_i, m_i
 
 
@@ -202,8 +164,8 @@ def _prefill_kernel(
     qk_scale,                  # sm_scale * log2(e)
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.constexpr,
-    DOT_PREC: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
-    QK_INT8: tl.constexpr, STAGE_Q: tl.constexpr,
+    DOT_PREC: tl.constexpr, USE_TMA: tl.constexpr, QK_INT8: tl.constexpr,
+    STAGE_Q: tl.constexpr,
 ):
     head = tl.program_id(0)
     tile = tl.num_programs(1) - 1 - tl.program_id(1)     # last (longest) tiles first
@@ -226,7 +188,7 @@ def _prefill_kernel(
     q_pos = ctx + offs_m                                 # [BLOCK_M]
     dt: tl.constexpr = q_ptr.dtype.element_ty            # the P.V dtype
     if QK_INT8:
-        q, q_lo, q_scale = _split_query_int8(q)
+        q, q_lo, q_scale = split_query_int8(q)
         if STAGE_Q:
             # Round-trip the int8 halves through this tile's own output slots (each (row, head)
             # slot holds D 16-bit values: 2 * D bytes, room for q_hi then q_lo; only this program
@@ -265,104 +227,24 @@ def _prefill_kernel(
                                    vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
                                    k_head_row, v_head_row, 0, full_blocks_end, q_pos, kv_end,
                                    qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, False,
-                                   DOT_PREC, USE_TMA, WARP_SPEC, QK_INT8, dt)
+                                   DOT_PREC, USE_TMA, QK_INT8, dt)
     # Phase 2: the blocks that overlap the diagonal (or the sequence end).
     acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale, k_base, v_base, ks_base,
                                    vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
                                    k_head_row, v_head_row, full_blocks_end, kv_end, q_pos, kv_end,
                                    qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, True,
-                                   DOT_PREC, USE_TMA, False, QK_INT8, dt)
+                                   DOT_PREC, USE_TMA, QK_INT8, dt)
     out = acc / l_i[:, None]
     tl.store(o_ptr + rows[:, None] * stride_ot + head * stride_oh + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
-
-
-def _default_config(max_query_len: int, page_size: int, device: torch.device,
-                    is_int8: bool, tma: bool = True, elem_bytes: int = 2, head_dim: int = 128,
-                    block_m: int | None = None) -> tuple:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages, TMA loads) for a step; deterministic.
-
-    ``elem_bytes``: the widest of q's and the pool's element sizes; ``block_m``: a caller's
-    override (the warp count follows it).
-
-    On Hopper (sm_90+) K/V tiles come through TMA descriptors: BLOCK_M 128 on 8 warps for 16-bit
-    pools and 64 on 4 warps for INT8, with 6 pipeline stages (7 for INT8). The stage count matters
-    because of the page table: Triton's pipeliner (``AssignLatencies``) gives each pipelined load a
-    latency of ``(num_stages - 1) // (indirection levels + 1)`` iterations, and the K/V loads sit
-    one indirection below the page-id load. At 3 stages they are issued one iteration ahead (INT8 V
-    single-buffered); at 5-6, two. On an H200 (``.gpu`` A/B at b3c7276, identical outputs, TFLOP/s
-    at 4k / 32k): BF16 394 / 437 with 4 warps and 3 stages (the default since fe210ce) -> 438 / 485
-    with 8 warps and 6 stages (8 warps at 3 stages: 312 / 314; 4 warps at 5: 359 / 417); INT8 276 /
-    314 -> 276 / 331 (7 stages: 271-274 / 333, 9: slower). Since the INT8 query halves come from
-    shared memory (``STAGE_Q``) 7 stages beat 6 (three tiles ahead instead of two; A/B in one run,
-    identical outputs: 282 -> 283 at 4k, 336 -> 343 at 32k, 336 -> 341 for a 4k chunk after 128k,
-    321 -> 336 for a 512-token chunk after 32k; 8 stages the same as 7, 9 slower). The 6-stage tiles
-    need up to 132 KB of shared memory with 16-bit operands and head_dim 128; float32 operands or
-    head_dim 256 would need ~260 KB (over the 227 KB an H100/H200 CTA may use), so those keep the
-    earlier 4-warp, 3-stage tiles, as do pointer loads (``tma=False``: a pool no descriptor can
-    describe). ``tests/compile_prefill_tiles.py`` compiles the defaults for sm_90 and reports their
-    shared memory. Older GPUs: pointer loads.
-    """
-    if device.type != "cuda":  # the interpreter: tiny tiles keep the CPU tests quick
-        return block_m or 16, min(16, page_size), 4, 1, False
-    hopper = torch.cuda.get_device_capability(device)[0] >= 9
-    block_n = min(64, page_size)
-    if hopper and block_n >= 16:
-        block_m = block_m or min(64 if is_int8 else 128,
-                                 max(16, triton.next_power_of_2(max_query_len)))
-        if tma and elem_bytes <= 2 and head_dim <= 128:
-            return block_m, block_n, 8 if block_m >= 128 else 4, 7 if is_int8 else 6, True
-        return block_m, block_n, 4, 3, tma
-    block_m = block_m or min(128, max(16, triton.next_power_of_2(max_query_len)))
-    num_warps = 8 if block_m >= 128 else 4
-    return block_m, 64, num_warps, 3 if hopper else 2, False
-
-
-def _pool_rows(cache: torch.Tensor) -> int:
-    """Rows of a [num_pages, Hkv, R, W] pool viewed as [rows, W] (its TMA extent); W is D for
-    K and 16-bit V, page_size for INT8 V (transposed pages)."""
-    num_pages, hkv, r, w = cache.shape
-    return ((num_pages - 1) * cache.stride(0) + (hkv - 1) * cache.stride(1)) // w + r
-
-
-def _tma_ok(cache: torch.Tensor) -> bool:
-    """Whether ``_pool_descriptor`` can describe ``cache``: page and head strides multiples of
-    the row width, a 16-byte aligned base and fewer than 2^31 rows (int32 coordinates)."""
-    w = cache.shape[-1]
-    return (cache.stride(0) % w == 0 and cache.stride(1) % w == 0 and cache.data_ptr() % 16 == 0
-            and _pool_rows(cache) < 2**31)
-
-
-def _pool_descriptor(cache: torch.Tensor, block_n: int, transposed: bool = False):
-    """A host TMA descriptor viewing a [num_pages, Hkv, R, W] pool as [rows, W] rows.
-
-    K and 16-bit V (R = page_size, W = D): row of (page, head, slot) = page * stride(0)/D + head *
-    stride(1)/D + slot, tiles [block_n, D]. INT8 V (``transposed``, R = D, W = page_size): row of
-    (page, head, d) = page * stride(0)/P + head * stride(1)/P + d, tiles [D, block_n]. Rows are
-    int32 in the kernel, so the pool must span fewer than 2^31 rows."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    r, w = cache.shape[-2:]
-    if cache.stride(0) % w or cache.stride(1) % w:
-        raise ValueError("prefill_attention: TMA needs page/head strides that are multiples of "
-                         "the pool's last dim")
-    rows = _pool_rows(cache)
-    if rows >= 2**31:
-        raise ValueError(f"prefill_attention: a pool of {rows} rows is too large for TMA loads "
-                         "(int32 coordinates); use use_tma=False")
-    block = [r, block_n] if transposed else [block_n, w]
-    return TensorDescriptor(cache, [rows, w], [w, 1], block)
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                       seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
                       page_table: torch.Tensor, *, max_query_len: int, sm_scale: float | None,
                       k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
-                      out: torch.Tensor | None = None, block_m: int | None = None,
-                      block_n: int | None = None, num_warps: int | None = None,
-                      num_stages: int | None = None, use_tma: bool | None = None,
-                      warp_specialize: bool = False, qk_int8: bool | None = None,
-                      stage_q: bool | None = None) -> torch.Tensor:
+                      out: torch.Tensor | None = None,
+                      tiles: PrefillTiles | None = None) -> torch.Tensor:
     """Causal attention of a step's new queries to their sequences' paged K/V (prefill chunks).
 
     The step's own K/V must already be in the pool (``kernels/store_kv.py``). Oracle:
@@ -385,30 +267,17 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         k_scale, v_scale: float32 [num_pages, Hkv, page_size] per-(position, KV head) scales for an
             INT8 pool (both with the same strides, last dim contiguous); None otherwise.
         out: optional [T, Hq, D] output in q's dtype (last dim contiguous); allocated if None.
-            It may be q itself but must not otherwise overlap q: with ``stage_q`` its slots
+            It may be q itself but must not otherwise overlap q: with ``tiles.stage_q`` its slots
             also hold the int8 query halves for a while.
-        block_m, block_n, num_warps, num_stages: tile overrides for benchmarks; the defaults come
-            from a fixed heuristic (``_default_config``; the default warp count follows
-            ``block_m``). block_n must divide page_size or be a multiple of it.
-        use_tma: load K/V tiles through TMA tensor descriptors (Hopper+; needs block_n <= page_size
-            and the pool's page/head strides multiples of D). None: the default for the device
-            (on for sm_90+ when block_n <= page_size). Without TMA the default tiles are the
-            pointer-load ones (on Hopper 4 warps and 3 stages instead of TMA's 6).
-        warp_specialize: ask Triton to warp-specialize the main key loop (benchmarks). With
-            Triton 3.6 on sm_90 the compiler aborts on this kernel with 4 warps and specializes
-            nothing with 8 (BENCHMARKS.md).
-        qk_int8: for an INT8 pool, score with two int8 dots on the raw key codes (module notes).
-            None: the default, on for 16-bit queries (on CUDA: sm_80+ and head_dim 32 to 1024);
-            float32 queries always convert the codes.
-        stage_q: with ``qk_int8``, pass the int8 query halves through ``out`` so that the MMA
-            reads them from shared memory (module notes). None: the default, on for Hopper
-            (sm_90, where it was measured) and in the interpreter; off elsewhere.
+        tiles: a ``kernels.tiles.PrefillTiles``; None takes ``prefill_tiles`` for the device,
+            dtypes and shapes (TMA loads where the pool allows them). ``qk_int8`` needs
+            ``kernels.tiles.qk_int8_supported``; ``stage_q`` is ignored without ``qk_int8``.
 
     Returns:
         [T, Hq, D] in q's dtype (``out`` if given). Rows are written only for real queries.
 
     Raises:
-        ValueError: on shapes, dtypes or layouts the kernel does not support.
+        ValueError: on shapes, dtypes, layouts or tiles the kernel does not support.
     """
     def check(ok: bool, msg: str) -> None:
         if not ok:
@@ -454,43 +323,25 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if t == 0 or b == 0:
         return out
 
-    widest = max(q.element_size(), k_cache.element_size())
-    dm, dn, dw, ds, dt = _default_config(max_query_len, page_size, q.device, is_int8,
-                                         elem_bytes=widest, head_dim=d, block_m=block_m)
-    if use_tma is None:  # the default: TMA where the pools allow it, else pointer loads
-        use_tma = (dt and (block_n or dn) <= page_size and _tma_ok(k_cache)
-                   and _tma_ok(v_cache))
-    if dt and not use_tma:  # pointer loads take their own default tiles
-        dm, dn, dw, ds, _ = _default_config(max_query_len, page_size, q.device, is_int8,
-                                            tma=False, elem_bytes=widest, head_dim=d,
-                                            block_m=block_m)
-    block_m, block_n = block_m or dm, block_n or dn
-    num_warps, num_stages = num_warps or dw, num_stages or ds
+    if tiles is None:
+        tiles = prefill_tiles(q.device, q.dtype, k_cache.dtype, max_query_len=max_query_len,
+                              page_size=page_size, head_dim=d,
+                              tma=tma_ok(k_cache) and tma_ok(v_cache))
+    block_m, block_n = tiles.block_m, tiles.block_n
     check(page_size % block_n == 0 if block_n <= page_size else block_n % page_size == 0,
-          f"block_n={block_n} must divide page_size={page_size} or be a multiple of it")
-    check(block_m & (block_m - 1) == 0 and block_n & (block_n - 1) == 0,
-          "block_m and block_n must be powers of two")
+          f"tiles.block_n={block_n} must divide page_size={page_size} or be a multiple of it")
     check(q.device.type != "cuda" or min(block_m, block_n) >= 16,
-          "tensor-core tiles need block_m, block_n >= 16")
+          "tensor-core tiles need tiles.block_m, tiles.block_n >= 16")
     desc_k = desc_v = k_cache  # unused placeholders unless use_tma
-    if use_tma:
-        desc_k = _pool_descriptor(k_cache, block_n)
-        desc_v = _pool_descriptor(v_cache, block_n, transposed=is_int8)
-        check(block_n <= page_size, "TMA loads need block_n <= page_size")
+    if tiles.use_tma:
+        check(block_n <= page_size, "TMA loads need tiles.block_n <= page_size")
+        desc_k = pool_descriptor(k_cache, block_n)
+        desc_v = pool_descriptor(v_cache, block_n, transposed=is_int8)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
-    qk_int8_ok = (is_int8 and q.dtype != torch.float32 and d <= 1024
-                  and (q.device.type != "cuda"
-                       or (d >= 32 and torch.cuda.get_device_capability(q.device) >= (8, 0))))
-    if qk_int8 is None:
-        qk_int8 = qk_int8_ok
-    check(not qk_int8 or qk_int8_ok, "qk_int8 needs an INT8 pool and 16-bit queries (CUDA: sm_80+, "
-          "head_dim 32 to 1024)")
-    # the int8 query halves go through ``out`` (module notes): a gain where the dots are warpgroup
-    # MMAs (measured on sm_90 only); the interpreter runs the same path so that CPU tests cover it
-    if stage_q is None:
-        stage_q = q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] == 9
-    stage_q = bool(stage_q and qk_int8)
+    check(not tiles.qk_int8 or qk_int8_supported(q.device, q.dtype, k_cache.dtype, d),
+          "tiles.qk_int8 needs an INT8 pool and 16-bit queries (CUDA: sm_80+, head_dim 32 to "
+          "1024)")
     grid = (hq, triton.cdiv(max_query_len, block_m), b)
     _prefill_kernel[grid](
         q, k_cache, v_cache, k_scale, v_scale, desc_k, desc_v, out, seq_lens, query_start_loc,
@@ -501,7 +352,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         sm_scale * LOG2E,
         GROUP=hq // hkv, HEAD_DIM=d, PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=block_n,
         IS_INT8=is_int8, DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32",
-        USE_TMA=use_tma, WARP_SPEC=warp_specialize, QK_INT8=qk_int8, STAGE_Q=stage_q,
-        num_warps=num_warps, num_stages=num_stages,
+        USE_TMA=bool(tiles.use_tma), QK_INT8=bool(tiles.qk_int8),
+        STAGE_Q=bool(tiles.stage_q and tiles.qk_int8),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out

@@ -26,6 +26,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from kernels.checks import check_contiguous, check_last_dim_contiguous
+
 
 @triton.jit
 def _norm_rope_row(x_ptr, w_ptr, o_ptr, cos, sin, eps, offs, mask,
@@ -119,7 +121,8 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
     reduction order and the last bit of rsqrt/cos/sin.
 
     Raises:
-        ValueError: on wrong shapes, dtypes or an odd head_dim.
+        ValueError: naming the argument, on wrong shapes, dtypes, strides (see Args) or an odd
+            head_dim.
     """
     if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise ValueError(f"q must be [T, Hq, D] and k [T, Hkv, D], got {tuple(q.shape)} and "
@@ -139,8 +142,9 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
     if inv_freq.shape != (head_dim // 2,) or inv_freq.dtype != torch.float32:
         raise ValueError(f"inv_freq must be float32 [{head_dim // 2}], got {inv_freq.dtype} "
                          f"{tuple(inv_freq.shape)}")
-    assert q.stride(-1) == 1 and k.stride(-1) == 1, "q/k need a contiguous last dim"
-    assert q_weight.is_contiguous() and k_weight.is_contiguous() and inv_freq.is_contiguous()
+    check_last_dim_contiguous("qk_norm_rope", q=q, k=k)
+    check_contiguous("qk_norm_rope", q_weight=q_weight, k_weight=k_weight, inv_freq=inv_freq,
+                     positions=positions)
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if num_tokens == 0:

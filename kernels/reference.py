@@ -158,6 +158,47 @@ def merge_partials(o_part: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
     return (w.unsqueeze(-1) * o).sum(dim=-2)
 
 
+def split_partials(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_queries: int,
+                   num_splits: int, block_n: int, sm_scale: float | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence's split-KV stage-1 partials (reference for ``kernels/decode_attention.py``).
+
+    Split ``s`` takes key blocks ``[s * nb // S, (s + 1) * nb // S)`` of the ``nb = cdiv(seq_len,
+    block_n)`` blocks of ``block_n`` positions; query ``t`` sits at ``seq_len - n + t``.
+
+    Args:
+        q: [n, Hq, D] the sequence's queries; k, v: float32 [seq_len, Hkv, D] (``gather_kv``).
+        num_queries: n; num_splits: S; block_n: keys per block.
+
+    Returns:
+        ``(o_part, lse)``: float32 [Hkv, S, n * group, D] and [Hkv, S, n * group], tile row
+        ``t * group + g`` for query head ``h * group + g``: each split's output normalized within
+        the split and its natural log-sum-exp; a split with no visible key (empty, or every key
+        after the row's query) gives ``lse = -inf`` and a zero ``o_part``.
+    """
+    seq_len, hkv, d = k.shape
+    n, hq = num_queries, q.shape[1]
+    group = hq // hkv
+    scale = sm_scale if sm_scale is not None else d ** -0.5
+    nb = -(-seq_len // block_n)
+    o_part = torch.zeros(hkv, num_splits, n * group, d, dtype=torch.float64)
+    lse = torch.full((hkv, num_splits, n * group), -math.inf, dtype=torch.float64)
+    qd = q.double().view(n, hkv, group, d)
+    for s in range(num_splits):
+        lo = min(seq_len, (s * nb // num_splits) * block_n)
+        hi = min(seq_len, ((s + 1) * nb // num_splits) * block_n)
+        for t in range(n):
+            end = min(hi, seq_len - n + t + 1)  # keys this query may see
+            if end <= lo:
+                continue
+            ks, vs = k[lo:end].double(), v[lo:end].double()  # [m, Hkv, D]
+            sc = torch.einsum("hgd,mhd->hgm", qd[t], ks) * scale
+            rows = slice(t * group, (t + 1) * group)
+            lse[:, s, rows] = torch.logsumexp(sc, dim=-1)
+            o_part[:, s, rows] = torch.einsum("hgm,mhd->hgd", torch.softmax(sc, dim=-1), vs)
+    return o_part.float(), lse.float()
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
              residual: torch.Tensor | None = None):
     """RMSNorm over the last dim as transformers' Qwen3 (reference for ``kernels/rmsnorm.py``).

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.checks import check_contiguous, check_last_dim_contiguous
+
 
 @triton.jit
 def _rmsnorm_kernel(
@@ -68,7 +70,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     reduction order.
 
     Raises:
-        ValueError: on wrong ranks, shapes or dtypes.
+        ValueError: naming the argument, on wrong ranks, shapes, dtypes or a last dim that is not
+            contiguous.
     """
     if x.dim() != 2 or weight.shape != (x.shape[1],):
         raise ValueError(f"x must be [T, hidden] and weight [hidden], got {tuple(x.shape)} and "
@@ -79,13 +82,14 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
         raise ValueError(f"residual must match x ({x.dtype} {tuple(x.shape)}), got "
                          f"{residual.dtype} {tuple(residual.shape)}")
-    assert x.stride(-1) == 1 and weight.is_contiguous(), "x/weight need a contiguous last dim"
+    check_last_dim_contiguous("rmsnorm", x=x)
+    check_contiguous("rmsnorm", weight=weight)
     num_tokens, hidden = x.shape
     out = torch.empty((num_tokens, hidden), dtype=x.dtype, device=x.device)
     if residual is None:
         res, res_out = x, out  # placeholders, never touched (HAS_RESIDUAL=False)
     else:
-        assert residual.stride(-1) == 1, "residual needs a contiguous last dim"
+        check_last_dim_contiguous("rmsnorm", residual=residual)
         res, res_out = residual, torch.empty_like(out)
     if num_tokens > 0:
         block = triton.next_power_of_2(hidden)

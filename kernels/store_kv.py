@@ -20,8 +20,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.checks import check_int8_scales, check_pool_pair
-from kernels.decode_plan import supports_pdl
+from kernels.checks import (
+    check_contiguous,
+    check_int8_scales,
+    check_last_dim_contiguous,
+    check_pool_pair,
+)
+from kernels.device import supports_pdl
+from kernels.tiles import StoreTiles, store_tiles
 
 # 1.5 * 2^23: adding and subtracting it rounds a float32 |x| < 2^22 to the nearest integer, ties to
 # even (the hardware rounding mode), exactly like torch.round.
@@ -103,7 +109,7 @@ def _store_kv_kernel(
 
 def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor, k_scale: torch.Tensor | None = None,
-             v_scale: torch.Tensor | None = None) -> None:
+             v_scale: torch.Tensor | None = None, *, tiles: StoreTiles | None = None) -> None:
     """Write new K/V rows into the paged pool in place (INT8 pools: codes plus scales).
 
     Args:
@@ -117,13 +123,15 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
             skips the token (padding rows of a CUDA-graph bucket).
         k_scale, v_scale: contiguous float32 [num_pages, kv_heads, page_size], required exactly
             when the caches are int8 (scale = max(amax, 1e-8) / 127 per token and head).
+        tiles: a ``kernels.tiles.StoreTiles``; None takes ``store_tiles`` for the device.
 
     Allocates nothing and never reads device memory on the host, so it is safe under CUDA graph
     capture. Matches ``kernels.reference.store_kv`` bit for bit (INT8 included).
 
     Raises:
-        ValueError: on mismatched shapes/dtypes, a missing or unexpected scale tensor, or a
-            non-contiguous cache.
+        ValueError: naming the argument, on mismatched shapes/dtypes, a missing or unexpected
+            scale tensor, a non-contiguous cache or slot_mapping, or k/v whose last dim is not
+            contiguous.
     """
     if k.dim() != 3 or k.shape != v.shape:
         raise ValueError(f"k and v must both be [T, kv_heads, head_dim], got {tuple(k.shape)} "
@@ -144,7 +152,8 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         raise ValueError("pass k_scale and v_scale exactly when the cache is int8")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
-    assert k.stride(-1) == 1 and v.stride(-1) == 1, "k/v need a contiguous last dim"
+    check_last_dim_contiguous("store_kv", k=k, v=v)
+    check_contiguous("store_kv", slot_mapping=slot_mapping)
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
         scale_strides = (k_scale.stride(0), k_scale.stride(1))
@@ -153,6 +162,8 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         scale_strides = (0, 0)
     if num_tokens == 0:
         return
+    if tiles is None:
+        tiles = store_tiles(k.device, k_cache.dtype)
     _store_kv_kernel[(num_tokens,)](
         k_ptr=k, v_ptr=v, k_cache_ptr=k_cache, v_cache_ptr=v_cache,
         k_scale_ptr=k_scale, v_scale_ptr=v_scale, slot_ptr=slot_mapping,
@@ -163,6 +174,6 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         stride_sp=scale_strides[0], stride_sh=scale_strides[1],
         NUM_KV_HEADS=kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
-        IS_INT8=is_int8, SIGNAL_DEPENDENTS=supports_pdl(k.device),
-        num_warps=4,
+        IS_INT8=is_int8, SIGNAL_DEPENDENTS=bool(tiles.pdl) and supports_pdl(k.device),
+        num_warps=tiles.num_warps,
     )

@@ -5,8 +5,8 @@ compiled):
     python3 tests/compile_gemv_tiles.py      # one JSON line per case
 
 For each (dtype, weight shape, SwiGLU) case at the Qwen3-0.6B/8B/14B projection shapes, the tiles
-``_config`` picks on a GPU and the shared memory the compiled kernel needs (``metadata.shared``,
-bytes). A CTA may use 232448 bytes on an H100/H200 and 166912 on an A100.
+``kernels.tiles.gemv_tiles`` picks on a GPU and the shared memory the compiled kernel needs
+(``metadata.shared``, bytes). A CTA may use 232448 bytes on an H100/H200 and 166912 on an A100.
 """
 
 from __future__ import annotations
@@ -22,30 +22,33 @@ os.environ.pop("TRITON_INTERPRET", None)
 import torch  # noqa: E402
 from compile_targets import compile_for  # noqa: E402
 
-from kernels import gemv  # noqa: E402
+from kernels import device, gemv  # noqa: E402
+from kernels.tiles import gemv_tiles  # noqa: E402
 
 # (rows N of the weight, K, swiglu) per projection: 0.6B, 8B, 14B (gate/up as its I = N / 2)
 SHAPES = [(4096, 1024, False), (1024, 2048, False), (3072, 1024, True), (1024, 3072, False),
           (6144, 4096, False), (4096, 4096, False), (12288, 4096, True), (4096, 12288, False),
           (151936, 4096, False), (7168, 5120, False), (5120, 5120, False), (17408, 5120, True),
           (5120, 17408, False), (151936, 5120, False)]
-BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def main() -> None:
     types = {name: "i32" for name in ("M", "N", "K", "stride_xm", "stride_wn", "stride_ym")}
+    device._capability = lambda index: (9, 0)  # any GPU: the tiles do not depend on it
     done: dict[tuple, int] = {}  # shapes with the same constexprs compile to the same kernel
     for arch in (80, 90):
-        for dt, nbytes in BYTES.items():
+        for dt, dtype in DTYPES.items():
             for n, k, swiglu in SHAPES:
-                bn, bk, stages = gemv._config(n, k, swiglu, nbytes, torch.device("cuda", 0))
+                t = gemv_tiles(torch.device("cuda", 0), dtype, n, k, swiglu)
+                bn, bk, stages = t.block_n, t.block_k, t.num_stages
                 key = (arch, dt, bn, bk, stages, k % bk == 0, swiglu)
                 if key not in done:
                     ptr = {p: f"*{dt}" for p in ("x_ptr", "w_ptr", "y_ptr")}
                     kernel = compile_for(gemv._gemv_kernel, dict(
                         BLOCK_M=gemv.MAX_ROWS, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=k % bk == 0,
-                        SWIGLU=swiglu, STAGES=stages, DOT_PREC="ieee" if nbytes == 4 else "tf32"),
-                        arch, types={**types, **ptr}, num_warps=4, num_stages=stages)
+                        SWIGLU=swiglu, STAGES=stages, DOT_PREC="ieee" if dt == "fp32" else "tf32"),
+                        arch, types={**types, **ptr}, num_warps=t.num_warps, num_stages=stages)
                     done[key] = kernel.metadata.shared
                 print(json.dumps({"arch": arch, "dtype": dt, "n": n, "k": k, "swiglu": swiglu,
                                   "tiles": [bn, bk, stages], "shared": done[key]}), flush=True)

@@ -3,7 +3,7 @@
 
     python3 tests/compile_prefill_tiles.py      # one JSON line per case
 
-For each (query dtype, pool dtype, head_dim, page_size) case, the tiles ``_default_config``
+For each (query dtype, pool dtype, head_dim, page_size) case, the tiles ``prefill_tiles``
 picks on an sm_90 GPU (TMA loads), the constexprs the launcher would pass, and the shared memory
 the compiled kernel needs (``metadata.shared``, bytes). A CTA on an H100/H200 may use 232448.
 """
@@ -21,27 +21,30 @@ os.environ.pop("TRITON_INTERPRET", None)
 import torch  # noqa: E402
 from compile_targets import compile_for  # noqa: E402
 
+from kernels import device  # noqa: E402
 from kernels import prefill_attention as pa  # noqa: E402
+from kernels.tiles import prefill_tiles  # noqa: E402
 
 # (q dtype, pool dtype, head_dim, page_size)
 CASES = [("bf16", "bf16", 128, 64), ("fp16", "fp16", 128, 16), ("fp32", "fp32", 128, 64),
          ("bf16", "i8", 128, 64), ("fp32", "i8", 128, 64), ("bf16", "bf16", 256, 64),
          ("bf16", "i8", 256, 64)]
-BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "i8": 1}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "i8": torch.int8}
 
 
 def compile_case(qt: str, kt: str, d: int, page: int, max_query_len: int = 32768) -> dict:
     is_int8 = kt == "i8"
-    widest = max(BYTES[qt], BYTES[kt])
-    bm, bn, warps, stages, tma = pa._default_config(max_query_len, page, torch.device("cuda", 0),
-                                                    is_int8, elem_bytes=widest, head_dim=d)
+    tiles = prefill_tiles(torch.device("cuda", 0), DTYPES[qt], DTYPES[kt],
+                          max_query_len=max_query_len, page_size=page, head_dim=d)
+    bm, bn, warps, stages, tma = (tiles.block_m, tiles.block_n, tiles.num_warps,
+                                  tiles.num_stages, tiles.use_tma)
     types = {"q_ptr": f"*{qt}", "k_ptr": f"*{kt}", "v_ptr": f"*{kt}", "o_ptr": f"*{qt}",
              "seq_lens_ptr": "*i32", "qsl_ptr": "*i32", "pt_ptr": "*i32",
              "desc_k": f"tensordesc<{kt}[{bn},{d}]>",
              "desc_v": f"tensordesc<{kt}[{d},{bn}]>" if is_int8 else f"tensordesc<{kt}[{bn},{d}]>"}
     const = dict(GROUP=4, HEAD_DIM=d, PAGE_SIZE=page, BLOCK_M=bm, BLOCK_N=bn, IS_INT8=is_int8,
-                 DOT_PREC="ieee" if qt == "fp32" else "tf32", USE_TMA=tma, WARP_SPEC=False,
-                 QK_INT8=is_int8 and qt != "fp32", STAGE_Q=is_int8 and qt != "fp32")
+                 DOT_PREC="ieee" if qt == "fp32" else "tf32", USE_TMA=tma,
+                 QK_INT8=tiles.qk_int8, STAGE_Q=tiles.stage_q and tiles.qk_int8)
     k = compile_for(pa._prefill_kernel, const, 90, types=types, num_warps=warps,
                     num_stages=stages)
     return {"q": qt, "pool": kt, "head_dim": d, "page_size": page,
@@ -49,7 +52,7 @@ def compile_case(qt: str, kt: str, d: int, page: int, max_query_len: int = 32768
 
 
 def main() -> None:
-    torch.cuda.get_device_capability = lambda device=None: (9, 0)  # an H100/H200
+    device._capability = lambda index: (9, 0)  # an H100/H200
     for case in CASES:
         print(json.dumps(compile_case(*case)), flush=True)
 

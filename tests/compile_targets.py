@@ -4,8 +4,9 @@ runs under TRITON_INTERPRET=1, where kernels cannot be compiled):
     python3 tests/compile_targets.py ARCH     # e.g. 80 or 90; prints one JSON line
 
 For each kernel, the constexprs its launcher would pick on a GPU of that compute capability
-(``kernels.decode_plan.supports_pdl`` decides programmatic dependent launch), and whether the PTX
-holds ``griddepcontrol`` (which exists from sm_90 on).
+(``kernels.tiles.decode_tiles`` and ``default_num_splits`` for an INT8 pool at the Qwen3-8B shape
+on 132 SMs; ``kernels.device.supports_pdl`` decides programmatic dependent launch), and whether
+the PTX holds ``griddepcontrol`` (which exists from sm_90 on).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import torch  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource, compile  # noqa: E402
 
-from kernels import decode_plan  # noqa: E402
+from kernels import device  # noqa: E402
 from kernels.combine import _combine_kernel  # noqa: E402
 from kernels.decode_attention import _decode_split_kernel  # noqa: E402
+from kernels.decode_plan import default_num_splits  # noqa: E402
 from kernels.store_kv import _store_kv_kernel  # noqa: E402
+from kernels.tiles import decode_tiles, store_tiles  # noqa: E402
 
 POINTERS = {"k_ptr": "*bf16", "v_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
             "q_ptr": "*bf16", "out_ptr": "*bf16", "seq_lens_ptr": "*i32",
@@ -52,20 +55,27 @@ def compile_for(kernel, constexprs: dict, arch: int, types: dict | None = None, 
 
 def main() -> None:
     arch = int(sys.argv[1])
-    decode_plan._capability = lambda index: (arch // 10, arch % 10)
-    pdl = decode_plan.supports_pdl(torch.device("cuda", 0))
+    device._capability = lambda index: (arch // 10, arch % 10)
+    device._sm_count = lambda index: 132  # an H200
+    gpu = torch.device("cuda", 0)
+    pdl = device.supports_pdl(gpu)
+    tiles = decode_tiles(gpu, torch.int8, page_size=64, rows=4)
+    splits = default_num_splits(1, 8, gpu, torch.int8)
     POINTERS.update(k_ptr="*i8", v_ptr="*i8")  # stage 1 on an INT8 pool
     stage1 = compile_for(_decode_split_kernel, dict(
-        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_N=32, ROWS=16,
-        NUM_SPLITS=198, IS_INT8=True, INT8_MAGIC=2, DOT_PREC="tf32", USE_PDL=pdl), arch,
-        num_warps=1, num_stages=2, launch_pdl=pdl)
+        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, HEAD_DIM=128, PAGE_SIZE=64,
+        BLOCK_N=tiles.block_n, ROWS=16, NUM_SPLITS=splits, IS_INT8=True,
+        INT8_MAGIC=tiles.int8_magic, DOT_PREC="tf32", USE_PDL=pdl and tiles.pdl,
+        LAZY_RESCALE=tiles.lazy_rescale), arch,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl and tiles.pdl)
     combine = compile_for(_combine_kernel, dict(
-        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, NUM_SPLITS=198, HEAD_DIM=128, BLOCK_S=256,
+        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=256,
         BLOCK_D=16, USE_PDL=pdl), arch, num_warps=4, launch_pdl=pdl)
     POINTERS.update(k_ptr="*bf16", v_ptr="*bf16")  # the store's new K/V rows
+    store_opts = store_tiles(gpu, torch.int8)
     store = compile_for(_store_kv_kernel, dict(
         NUM_KV_HEADS=8, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_H=8, BLOCK_D=128, IS_INT8=True,
-        SIGNAL_DEPENDENTS=pdl), arch, num_warps=4)
+        SIGNAL_DEPENDENTS=pdl and store_opts.pdl), arch, num_warps=store_opts.num_warps)
     print(json.dumps({"arch": arch, "pdl": pdl, **{
         name: "griddepcontrol" in k.asm["ptx"]
         for name, k in (("stage1", stage1), ("combine", combine), ("store_kv", store))}}))

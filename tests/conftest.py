@@ -81,3 +81,10 @@ def tiny_ckpt_factory(tmp_path_factory):
 def tiny_ckpt(tiny_ckpt_factory, tokenizer_dir) -> Path:
     """A tiny tied float32 Qwen3 checkpoint (vocab 151936) with the real tokenizer files."""
     return tiny_ckpt_factory(tokenizer=str(tokenizer_dir))
+
+
+def nmse(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Normalized mean squared error ``sum((x - ref)^2) / sum(ref^2)`` in float64 (llama.cpp's
+    ``nmse``): the INT8 kernels' error measure against full precision."""
+    x, ref = x.double(), ref.double()
+    return float(((x - ref) ** 2).sum() / (ref ** 2).sum())

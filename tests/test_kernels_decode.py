@@ -11,12 +11,17 @@ GPU (-m gpu): bfloat16, 32 query / 8 KV heads, head_dim 128, page 64, at 1k/32k/
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from conftest import REPO, nmse
 
 from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import AttnMeta
@@ -24,15 +29,11 @@ from kernels import reference
 from kernels.combine import combine
 from kernels.decode_attention import DecodeWorkspace, decode_attention
 from kernels.decode_block import _int8_to_f16
+from kernels.tiles import DecodeTiles, decode_tiles
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
 INT8_NMSE = 1e-3  # INT8 pool vs attention over the unquantized K/V
-
-
-def _nmse(x, ref):
-    x, ref = x.double(), ref.double()
-    return float(((x - ref) ** 2).sum() / (ref ** 2).sum())
 
 
 class Case:
@@ -95,10 +96,21 @@ class Case:
             c.k[pages] = math.nan
             c.v[pages] = math.nan
 
-    def run(self, **kw):
+    def tiles(self, **overrides) -> DecodeTiles:
+        """The default tiles of this case with ``overrides`` (``DecodeTiles`` fields)."""
+        c = self.cache
+        rows = self.n * self.q.shape[1] // c.k.shape[1]
+        base = decode_tiles(self.device, c.k.dtype, page_size=c.k.shape[2], rows=rows)
+        return dataclasses.replace(base, **overrides)
+
+    def run(self, num_splits=None, workspace=None, out=None, **tile_overrides):
+        """``decode_attention`` on this case; keyword arguments other than the launcher's own
+        override fields of the default ``DecodeTiles``."""
         c = self.cache
         return decode_attention(self.q, c.k, c.v, self.seq_lens, self.page_table,
-                                num_queries=self.n, k_scale=c.k_scale, v_scale=c.v_scale, **kw)
+                                num_queries=self.n, k_scale=c.k_scale, v_scale=c.v_scale,
+                                num_splits=num_splits, workspace=workspace, out=out,
+                                tiles=self.tiles(**tile_overrides) if tile_overrides else None)
 
     def expected(self):
         """The reference over the pool (dequantized for INT8), zeros for empty sequences."""
@@ -146,14 +158,14 @@ CASES = [
 def test_decode_matches_reference(n, group, splits, block_n, dtype, int8):
     case = Case(_lengths(n, 16), n, kv_heads=2, group=group, head_dim=32, page_size=16,
                 dtype=dtype, int8=int8)
-    out = case.run(num_splits=splits, block_n=block_n, int8_magic=1 if int8 else None)
+    out = case.run(num_splits=splits, block_n=block_n, **({"int8_magic": 1} if int8 else {}))
     assert out.dtype == dtype and out.shape == case.q.shape
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), case.expected(), **TOL[dtype])
     pad = out[-n:]  # the length-0 padding sequence
     assert torch.equal(pad, torch.zeros_like(pad))
     if int8:
-        assert _nmse(out, case.expected_full()) < INT8_NMSE
+        assert nmse(out, case.expected_full()) < INT8_NMSE
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["fp16", "int8"])
@@ -177,7 +189,7 @@ def test_decode_int8_square_pages(n):
                 dtype=torch.float16, int8=True)
     out = case.run(num_splits=3, block_n=16)
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
-    assert _nmse(out, case.expected_full()) < INT8_NMSE
+    assert nmse(out, case.expected_full()) < INT8_NMSE
 
 
 def test_decode_rejects_untransposed_int8_v():
@@ -271,6 +283,87 @@ def test_decode_rejects_bad_arguments():
         decode_attention(case.q, c.k, c.v, case.seq_lens.long(), case.page_table)
 
 
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_stage1_partials_and_empty_splits(int8):
+    """Stage 1's own contract (``kernels/combine.py``), read from the workspace the call fills:
+    each split's partial matches ``reference.split_partials``, and a split that sees no key (an
+    empty split, a padding sequence, or every key after the row's query: the last split of the
+    33-position sequence holds key 32 only) writes ``lse = -inf`` and an exact-zero partial, not
+    the NaN the workspace held before. (The combine drops such splits by a select, so its own
+    output cannot show a broken guard here.)"""
+    n, group, splits, block_n = 4, 2, 4, 16
+    case = Case([33, 5, 0], n, kv_heads=2, group=group, head_dim=16, page_size=16,
+                dtype=torch.float32, int8=int8)
+    ws = DecodeWorkspace.allocate(3, 2, n * group, splits, 16, "cpu")
+    ws.o_part.fill_(math.nan)
+    ws.lse.fill_(math.nan)
+    case.run(num_splits=splits, workspace=ws, block_n=block_n)
+    rows = n * group
+    for b, seq_len in enumerate(case.seq_lens.tolist()):
+        o_part, lse = ws.o_part[b, :, :splits, :rows], ws.lse[b, :, :splits, :rows]
+        k, v = reference.gather_kv(case.cache, case.page_table[b], seq_len)
+        want_o, want_lse = reference.split_partials(case.q[b * n:(b + 1) * n], k, v, n, splits,
+                                                    block_n)
+        empty = torch.isinf(want_lse)
+        assert empty.any() and (seq_len == 0) == bool(empty.all())
+        assert torch.equal(lse[empty], want_lse[empty])  # -inf
+        assert torch.equal(o_part[empty], torch.zeros_like(o_part[empty]))
+        torch.testing.assert_close(lse[~empty], want_lse[~empty], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(o_part[~empty], want_o[~empty], atol=1e-4, rtol=1e-4)
+    assert torch.isinf(ws.lse[0, :, splits - 1, :(n - 1) * group]).all()  # keys after the query
+
+
+def test_decode_rejects_strided_views_with_value_errors():
+    """A view whose last dim is strided would be read (or written) outside its elements: every
+    launcher says which argument, with a ValueError (an assert would vanish under python -O)."""
+    case = Case([5, 20], 1, kv_heads=2, group=2, head_dim=32, page_size=16, dtype=torch.float16,
+                int8=False)
+    c = case.cache
+    wide_q = torch.cat([case.q, case.q], -1)[..., ::2]
+    with pytest.raises(ValueError, match="decode_attention: q needs a contiguous last dim"):
+        decode_attention(wide_q, c.k, c.v, case.seq_lens, case.page_table)
+    table = torch.cat([case.page_table, case.page_table], -1)[:, ::2]
+    with pytest.raises(ValueError, match="decode_attention: page_table needs a contiguous"):
+        decode_attention(case.q, c.k, c.v, case.seq_lens, table)
+    lens = torch.stack([case.seq_lens, case.seq_lens], -1)[:, 0]
+    with pytest.raises(ValueError, match="decode_attention: seq_lens must be contiguous"):
+        decode_attention(case.q, c.k, c.v, lens, case.page_table)
+    with pytest.raises(ValueError, match="block_n"):
+        case.run(block_n=24)  # not a power of two
+    odd = Case([5], 1, kv_heads=2, group=2, head_dim=32, page_size=48, dtype=torch.float16,
+               int8=False)
+    with pytest.raises(ValueError, match="tiles.block_n=32"):  # neither divides nor spans 48
+        decode_attention(odd.q, odd.cache.k, odd.cache.v, odd.seq_lens, odd.page_table,
+                         tiles=DecodeTiles(block_n=32, num_warps=4, num_stages=1))
+
+
+def test_combine_rejects_strided_views_with_value_errors():
+    """``combine(o_part, lse, out[..., ::2])`` would write outside the view."""
+    o_part = torch.randn(1, 2, 3, 4, 16)
+    lse = torch.randn(1, 2, 3, 4)
+    out = torch.empty(2, 4, 32, dtype=torch.float16)
+    with pytest.raises(ValueError, match="combine: out needs a contiguous last dim"):
+        combine(o_part, lse, out[..., ::2])
+    with pytest.raises(ValueError, match="combine: o_part needs a contiguous last dim"):
+        combine(torch.randn(1, 2, 3, 4, 32)[..., ::2], lse, out[..., :16])
+    with pytest.raises(ValueError, match="combine: lse needs a contiguous last dim"):
+        combine(o_part, torch.randn(1, 2, 3, 8)[..., ::2], out[..., :16])
+    with pytest.raises(ValueError, match="float32"):
+        combine(o_part.half(), lse, out[..., :16])
+
+
+def test_combine_rejects_a_strided_out_under_python_O():
+    """The check is a ValueError, not an assert that ``python -O`` would drop."""
+    code = ("import torch; from kernels.combine import combine; "
+            "combine(torch.randn(1, 2, 3, 4, 16), torch.randn(1, 2, 3, 4), "
+            "torch.empty(2, 4, 32, dtype=torch.float16)[..., ::2])")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=300)
+    assert run.returncode != 0
+    assert "ValueError: combine: out needs a contiguous last dim" in run.stderr, run.stderr[-2000:]
+
+
 @pytest.mark.parametrize("splits,head_dim", [(5, 16), (150, 16), (300, 16), (33, 128),
                                              (198, 128)])
 def test_combine_matches_merge_partials(splits, head_dim):
@@ -310,13 +403,13 @@ def test_decode_gpu_qwen3_8b_shape(positions, int8, pdl):
     ref = case.expected()
     err = (out.float() - ref).abs().max().item()
     full = case.expected_full()
-    nmse = _nmse(out, full)
+    err_nmse = nmse(out, full)
     print(f"\ndecode {'int8' if int8 else 'bf16'}{' pdl' if pdl else ''} @ {positions}: max |err| "
           f"vs float32 reference "
           f"over the pool {err:.3e}; vs unquantized K/V {(out.float() - full).abs().max():.3e}"
-          f", NMSE {nmse:.2e}")
+          f", NMSE {err_nmse:.2e}")
     torch.testing.assert_close(out.float(), ref, **TOL[torch.bfloat16])
-    assert nmse < (INT8_NMSE if int8 else 1e-4)
+    assert err_nmse < (INT8_NMSE if int8 else 1e-4)
 
 
 @pytest.mark.gpu
@@ -329,7 +422,7 @@ def test_decode_gpu_multi_query_batch(int8, magic, pdl):
     n = 4
     case = Case([5, 63, 64, 65, 3000, 0], n, kv_heads=8, group=4, head_dim=128, page_size=64,
                 dtype=torch.bfloat16, int8=int8, device="cuda")
-    out = case.run(num_splits=8, int8_magic=magic, pdl=pdl)
+    out = case.run(num_splits=8, pdl=pdl, **({} if magic is None else {"int8_magic": magic}))
     torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.bfloat16])
     assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
 
@@ -347,7 +440,7 @@ def test_decode_gpu_cuda_graph(pdl):
     lens = case.seq_lens.clone()
     lens.copy_(torch.tensor([300, 1000], dtype=torch.int32))
     run = lambda: decode_attention(case.q, c.k, c.v, lens, case.page_table, num_splits=16,
-                                   workspace=ws, out=out, pdl=pdl)
+                                   workspace=ws, out=out, tiles=case.tiles(pdl=pdl))
     run()  # compile outside capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -361,6 +454,6 @@ def test_decode_gpu_cuda_graph(pdl):
 
 def test_pdl_is_never_used_off_hopper():
     """griddepcontrol exists from sm_90 on: the CPU (and pre-Hopper GPUs) never get it."""
-    from kernels.decode_plan import supports_pdl
+    from kernels.device import supports_pdl
 
     assert supports_pdl("cpu") is False

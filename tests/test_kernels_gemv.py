@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from kernels import reference as ref
 from kernels.gemv import gemv, gemv_swiglu
+from kernels.tiles import GemvTiles
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3)}
 
@@ -105,6 +106,21 @@ def test_gemv_empty_shapes():
     assert gemv(torch.randn(0, 8), torch.randn(4, 8)).shape == (0, 4)  # as F.linear
     assert torch.equal(gemv(torch.randn(2, 0), torch.randn(3, 0)), torch.zeros(2, 3))
     assert torch.equal(gemv_swiglu(torch.randn(1, 0), torch.randn(4, 0)), torch.zeros(1, 2))
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_gemv_takes_explicit_tiles(swiglu):
+    """A ``GemvTiles`` value other than the default (several programs, K in several masked
+    column blocks) computes the same result up to the summation order; bad values are
+    ValueErrors."""
+    x, w = torch.randn(3, 80), torch.randn(64 if swiglu else 40, 80)
+    fn = gemv_swiglu if swiglu else gemv
+    out = fn(x, w, tiles=GemvTiles(block_n=16, block_k=32, num_stages=2, num_warps=2))
+    torch.testing.assert_close(out, fn(x, w), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="block_k"):
+        GemvTiles(block_n=16, block_k=24, num_stages=1)
+    with pytest.raises(ValueError, match=">= 16"):
+        GemvTiles(block_n=8, block_k=16, num_stages=1)
 
 
 def test_gemv_rejects_bad_inputs():

@@ -99,6 +99,13 @@ def test_rmsnorm_rejects_bad_inputs():
     with pytest.raises(ValueError, match="residual"):
         rmsnorm(x, torch.ones(16), 1e-6, residual=torch.randn(3, 16))
     assert rmsnorm(torch.randn(0, 16), torch.ones(16), 1e-6).shape == (0, 16)
+    wide = torch.randn(2, 32)
+    with pytest.raises(ValueError, match="rmsnorm: x needs a contiguous last dim"):
+        rmsnorm(wide[:, ::2], torch.ones(16), 1e-6)
+    with pytest.raises(ValueError, match="rmsnorm: weight must be contiguous"):
+        rmsnorm(x, torch.ones(32)[::2], 1e-6)
+    with pytest.raises(ValueError, match="rmsnorm: residual needs a contiguous last dim"):
+        rmsnorm(x, torch.ones(16), 1e-6, residual=wide[:, ::2])
 
 
 # ---------------------------------------------------------------------------- qk_norm_rope
@@ -153,6 +160,12 @@ def test_qk_norm_rope_rejects_bad_inputs():
         qk_norm_rope(q, k, qw.half(), kw, 1e-6, pos, inv_freq, af)
     with pytest.raises(ValueError, match="even"):
         qk_norm_rope(q[..., :15], k[..., :15], qw[:15], kw[:15], 1e-6, pos, inv_freq, af)
+    with pytest.raises(ValueError, match="qk_norm_rope: k needs a contiguous last dim"):
+        qk_norm_rope(q, torch.cat([k, k], -1)[..., ::2], qw, kw, 1e-6, pos, inv_freq, af)
+    with pytest.raises(ValueError, match="qk_norm_rope: q_weight must be contiguous"):
+        qk_norm_rope(q, k, torch.cat([qw, qw])[::2], kw, 1e-6, pos, inv_freq, af)
+    with pytest.raises(ValueError, match="qk_norm_rope: inv_freq must be contiguous"):
+        qk_norm_rope(q, k, qw, kw, 1e-6, pos, torch.cat([inv_freq, inv_freq])[::2], af)
 
 
 # ---------------------------------------------------------------------------- model wiring

@@ -10,17 +10,22 @@ GPU (``pytest -m gpu``): bfloat16 and INT8, 32 query / 8 KV heads, head_dim 128,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from conftest import nmse
 
 from infer.kv_pool import LayerCache, int8_v_shape
 from infer.meta import build_meta
 from kernels import reference as ref
-from kernels.prefill_attention import _split_query_int8, prefill_attention
+from kernels.pool_tma import tma_ok
+from kernels.prefill_attention import prefill_attention
+from kernels.query_int8 import split_query_int8
+from kernels.tiles import PrefillTiles, prefill_tiles
 
 # INT8 (per-vector, scale = amax/127) output error relative to full precision, as NMSE
 # sum((o - o_ref)^2) / sum(o_ref^2). Measured ~5e-5 on the CPU cases (random data); 10x margin.
@@ -76,12 +81,24 @@ def make_step(spec, *, page_size=16, hkv=1, group=1, head_dim=16, dtype=torch.fl
     return q, cache, meta, kvs
 
 
+TILE_FIELDS = {f.name for f in dataclasses.fields(PrefillTiles)}
+
+
 def run_kernel(q, cache, meta, **kw):
+    """``prefill_attention`` on a step; keyword arguments named like ``PrefillTiles`` fields
+    override the default tiles (``use_tma`` picks the default tiles of that load path)."""
+    mql = kw.pop("max_query_len", meta.max_query_len)
+    over = {k: kw.pop(k) for k in list(kw) if k in TILE_FIELDS}
+    tiles = None
+    if over:
+        tma = over.get("use_tma", True)
+        base = prefill_tiles(q.device, q.dtype, cache.k.dtype, max_query_len=mql,
+                             page_size=cache.k.shape[2], head_dim=q.shape[2], tma=tma)
+        tiles = dataclasses.replace(base, **{"use_tma": tma, **over})
     return prefill_attention(q, cache.k, cache.v, meta.seq_lens, meta.query_start_loc,
-                             meta.page_table, max_query_len=kw.pop("max_query_len",
-                                                                   meta.max_query_len),
+                             meta.page_table, max_query_len=mql,
                              sm_scale=kw.pop("sm_scale", None), k_scale=cache.k_scale,
-                             v_scale=cache.v_scale, **kw)
+                             v_scale=cache.v_scale, tiles=tiles, **kw)
 
 
 def full_precision_reference(q, meta, kvs):
@@ -93,10 +110,6 @@ def full_precision_reference(q, meta, kvs):
         out[lo:hi] = ref.dense_causal_attention(q[lo:hi].float(), k, v,
                                                 q_offset=k.shape[0] - (hi - lo))
     return out
-
-
-def nmse(x, y):
-    return ((x.float() - y.float()) ** 2).sum().item() / (y.float() ** 2).sum().item()
 
 
 def check(q, cache, meta, **kw):
@@ -220,7 +233,7 @@ def test_int8_non_finite_query_rows_give_nan_rows(qk_int8):
 @triton.jit
 def _split_query_kernel(q_ptr, hi_ptr, lo_ptr, scale_ptr, M: tl.constexpr, D: tl.constexpr):
     offs = tl.arange(0, M)[:, None] * D + tl.arange(0, D)[None, :]
-    hi, lo, scale = _split_query_int8(tl.load(q_ptr + offs))
+    hi, lo, scale = split_query_int8(tl.load(q_ptr + offs))
     tl.store(hi_ptr + offs, hi)
     tl.store(lo_ptr + offs, lo)
     tl.store(scale_ptr + tl.arange(0, M), scale)
@@ -332,39 +345,48 @@ def test_gpu_long_context(kv, cached, new, tma):
 def test_tma_default_falls_back_where_a_descriptor_cannot_describe_the_pool():
     """The default TMA loads need page/head strides that are multiples of D and an aligned base;
     other pools take pointer loads instead of failing (the check is host-side, CPU-testable)."""
-    from kernels.prefill_attention import _tma_ok
-
     pool = torch.zeros(4, 2, 16, 32, dtype=torch.float16)
-    assert _tma_ok(pool)
+    assert tma_ok(pool)
     odd = torch.zeros(5000, dtype=torch.float16).as_strided((4, 2, 16, 32), (1040, 512, 32, 1))
-    assert not _tma_ok(odd)  # a page stride of 1040 elements is not a multiple of D = 32
+    assert not tma_ok(odd)  # a page stride of 1040 elements is not a multiple of D = 32
     shifted = torch.zeros(4 * 2 * 16 * 32 + 1, dtype=torch.float16)[1:].view(4, 2, 16, 32)
-    assert not _tma_ok(shifted)  # base 2 bytes past an aligned address
+    assert not tma_ok(shifted)  # base 2 bytes past an aligned address
 
 
 def test_default_tiles_on_hopper_and_older_gpus(monkeypatch):
-    """``_default_config``'s choices, without a GPU (capability faked): Hopper TMA tiles take 6
+    """``prefill_tiles``'s choices, without a GPU (capability faked): Hopper TMA tiles take 6
     stages (INT8: 7) and 8 warps at 128 rows; pointer loads, float32 operands and head_dim 256
-    keep the 4-warp, 3-stage tiles; a caller's block_m sets the warp count; sm_80 is
-    unchanged."""
-    from kernels.prefill_attention import _default_config
+    keep the 4-warp, 3-stage tiles; int8 scoring where supported, staged queries on sm_90 only;
+    sm_80 is unchanged."""
+    from kernels import device
 
     cuda = torch.device("cuda", 0)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert _default_config(32768, 64, cuda, False) == (128, 64, 8, 6, True)
-    assert _default_config(32768, 64, cuda, True) == (64, 64, 4, 7, True)
-    assert _default_config(40, 64, cuda, False) == (64, 64, 4, 6, True)  # a short chunk
-    assert _default_config(32768, 64, cuda, False, block_m=64) == (64, 64, 4, 6, True)
-    assert _default_config(32768, 64, cuda, True, block_m=128) == (128, 64, 8, 7, True)
-    assert _default_config(32768, 16, cuda, False) == (128, 16, 8, 6, True)
-    assert _default_config(32768, 64, cuda, False, tma=False) == (128, 64, 4, 3, False)
-    assert _default_config(32768, 64, cuda, False, elem_bytes=4) == (128, 64, 4, 3, True)
-    assert _default_config(32768, 64, cuda, True, head_dim=256) == (64, 64, 4, 3, True)
-    assert _default_config(32768, 8, cuda, False) == (128, 64, 8, 3, False)  # pages < 16
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert _default_config(32768, 64, cuda, False) == (128, 64, 8, 2, False)
-    assert _default_config(32768, 64, cuda, True) == (128, 64, 8, 2, False)
-    assert _default_config(32, 64, cuda, True) == (32, 64, 4, 2, False)
+    bf16, i8, f32 = torch.bfloat16, torch.int8, torch.float32
+
+    def tiles(q=bf16, kv=bf16, mql=32768, page=64, d=128, tma=True):
+        t = prefill_tiles(cuda, q, kv, max_query_len=mql, page_size=page, head_dim=d, tma=tma)
+        return (t.block_m, t.block_n, t.num_warps, t.num_stages, t.use_tma)
+
+    monkeypatch.setattr(device, "_capability", lambda index: (9, 0))
+    assert tiles() == (128, 64, 8, 6, True)
+    assert tiles(kv=i8) == (64, 64, 4, 7, True)
+    assert tiles(mql=40) == (64, 64, 4, 6, True)  # a short chunk
+    assert tiles(page=16) == (128, 16, 8, 6, True)
+    assert tiles(tma=False) == (128, 64, 4, 3, False)
+    assert tiles(q=f32, kv=f32) == (128, 64, 4, 3, True)
+    assert tiles(kv=i8, d=256) == (64, 64, 4, 3, True)
+    assert tiles(page=8) == (128, 64, 8, 3, False)  # pages < 16
+    hopper_i8 = prefill_tiles(cuda, bf16, i8, max_query_len=64, page_size=64, head_dim=128)
+    assert hopper_i8.qk_int8 and hopper_i8.stage_q
+    assert not prefill_tiles(cuda, f32, i8, max_query_len=64, page_size=64, head_dim=128).qk_int8
+    assert not prefill_tiles(cuda, bf16, bf16, max_query_len=64, page_size=64,
+                             head_dim=128).qk_int8
+    monkeypatch.setattr(device, "_capability", lambda index: (8, 0))
+    assert tiles() == (128, 64, 8, 2, False)
+    assert tiles(kv=i8) == (128, 64, 8, 2, False)
+    assert tiles(kv=i8, mql=32) == (32, 64, 4, 2, False)
+    ampere_i8 = prefill_tiles(cuda, bf16, i8, max_query_len=64, page_size=64, head_dim=128)
+    assert ampere_i8.qk_int8 and not ampere_i8.stage_q
 
 
 @pytest.mark.gpu

@@ -132,6 +132,21 @@ def test_store_int64_offsets():
     assert torch.equal(cache.v_scale[pages, :, offs], vs)
 
 
+def test_store_takes_explicit_tiles():
+    """``StoreTiles`` (warps, the PDL signal) changes the launch, not what is written."""
+    from kernels.tiles import StoreTiles
+
+    cache = _pool(4, 2, 8, 16, torch.int8)
+    expect = _clone(cache)
+    slots = torch.tensor([3, 17, -1, 30])
+    k, v = torch.randn(4, 2, 16), torch.randn(4, 2, 16)
+    store_kv(k, v, cache.k, cache.v, slots, cache.k_scale, cache.v_scale,
+             tiles=StoreTiles(num_warps=2, pdl=False))
+    _assert_matches_cpu_oracle(k, v, cache, expect, slots)
+    with pytest.raises(ValueError, match="num_warps"):
+        StoreTiles(num_warps=3)
+
+
 def test_store_rejects_bad_arguments():
     cache = _pool(2, 2, 4, 16, torch.int8)
     k = torch.randn(1, 2, 16)
@@ -143,6 +158,13 @@ def test_store_rejects_bad_arguments():
     with pytest.raises(ValueError, match="heads"):
         store_kv(torch.randn(1, 3, 16), torch.randn(1, 3, 16), cache.k, cache.v,
                  torch.tensor([0]), cache.k_scale, cache.v_scale)
+    wide = torch.randn(1, 2, 32)
+    with pytest.raises(ValueError, match="store_kv: v needs a contiguous last dim"):
+        store_kv(k, wide[..., ::2], cache.k, cache.v, torch.tensor([0]), cache.k_scale,
+                 cache.v_scale)
+    with pytest.raises(ValueError, match="store_kv: slot_mapping must be contiguous"):
+        store_kv(torch.randn(2, 2, 16), torch.randn(2, 2, 16), cache.k, cache.v,
+                 torch.tensor([0, 9, 1, 9])[::2], cache.k_scale, cache.v_scale)
 
 
 @pytest.mark.gpu
