@@ -47,82 +47,11 @@ from dataclasses import dataclass
 import torch
 
 from infer.config import MAX_BATCH, SamplingParams
-from infer.meta import AttnMeta, plan_step
+from infer.meta import plan_step
 from infer.sampling import resolve_seed, sample
+from infer.step_buffers import StaticBuffers, batch_buckets, graph_key
 
 MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped
-
-
-def batch_buckets(max_batch: int) -> tuple[int, ...]:
-    """The batch sizes a runner captures: powers of two below ``max_batch``, then ``max_batch``."""
-    out, b = [], 1
-    while b < max_batch:
-        out.append(b)
-        b *= 2
-    return (*out, max_batch)
-
-
-def graph_key(params: SamplingParams) -> SamplingParams:
-    """The part of ``params`` a captured step depends on (seed, token budget and ``ignore_eos``,
-    which the host applies, dropped; greedy steps ignore temperature, top-k, top-p and min-p)."""
-    if params.greedy:
-        return SamplingParams(temperature=0.0, presence_penalty=params.presence_penalty)
-    return SamplingParams(temperature=params.temperature, top_k=params.top_k,
-                          top_p=params.top_p, min_p=params.min_p,
-                          presence_penalty=params.presence_penalty)
-
-
-@dataclass
-class StaticBuffers:
-    """Device tensors a captured step reads and writes (the module docstring draws them).
-
-    Attributes:
-        input_ids: int64 [Bmax], the token fed to each row.
-        step: int64 [3, Bmax], per row: position, slot, seq_len; one copy from ``host_step``.
-        seq_lens: int32 [Bmax], written inside the step from ``step[2]``.
-        query_start_loc: int32 [Bmax + 1], always ``0, 1, ..., Bmax`` (one token per row).
-        page_table: int32 [Bmax, max_pages], each row's page ids (entries past its length are
-            stale but valid ids, never read).
-        presence: bool [Bmax, vocab], tokens generated so far in each row's reply.
-        next_token: int64 [Bmax], the sampled tokens.
-        host_step: int64 [3, Bmax] on the host (pinned on CUDA), staging for ``step``.
-        host_tokens: int64 [Bmax] on the host (pinned on CUDA), where ``tokens_to_host`` copies.
-    """
-
-    input_ids: torch.Tensor
-    step: torch.Tensor
-    seq_lens: torch.Tensor
-    query_start_loc: torch.Tensor
-    page_table: torch.Tensor
-    presence: torch.Tensor
-    next_token: torch.Tensor
-    host_step: torch.Tensor
-    host_tokens: torch.Tensor
-
-    @classmethod
-    def allocate(cls, max_batch: int, vocab_size: int, max_pages: int,
-                 device: torch.device) -> StaticBuffers:
-        i64 = dict(dtype=torch.int64, device=device)
-        i32 = dict(dtype=torch.int32, device=device)
-        pin = device.type == "cuda"
-        return cls(
-            input_ids=torch.zeros(max_batch, **i64), step=torch.zeros(3, max_batch, **i64),
-            seq_lens=torch.zeros(max_batch, **i32),
-            query_start_loc=torch.arange(max_batch + 1, **i32),
-            page_table=torch.zeros(max_batch, max_pages, **i32),
-            presence=torch.zeros(max_batch, vocab_size, dtype=torch.bool, device=device),
-            next_token=torch.zeros(max_batch, **i64),
-            host_step=torch.zeros(3, max_batch, dtype=torch.int64, pin_memory=pin),
-            host_tokens=torch.zeros(max_batch, dtype=torch.int64, pin_memory=pin))
-
-    def meta(self, bucket: int, page_size: int) -> AttnMeta:
-        """The ``AttnMeta`` of a ``bucket``-row step over these buffers (views of the first rows;
-        ``max_seq_len`` is the capacity bound, which the decode kernels never read)."""
-        return AttnMeta(positions=self.step[0, :bucket], slot_mapping=self.step[1, :bucket],
-                        seq_lens=self.seq_lens[:bucket],
-                        query_start_loc=self.query_start_loc[:bucket + 1],
-                        page_table=self.page_table[:bucket], max_query_len=1,
-                        max_seq_len=self.page_table.shape[1] * page_size)
 
 
 @dataclass

@@ -9,11 +9,9 @@ store the values; INT8 pools store codes plus one float32 scale per (token, KV h
 INT8 pools keep each page of V transposed, ``[num_pages, kv_heads, head_dim, page_size]`` (a
 page of one KV head is a contiguous ``head_dim x page_size`` tile, positions contiguous): in the
 P.V product the positions are the reduction dimension, and tensor-core operands built from 8-bit
-codes need it contiguous. With V stored like K, the decode kernel gathered every value code with a
-one-byte shared-memory load (128 of them per 32 positions per thread); transposed, the INT8 decode
-kernel runs 29 % fewer instructions per block (SASS for sm_90) and 128k positions went from 87.7 to
-80.6 us per layer on an H200 (BENCHMARKS.md). The same reason makes Triton's FP8 attention store V
-transposed.
+codes need it contiguous (with V stored like K, the decode kernel gathers every value code with a
+one-byte shared-memory load; BENCHMARKS.md has the measurements). The same reason makes Triton's
+FP8 attention store V transposed.
 
 Paging after vLLM's PagedAttention (Kwon et al. 2023); the per-layer views are what the kernels
 take.

@@ -18,9 +18,10 @@ from mock_engine import GREEDY, SumModel, expected, mock_engine, prompt_of
 from typer.testing import CliRunner
 
 from infer import Engine, EngineConfig, SamplingParams
-from infer.graphs import MAX_GRAPHS, GraphRunner, graph_key
+from infer.graphs import MAX_GRAPHS, GraphRunner
 from infer.meta import build_meta
 from infer.sampling import sample
+from infer.step_buffers import graph_key
 
 VOCAB_LIMIT = 151669
 NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=VOCAB_LIMIT)  # random models: no early stop
