@@ -7,6 +7,12 @@
 #   gemv       decode projections, kernels/gemv.py vs cuBLAS (benchmarks/gemv.py)
 #   e2e        engine decode tokens/s, CUDA graphs vs eager (benchmarks/decode_e2e.py)
 #   summarize  `infer summarize` of a 28k-token book excerpt with a random Qwen3-8B, --ctx 32k
+#   batch      aggregate decode of B = 1..16 sequences at 32k (benchmarks/batch_decode.py)
+#   book       `infer summarize war_and_peace.txt --ctx 32k` (773k tokens: map-reduce in parts),
+#              BF16 and INT8 with the batch the capacity check picks, then BF16 one part at a
+#              time (--batch 1); BOOK_KV picks the caches, BOOK_SEQ=0 skips the sequential run
+#   long128k   a ~115k-token summarize at --ctx 128k with INT8, on a pseudo-terminal (the
+#              prefill progress bar is in long128k.tty)
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +45,30 @@ for what in "$@"; do
         echo "summarize kv=$kv rc=$?"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['text']=d['text'][:60]; print(json.dumps(d))" \
             "$OUT/summarize_$kv.json"
+      done ;;
+    batch) python3 benchmarks/batch_decode.py --workdir /tmp ${BATCH_ARGS:-} 2>&1 \
+             | tee "$OUT/batch_decode.jsonl" ;;
+    book|long128k)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      if [ "$what" = long128k ]; then
+        head -c 480000 "$SHARED/data/texts/war_and_peace.txt" > /tmp/book128k.txt
+        python3 -c 'import pty, sys; pty.spawn(sys.argv[1:])' python3 cli.py summarize \
+            /tmp/book128k.txt --model "$CKPT" --ctx 128k --kv-cache int8 --max-new-tokens 64 \
+            > "$OUT/long128k.tty" 2>&1
+        echo "long128k rc=$?"; tail -c 600 "$OUT/long128k.tty"; echo
+        continue
+      fi
+      runs="${BOOK_KV:-bf16 int8}"; [ "${BOOK_SEQ:-1}" = 1 ] && runs="$runs bf16-seq"
+      for run in $runs; do
+        kv=${run%-seq}; extra=""; [ "$run" != "$kv" ] && extra="--batch 1"
+        t0=$(date +%s.%N)
+        python3 cli.py summarize "$SHARED/data/texts/war_and_peace.txt" --model "$CKPT" \
+            --ctx 32k --kv-cache "$kv" --part-tokens 512 --max-new-tokens 1024 $extra --json \
+            > "$OUT/book_$run.json" 2> "$OUT/book_$run.err"
+        rc=$?; t1=$(date +%s.%N)
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({'run': sys.argv[2], 'rc': int(sys.argv[3]), 'wall_s': round(float(sys.argv[5]) - float(sys.argv[4]), 1), 'load_s': d.get('load_s'), 'stages': d.get('stages'), 'ttft_s': d.get('ttft_s'), 'new_tokens': d.get('new_tokens'), 'decode_tokens_per_s': d.get('decode_tokens_per_s'), 'levels': sorted({p['level'] for p in d.get('parts', [])})}))" \
+            "$OUT/book_$run.json" "$run" "$rc" "$t0" "$t1" || tail -n 3 "$OUT/book_$run.err"
       done ;;
     *) echo "unknown step $what" >&2; exit 2 ;;
   esac
