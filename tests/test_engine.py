@@ -361,6 +361,9 @@ def test_gpu_engine_bf16_runs(tiny, kv_cache):
 
 
 @pytest.mark.gpu
-def test_gpu_ctx_that_does_not_fit(tiny):
+def test_gpu_ctx_that_does_not_fit(tiny_ckpt_factory):
+    # a checkpoint that claims 2**31 native positions: the context limit does not stop 2**30,
+    # the memory check does
+    folder = tiny_ckpt_factory(overrides={"max_position_embeddings": 1 << 31})
     with pytest.raises(ValueError, match=r"does not fit.*Largest context that fits: bf16: \d+"):
-        Engine(EngineConfig(tiny[0], ctx=1 << 30, device="cuda"))
+        Engine(EngineConfig(folder, ctx=1 << 30, device="cuda"))
