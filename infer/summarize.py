@@ -194,8 +194,8 @@ class Summarizer:
         room = self.engine.ctx - self._overhead(GROUP_PROMPT) - self.part_tokens
         groups: list[list[str]] = [[]]
         used = 0
-        for s in labelled:
-            size = len(self.tokenizer.encode(s)) + 2
+        for s, n in zip(labelled, self.tokenizer.count_tokens(labelled), strict=True):
+            size = n + 2
             if groups[-1] and used + size > room:
                 groups.append([])
                 used = 0
@@ -218,8 +218,7 @@ class Summarizer:
         out: list[str] = [""] * n
         char0 = tok0 = 0
         spans = []
-        for t in texts:
-            k = len(self.tokenizer.encode(t))
+        for t, k in zip(texts, self.tokenizer.count_tokens(texts), strict=True):
             spans.append(((char0, char0 + len(t)), (tok0, tok0 + k)))
             char0, tok0 = char0 + len(t) + len(sep), tok0 + k
         try:

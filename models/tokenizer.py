@@ -151,6 +151,11 @@ class Qwen3Tokenizer:
         are encoded as ordinary text, never as control ids (all ids < 151643). No BOS is added."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """``len(self.encode(t))`` for each of ``texts``, encoded in parallel (the tokenizers
+        library's ``encode_batch`` runs on all cores)."""
+        return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
     def _encode_control(self, text: str) -> list[int]:
         """Ids of template text: added-token strings become their control ids."""
         ids: list[int] = []

@@ -251,3 +251,8 @@ def test_chat_template_file_filters_and_errors(tmp_path, tokenizer_dir):
     for bad in ([], "hello", [{"content": "no role"}]):
         with pytest.raises(ValueError, match="role"):
             tok.render_chat(bad)
+
+
+def test_count_tokens_equals_encode_per_text(tok):
+    texts = ["", "Hello, world.", "<think> plain </think>", "中文没有空格的句子。" * 3]
+    assert tok.count_tokens(texts) == [len(tok.encode(t)) for t in texts]

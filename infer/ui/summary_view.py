@@ -39,10 +39,9 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
         one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, **extra)
         return
     limit = part_limit(tok, cfg.ctx, part_tokens, ui.opts.think)
-    text_tokens = len(tok.encode(text))
-    est_parts = -(-text_tokens // limit)
-    ui.note(f"the text is {text_tokens:,} tokens, longer than the context of {cfg.ctx:,}: "
-            f"summarizing it in about {est_parts} parts of at most {limit:,} tokens, then "
+    est_parts = -(-len(ids) // limit)
+    ui.note(f"the prompt is {len(ids):,} tokens, longer than the context of {cfg.ctx:,}: "
+            f"summarizing the text in about {est_parts} parts of at most {limit:,} tokens, then "
             f"combining their summaries (--no-split refuses instead)")
     cfg = replace(cfg, max_batch=_batch(ui, cfg, plan, min(est_parts, 16), batch))
     engine, load_s = load_engine(ui, cfg, tok)
