@@ -482,17 +482,59 @@ def test_ctx_beyond_the_checkpoint_is_bad_input_naming_the_largest(tiny_ckpt, ct
     assert_one_line_error(result, 2, "beyond the largest context", "131072")
 
 
-def test_unreachable_hub_exits_1_and_suggests_a_folder(monkeypatch, tmp_path):
+def _connect_error(msg: str = "[Errno -2] Name or service not known"):
+    """What huggingface_hub raises when the hub cannot be reached and nothing is cached: a
+    LocalEntryNotFoundError whose text starts with the HTTP client's error, which is its cause."""
+    import importlib
+    import importlib.util
+
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    httpx = importlib.import_module(next(m for m in ("httpx", "httpx2")
+                                         if importlib.util.find_spec(m)))
+    cause = httpx.ConnectError(msg)
+    e = LocalEntryNotFoundError(f"Got: ConnectError: {msg}\nAn error happened while trying to "
+                                "locate the files on the Hub. Please check your internet "
+                                "connection and try again.")
+    e.__cause__ = cause
+    return e
+
+
+@pytest.mark.parametrize("error", ["connection", "hub"])
+def test_unreachable_hub_exits_1_and_suggests_a_folder(error, monkeypatch, tmp_path):
+    """A network failure is a runtime failure (exit 1) in one clean line: no exception class
+    names, no --debug hint, what to do (check the network, or pass a local folder)."""
     import huggingface_hub
 
     def fail(*args, **kw):
-        raise ConnectionError("Failed to establish a new connection")
+        if error == "connection":
+            raise ConnectionError("Failed to establish a new connection")
+        raise _connect_error()
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
     result = invoke("generate", "Qwen/Qwen3-0.6B", "hi", "--device", "cpu")
-    assert_one_line_error(result, 1, "Qwen/Qwen3-0.6B", "local folder")
+    assert_one_line_error(result, 1, "Qwen/Qwen3-0.6B", "check the network", "local folder")
+    line = result.stderr.strip()
+    for raw in ("HubUnreachableError", "ConnectError", "ConnectionError", "Got:", "Errno",
+                "--debug"):
+        assert raw not in line, line
+    if error == "hub":
+        assert "name or service not known" in line
+
+
+def test_offline_hub_not_cached_exits_2_in_the_same_style(monkeypatch, tmp_path):
+    """HF_HUB_OFFLINE=1 and not cached: bad input (exit 2), one line of the same shape as the
+    unreachable hub's, saying what to do (unset HF_HUB_OFFLINE, or pass a local folder)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("generate", "Qwen/Qwen3-0.6B", "hi", "--device", "cpu")
+    assert_one_line_error(result, 2, "cannot fetch Qwen/Qwen3-0.6B from the Hugging Face hub: ",
+                          "not in the HF cache", "unset HF_HUB_OFFLINE", "local folder")
 
 
 def test_chat_piped_prompts_go_to_stderr(tiny_ckpt):
