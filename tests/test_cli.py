@@ -341,6 +341,35 @@ def test_chat_ctrl_c_stops_the_reply_and_keeps_the_session(tiny_ckpt, monkeypatc
     assert second["reused_tokens"] > 0
 
 
+@pytest.mark.parametrize("think", ["--think", "--no-think"])
+def test_chat_after_ctrl_c_reuses_the_whole_partial_reply(tiny_ckpt, monkeypatch, think):
+    """The interrupted reply stays in the conversation as the model wrote it: the next turn
+    reuses every cached token (prompt + partial reply), and so does the one after it (the
+    template never renders the partial reply again)."""
+    from infer.ui.render import ReplyView
+
+    real_add, calls = ReplyView._add, []
+
+    def interrupt_first_reply(self, piece):
+        calls.append(piece)
+        if len(calls) == 4:  # a few tokens in
+            raise KeyboardInterrupt
+        return real_add(self, piece)
+
+    monkeypatch.setattr(ReplyView, "_add", interrupt_first_reply)
+    args = ["--ctx", "1k", "--device", "cpu", "--temperature", "1", "--seed", "0",
+            "--max-new-tokens", "6", "--json", think]
+    result = invoke("chat", tiny_ckpt, *args, input="hello\nagain\nonce more\n/exit\n")
+    assert result.exit_code == 0, result.output
+    first, second, third = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["interrupted"] and first["new_tokens"] == 4
+    cached = first["prompt_tokens"] + first["new_tokens"]
+    assert second["reused_tokens"] == cached, (first, second)
+    assert not second["interrupted"]
+    # <|im_end|>, "\n" close the partial reply; the third turn re-renders only from turn two on
+    assert third["reused_tokens"] >= cached + 2, (second, third)
+
+
 def test_chat_ctrl_c_or_ctrl_d_at_the_prompt_exits_cleanly(tiny_ckpt, monkeypatch):
     assert invoke("chat", tiny_ckpt, *FAST, input="").exit_code == 0  # Ctrl-D: EOF
 
