@@ -7,9 +7,9 @@ for every run: speed does not depend on the text) and decodes a fixed number of 
 past any stop token, through the same ``Session.generate`` as the other commands (CUDA graphs
 and all). The figures are the session's own statistics: the time to the first token, the prefill
 rate (prompt tokens / that time) and the decode rate after the first token; the ceiling is taken
-at the mean number of cached positions during the decode. An untimed warm-up reply (256 prompt
-tokens, 2 new ones) compiles the kernels and captures the decode graph first; a prefill whose
-last chunk is shorter than 128 tokens may still compile one more tile size in its own figure.
+at the mean number of cached positions during the decode. Untimed warm-up replies first compile
+every kernel shape the lengths use and capture the decode graph (``warmup_lengths``), so that the
+first length does not pay for compilation in its time to first token.
 
 Engine-side only: the table, its labels and the command's flow are ``infer/ui/bench_view.py``.
 """
@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from infer.config import SamplingParams, parse_ctx
-
-WARMUP_TOKENS = 256  # prompt of the untimed warm-up run (one 128-row prefill tile and up)
 
 
 @dataclass
@@ -98,6 +96,20 @@ def bench_prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
     return [rng.randrange(vocab) for _ in range(n)]
 
 
+def warmup_lengths(lengths: list[int], chunk: int) -> list[int]:
+    """Prompt lengths of the warm-up replies: between them they prefill every chunk shape that
+    ``lengths`` prefill in chunks of ``chunk`` tokens, in a few chunks each.
+
+    A prefill of ``n`` tokens runs chunks of ``chunk`` tokens and a tail of ``n % chunk``; the
+    first attends no cached prefix, the others do. Triton specializes on the chunk's token count
+    (the prefill tiles shrink to short chunks; a tail of up to 16 tokens takes the decode kernel)
+    and the shapes depend on the prefix, so each (tokens, has prefix) pair compiles once. A
+    length of up to two chunks is warmed up as it is; a longer one as two chunks plus its tail
+    (the first chunk, a chunk after a prefix, the tail after a prefix).
+    """
+    return sorted({min(n, 2 * chunk + n % chunk) for n in lengths})
+
+
 def _reply(engine, ids: list[int], sampling: SamplingParams):
     """Run one reply to ``ids`` on a fresh session (closed afterwards); return its stats."""
     session = engine.new_session()
@@ -120,9 +132,10 @@ def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
     vocab = engine.tokenizer.vocab_limit or engine.model_config.vocab_size
     prompt = bench_prompt(max(lengths), vocab)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
-    # warm-up, not timed: compiles the kernels a full prefill chunk and a decode step use and
+    # warm-up, not timed: compiles the kernels of every prefill shape and of a decode step and
     # captures the decode graph, which would otherwise land in the first length's figures
-    _reply(engine, prompt[:min(WARMUP_TOKENS, max(lengths))], sampling.replace(max_new_tokens=2))
+    for n in warmup_lengths(lengths, engine.config.chunk):
+        _reply(engine, prompt[:n], sampling.replace(max_new_tokens=2))
     for n in lengths:
         st = _reply(engine, prompt[:n], sampling)
         ceiling = engine.ceiling_tokens_per_s(n + st.new_tokens // 2)

@@ -73,6 +73,16 @@ def largest_ctx(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
     return lo * cfg.page_size
 
 
+def kv_cache_words(cfg: EngineConfig) -> str:
+    """``--kv-cache NAME`` as an error message says it, naming the dtype the pool really stores:
+    bf16 is K/V in the activation dtype, e.g. ``--kv-cache bf16 (float32 on the CPU)``."""
+    stored = str(cfg.torch_dtype).removeprefix("torch.")
+    if cfg.kv_cache == "int8" or cfg.torch_dtype == torch.bfloat16:
+        return f"--kv-cache {cfg.kv_cache}"
+    where = f"with --dtype {cfg.dtype}" if cfg.dtype else f"on the {cfg.torch_device.type.upper()}"
+    return f"--kv-cache {cfg.kv_cache} ({stored} {where})"
+
+
 def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
                    device: torch.device) -> None:
     """Raise ``ValueError`` if ``cfg.ctx`` does not fit on ``device`` next to the weights.
@@ -88,9 +98,10 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     fits = ", ".join(f"{kv}: {largest_ctx(budget, cfg, mc, attention, kv)} tokens"
                      for kv in KV_CACHES)
     gib = 1 << 30
-    raise ValueError(f"--ctx {cfg.ctx} with --kv-cache {cfg.kv_cache} does not fit: "
+    raise ValueError(f"--ctx {cfg.ctx} with {kv_cache_words(cfg)} does not fit: "
                      f"{free / gib:.1f} GiB free, weights take {weights / gib:.1f} GiB. "
-                     f"Largest context that fits: {fits}. Lower --ctx or use --kv-cache int8")
+                     f"Largest context that fits: {fits}. Lower --ctx"
+                     + ("" if cfg.kv_cache == "int8" else " or use --kv-cache int8"))
 
 
 def largest_batch(cfg: EngineConfig, mc: Qwen3Config, attention: str, device: torch.device,
@@ -132,25 +143,34 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = T
     """Raise ``ValueError`` if the KV pool for ``cfg.ctx`` (plus the weights, when ``weights``)
     does not fit in available host memory, before anything is allocated (CPU runs).
 
-    The message names the largest context whose pool fits. Does nothing when the available
-    memory cannot be read.
+    The message names the dtype the pool stores, the largest context whose pool fits, and,
+    unless the cache is int8 already, the largest one ``--kv-cache int8`` fits. Does nothing when
+    the available memory cannot be read.
     """
     avail = available_host_bytes()
     if avail is None:
         return
     dtype_bytes = torch.finfo(cfg.torch_dtype).bits // 8
-    per_page = KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
-                                     cfg.page_size, cfg.kv_cache, dtype_bytes)
+
+    def per_page(kv_cache: str) -> int:
+        return KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
+                                     cfg.page_size, kv_cache, dtype_bytes)
+
+    def largest(kv_cache: str) -> int:  # one context and its slack page (batch 1)
+        return max(0, (avail - wbytes) // per_page(kv_cache) - 1) * cfg.page_size
+
     wbytes = weight_bytes(cfg.model, mc, cfg.torch_dtype) if weights else 0
-    if cfg.num_pages * per_page + wbytes <= avail:
+    pool = cfg.num_pages * per_page(cfg.kv_cache)
+    if pool + wbytes <= avail:
         return
-    largest = max(0, (avail - wbytes) // per_page - 1) * cfg.page_size
     gib = 1 << 30
-    raise ValueError(f"--ctx {cfg.ctx} with --kv-cache {cfg.kv_cache} does not fit in host "
-                     f"memory: its KV cache takes {cfg.num_pages * per_page / gib:.1f} GiB"
+    raise ValueError(f"--ctx {cfg.ctx} with {kv_cache_words(cfg)} does not fit in host "
+                     f"memory: its KV cache takes {pool / gib:.1f} GiB"
                      + (f" plus {wbytes / gib:.1f} GiB of weights" if weights else "")
                      + f", {avail / gib:.1f} GiB available. The largest context that fits is "
-                     f"{largest} tokens: lower --ctx")
+                     f"{largest(cfg.kv_cache)} tokens: lower --ctx"
+                     + ("" if cfg.kv_cache == "int8" else
+                        f", or use --kv-cache int8 (it fits {largest('int8')} tokens)"))
 
 
 def measure_read_bandwidth(device: torch.device, nbytes: int = 2 << 30, iters: int = 10

@@ -4,13 +4,16 @@ A hub id is fetched with ``huggingface_hub.snapshot_download``, restricted to th
 reads (config, generation config, tokenizer, safetensors weights and their index), so the HF cache
 (``HF_HOME`` / ``HF_HUB_CACHE``), the hub's progress bars and ``HF_HUB_OFFLINE=1`` all behave as
 they do for any other Hugging Face tool. Bad input is a ``ValueError`` and an unreachable hub a
-``HubUnreachableError``; both messages say what to pass instead; ``cli.py`` renders them as one
-line (exit 2 and 1).
+``HubUnreachableError``. Every hub failure reads ``cannot fetch NAME from the Hugging Face hub:
+WHY; WHAT TO DO`` (the transport's own words in WHY, never its class name); ``cli.py`` renders it as
+one line, exit 2 for bad input (a malformed id, no such repository, ``HF_HUB_OFFLINE`` without a
+cached copy) and 1 for a runtime failure (the hub could not be reached).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 ALLOW_PATTERNS = [
@@ -118,20 +121,26 @@ def resolve_model(name_or_path: str | Path) -> Path:
     except _transport_errors() as e:
         no_such = isinstance(e, (RepositoryNotFoundError, RevisionNotFoundError)) or (
             isinstance(e, EntryNotFoundError) and not isinstance(e, LocalEntryNotFoundError))
+        fetch = f"cannot fetch {name} from the Hugging Face hub"
         if offline:  # bad input: the user asked for the cache only
-            why = "HF_HUB_OFFLINE is set and it is not in the HF cache"
-        elif no_such:  # bad input: the hub answered that there is no such (accessible) repo
-            why = "no such repository or revision, or it is private or gated (log in for those)"
-        else:  # the hub could not be reached: a runtime failure
-            raise HubUnreachableError(
-                f"cannot fetch {name} from the Hugging Face hub "
-                f"({_first_line(e) or type(e).__name__}); check the network, or {_LOCAL_HINT}"
-            ) from None
-        raise ValueError(f"cannot fetch {name} from the Hugging Face hub ({why}); "
-                         f"{_LOCAL_HINT}") from None
+            raise ValueError(f"{fetch}: HF_HUB_OFFLINE is set and it is not in the HF cache; "
+                             f"unset HF_HUB_OFFLINE, or {_LOCAL_HINT}") from None
+        if no_such:  # bad input: the hub answered that there is no such (accessible) repo
+            raise ValueError(f"{fetch}: no such repository or revision, or it is private or "
+                             f"gated (log in for those); {_LOCAL_HINT}") from None
+        reason = _reason(e)  # the hub could not be reached: a runtime failure
+        raise HubUnreachableError(
+            f"{fetch}: the hub cannot be reached{f' ({reason})' if reason else ''} and it is "
+            f"not in the HF cache; check the network, or {_LOCAL_HINT}") from None
     return check_model_folder(Path(folder))
 
 
-def _first_line(e: BaseException) -> str:
+def _reason(e: BaseException) -> str:
+    """Why the hub was not reached, in the transport's words: the first line of the innermost
+    cause, without a class-name (``Got: ConnectError:``) or ``[Errno -2]`` prefix."""
+    while e.__cause__ is not None:
+        e = e.__cause__
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else ""
+    text = re.sub(r"^(Got: )?\w+(Error|Exception|Timeout): ", "", lines[0] if lines else "")
+    text = re.sub(r"^\[Errno -?\d+\] ", "", text).rstrip(".")
+    return text[:1].lower() + text[1:]

@@ -162,3 +162,32 @@ def test_cache_label_names_what_the_pool_stores(kv_cache, dtype, label):
     engine = SimpleNamespace(config=SimpleNamespace(kv_cache=kv_cache),
                              pool=SimpleNamespace(layers=[layer]))
     assert cache_label(engine) == label
+
+
+@pytest.mark.parametrize("lengths", [[5, 40, 77], [16, 64], [3, 17, 200]])
+def test_warm_up_runs_every_prefill_shape_the_lengths_run(lengths, monkeypatch):
+    """The untimed warm-up prefills every (chunk tokens, attends a cached prefix) pair that a
+    measured length prefills (Triton specializes on the chunk's size), so that no length pays a
+    compilation in its time to first token; and it decodes a step."""
+    from mock_engine import mock_engine
+
+    from infer.bench import run_bench
+    from infer.session import Session
+
+    engine = mock_engine(ctx=256, chunk=16)
+    calls: list[tuple[int, bool]] = []
+    real = Session._forward
+
+    def spy(self, ids):
+        calls.append((len(ids), self.num_cached > 0))
+        return real(self, ids)
+
+    monkeypatch.setattr(Session, "_forward", spy)
+    runs = run_bench(engine, lengths, tokens=3)
+    first = next(runs)
+    warm = set(calls[:len(calls) - len(range(0, lengths[0], 16))])
+    rest = list(runs)
+    assert [r.prompt_tokens for r in [first, *rest]] == lengths
+    measured = {(min(16, n - s), s > 0) for n in lengths for s in range(0, n, 16)}
+    assert measured <= warm, sorted(measured - warm)
+    assert set(calls) == warm | measured

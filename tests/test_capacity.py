@@ -3,6 +3,8 @@ error message when --ctx does not fit (free GPU memory mocked)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -100,3 +102,41 @@ def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
     assert capacity.check_host_capacity(cfg, qwen8b, weights=False) is None
     monkeypatch.undo()
     assert capacity.available_host_bytes() > 0  # readable on this machine
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_host_capacity_names_the_stored_dtype_and_suggests_int8(qwen8b, monkeypatch, tmp_path,
+                                                                  kv_cache):
+    """On the CPU the bf16 cache stores float32: the message says so, and suggests
+    --kv-cache int8 (with what it fits) unless the cache is int8 already."""
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: 64 << 30)
+    cfg = EngineConfig(tmp_path, ctx=1 << 30, device="cpu", kv_cache=kv_cache)
+    with pytest.raises(ValueError) as e:
+        capacity.check_host_capacity(cfg, qwen8b)
+    msg = str(e.value)
+    if kv_cache == "bf16":
+        assert "--kv-cache bf16 (float32 on the CPU) does not fit" in msg
+        int8 = int(msg.split("use --kv-cache int8 (it fits ")[1].split()[0])
+        largest = int(msg.split("largest context that fits is ")[1].split()[0])
+        assert int8 > largest > 0
+        capacity.check_host_capacity(replace(cfg, ctx=int8, kv_cache="int8"), qwen8b)
+    else:
+        assert "--kv-cache int8 does not fit" in msg and "use --kv-cache int8" not in msg
+    cfg16 = EngineConfig(tmp_path, ctx=1 << 30, device="cpu", kv_cache="bf16", dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"--kv-cache bf16 does not fit"):
+        capacity.check_host_capacity(cfg16, qwen8b)  # bfloat16 activations: bf16 is bf16
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_capacity_suggests_int8_only_when_it_is_not_int8(qwen8b, monkeypatch, tmp_path,
+                                                              kv_cache):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (20 << 30, 1 << 40))
+    cfg = EngineConfig(tmp_path, ctx=1 << 24, device="cuda", kv_cache=kv_cache)
+    with pytest.raises(ValueError) as e:
+        capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"))
+    msg = str(e.value)
+    assert f"--kv-cache {kv_cache} does not fit" in msg
+    assert ("use --kv-cache int8" in msg) == (kv_cache == "bf16"), msg
+    cfg16 = EngineConfig(tmp_path, ctx=1 << 24, device="cuda", dtype="float16")
+    with pytest.raises(ValueError, match=r"--kv-cache bf16 \(float16 with --dtype float16\)"):
+        capacity.check_capacity(cfg16, qwen8b, "triton", torch.device("cuda"))

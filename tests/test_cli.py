@@ -341,6 +341,35 @@ def test_chat_ctrl_c_stops_the_reply_and_keeps_the_session(tiny_ckpt, monkeypatc
     assert second["reused_tokens"] > 0
 
 
+@pytest.mark.parametrize("think", ["--think", "--no-think"])
+def test_chat_after_ctrl_c_reuses_the_whole_partial_reply(tiny_ckpt, monkeypatch, think):
+    """The interrupted reply stays in the conversation as the model wrote it: the next turn
+    reuses every cached token (prompt + partial reply), and so does the one after it (the
+    template never renders the partial reply again)."""
+    from infer.ui.render import ReplyView
+
+    real_add, calls = ReplyView._add, []
+
+    def interrupt_first_reply(self, piece):
+        calls.append(piece)
+        if len(calls) == 4:  # a few tokens in
+            raise KeyboardInterrupt
+        return real_add(self, piece)
+
+    monkeypatch.setattr(ReplyView, "_add", interrupt_first_reply)
+    args = ["--ctx", "1k", "--device", "cpu", "--temperature", "1", "--seed", "0",
+            "--max-new-tokens", "6", "--json", think]
+    result = invoke("chat", tiny_ckpt, *args, input="hello\nagain\nonce more\n/exit\n")
+    assert result.exit_code == 0, result.output
+    first, second, third = (json.loads(line) for line in result.stdout.splitlines())
+    assert first["interrupted"] and first["new_tokens"] == 4
+    cached = first["prompt_tokens"] + first["new_tokens"]
+    assert second["reused_tokens"] == cached, (first, second)
+    assert not second["interrupted"]
+    # <|im_end|>, "\n" close the partial reply; the third turn re-renders only from turn two on
+    assert third["reused_tokens"] >= cached + 2, (second, third)
+
+
 def test_chat_ctrl_c_or_ctrl_d_at_the_prompt_exits_cleanly(tiny_ckpt, monkeypatch):
     assert invoke("chat", tiny_ckpt, *FAST, input="").exit_code == 0  # Ctrl-D: EOF
 
@@ -482,17 +511,59 @@ def test_ctx_beyond_the_checkpoint_is_bad_input_naming_the_largest(tiny_ckpt, ct
     assert_one_line_error(result, 2, "beyond the largest context", "131072")
 
 
-def test_unreachable_hub_exits_1_and_suggests_a_folder(monkeypatch, tmp_path):
+def _connect_error(msg: str = "[Errno -2] Name or service not known"):
+    """What huggingface_hub raises when the hub cannot be reached and nothing is cached: a
+    LocalEntryNotFoundError whose text starts with the HTTP client's error, which is its cause."""
+    import importlib
+    import importlib.util
+
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    httpx = importlib.import_module(next(m for m in ("httpx", "httpx2")
+                                         if importlib.util.find_spec(m)))
+    cause = httpx.ConnectError(msg)
+    e = LocalEntryNotFoundError(f"Got: ConnectError: {msg}\nAn error happened while trying to "
+                                "locate the files on the Hub. Please check your internet "
+                                "connection and try again.")
+    e.__cause__ = cause
+    return e
+
+
+@pytest.mark.parametrize("error", ["connection", "hub"])
+def test_unreachable_hub_exits_1_and_suggests_a_folder(error, monkeypatch, tmp_path):
+    """A network failure is a runtime failure (exit 1) in one clean line: no exception class
+    names, no --debug hint, what to do (check the network, or pass a local folder)."""
     import huggingface_hub
 
     def fail(*args, **kw):
-        raise ConnectionError("Failed to establish a new connection")
+        if error == "connection":
+            raise ConnectionError("Failed to establish a new connection")
+        raise _connect_error()
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
     result = invoke("generate", "Qwen/Qwen3-0.6B", "hi", "--device", "cpu")
-    assert_one_line_error(result, 1, "Qwen/Qwen3-0.6B", "local folder")
+    assert_one_line_error(result, 1, "Qwen/Qwen3-0.6B", "check the network", "local folder")
+    line = result.stderr.strip()
+    for raw in ("HubUnreachableError", "ConnectError", "ConnectionError", "Got:", "Errno",
+                "--debug"):
+        assert raw not in line, line
+    if error == "hub":
+        assert "name or service not known" in line
+
+
+def test_offline_hub_not_cached_exits_2_in_the_same_style(monkeypatch, tmp_path):
+    """HF_HUB_OFFLINE=1 and not cached: bad input (exit 2), one line of the same shape as the
+    unreachable hub's, saying what to do (unset HF_HUB_OFFLINE, or pass a local folder)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("generate", "Qwen/Qwen3-0.6B", "hi", "--device", "cpu")
+    assert_one_line_error(result, 2, "cannot fetch Qwen/Qwen3-0.6B from the Hugging Face hub: ",
+                          "not in the HF cache", "unset HF_HUB_OFFLINE", "local folder")
 
 
 def test_chat_piped_prompts_go_to_stderr(tiny_ckpt):

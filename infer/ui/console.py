@@ -24,8 +24,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from models.hub import HubUnreachableError
+
 if TYPE_CHECKING:
     from infer.ui.options import Options
+
+# Runtime failures (exit 1) whose message already says what happened and what to do.
+KNOWN_FAILURES: tuple[type[BaseException], ...] = (HubUnreachableError,)
 
 
 class OutputError(Exception):
@@ -130,10 +135,13 @@ def print_error(msg: str, code: int, as_json: bool) -> None:
 
 
 def error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
-    """``(one-line message, is bad input)`` for an exception (bad input: exit 2, else 1)."""
+    """``(one-line message, is bad input)`` for an exception (bad input: exit 2, else 1).
+
+    A runtime failure we expect and word for the user (``KNOWN_FAILURES``) reads as its message
+    alone; any other one is named by its class, with the ``--debug`` hint."""
     bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
     msg = " ".join(str(e).split()) or type(e).__name__
-    if not bad_input:
+    if not bad_input and not isinstance(e, KNOWN_FAILURES):
         msg = f"{type(e).__name__}: {msg}"
         if not debug:
             msg += " (run with --debug for the traceback)"

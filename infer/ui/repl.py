@@ -1,9 +1,9 @@
 """The ``infer chat`` loop: read a line, run a command or a turn, show the reply.
 
-Owns the chat commands (``/reset``, ``/stats``, ``/exit``, ``/quit``; ``//text`` sends ``/text``),
-the conversation's messages and the per-turn error handling: a failed turn prints its error, drops
-the message, and the chat goes on; ``run_repl`` returns the exit code the failures call for. No
-tensor math here.
+Owns the chat commands (``/reset``, ``/stats``, ``/exit``, ``/quit``; ``//text`` sends ``/text``)
+and the per-turn error handling: a failed turn prints its error, drops the message, and the chat
+goes on; ``run_repl`` returns the exit code the failures call for. The messages and each turn's
+prompt ids are ``infer/ui/conversation.py``'s. No tensor math here.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from infer.fits import check_fits
 from infer.ui.console import UI, OutputError, error_message
+from infer.ui.conversation import Conversation
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView, format_stats
 
@@ -38,8 +39,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
     o = ui.opts
     sampling = engine.default_sampling(**o.sampling_overrides())
     session = engine.new_session()
-    base = [{"role": "system", "content": system}] if system else []
-    messages = list(base)
+    conv = Conversation(engine.tokenizer, system, enable_thinking=o.think)
     last = None
     if sys.stdin.isatty():
         try:  # line editing and history for input()
@@ -73,7 +73,8 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             return code
         if cmd == "/reset":
             session.reset()
-            messages, last = list(base), None
+            conv.reset()
+            last = None
             ui.err.print("[dim]conversation cleared[/]")
             continue
         if cmd == "/stats":
@@ -82,16 +83,15 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
                          if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
             continue
         turn += 1
-        messages.append({"role": "user", "content": line})
         try:
-            ids = engine.tokenizer.chat_ids(messages, enable_thinking=o.think)
+            ids = conv.add_user(line)
             check_fits(len(ids), engine.ctx, max_ctx=engine.context.max_ctx)
             reply = ReplyView(ui.text, ui.err, engine, session,
                               hide_thinking=o.hide_thinking).run(ids, sampling)
         except (BrokenPipeError, OutputError):  # stdout is gone or full: the chat ends
             raise
         except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on
-            messages.pop()
+            conv.drop_user()
             if o.debug:
                 traceback.print_exc(file=sys.stderr)
             msg, bad_input = error_message(e, o.debug)
@@ -103,7 +103,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             continue
         last = reply
         # The reply as the model wrote it (thinking included; the template drops old thinking).
-        messages.append({"role": "assistant", "content": last.raw})
+        conv.add_reply(last.raw, ids, session.cached_ids, interrupted=last.interrupted)
         if o.json:
             ui.emit_json(reply_record("chat", engine, last, load_s))
         else:
