@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_cli import assert_one_line_error, invoke
+from cli_helpers import assert_one_line_error, invoke
 
 from infer.bench import bench_prompt, parse_lengths
 

@@ -11,9 +11,9 @@ import json
 import re
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import assert_one_line_error, invoke
 
-from cli import SUMMARY_PROMPT, app
+from cli import SUMMARY_PROMPT
 
 FAST = ["--ctx", "1k", "--device", "cpu", "--max-new-tokens", "3", "--temperature", "1",
         "--seed", "0"]
@@ -41,10 +41,6 @@ def _tokenizer_loaded_once(tok, tiny_ckpt, monkeypatch):
     monkeypatch.setattr(Qwen3Tokenizer, "from_folder", classmethod(from_folder))
 
 
-def invoke(*args, input=None):
-    return CliRunner().invoke(app, [str(a) for a in args], input=input)
-
-
 def ok_json(result) -> dict:
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)  # exactly one JSON document on stdout
@@ -53,16 +49,6 @@ def ok_json(result) -> dict:
 def summary_ids(tok, text: str) -> list[int]:
     messages = [{"role": "user", "content": SUMMARY_PROMPT.format(text=text)}]
     return tok.chat_ids(messages, enable_thinking=False)
-
-
-def assert_one_line_error(result, code: int, *needles: str) -> None:
-    assert result.exit_code == code, result.output
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
-    for needle in needles:
-        assert needle in lines[0]
-    assert "Traceback" not in result.output
 
 
 # ---------------------------------------------------------------------------- generate

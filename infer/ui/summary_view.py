@@ -78,7 +78,7 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
         ValueError: ``--batch`` outside 1..16 or more than fit.
     """
     from infer.attention import resolve_attention
-    from infer.capacity import largest_batch
+    from infer.capacity import kv_cache_words, largest_batch
 
     if batch is not None and not 1 <= batch <= 16:
         raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
@@ -90,8 +90,9 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
         raise ValueError(f"--batch {batch} does not fit: {fits} sequences of --ctx {cfg.ctx} "
                          f"fit in memory with --kv-cache {cfg.kv_cache}")
     chosen = batch or max(1, min(want, fits))
+    cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
     ui.note(f"decoding {chosen} part{'s' if chosen > 1 else ''} at a time ({fits} fit in "
-            f"memory): {_size(_kv_bytes(cfg, plan.config))} of {cfg.kv_cache} KV cache each")
+            f"memory): {_size(_kv_bytes(cfg, plan.config))} of {cache} KV cache each")
     return chosen
 
 
