@@ -148,6 +148,8 @@ def summarize(
     with errors(opts.debug, opts.json):
         if part_tokens < 1:
             raise ValueError(f"--part-tokens must be at least 1, got {part_tokens}")
+        if batch is not None and not 1 <= batch <= 16:
+            raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
         text, n_bad = setup.read_input(ui, file)
         cfg, tok, plan = setup.prepare(ui, model)
         ids = tok.chat_ids(chat_messages(None, SUMMARY_PROMPT.format(text=text)),

@@ -151,21 +151,27 @@ class Summarizer:
 
     # ------------------------------------------------------------------ map and reduce
 
-    def run(self, text: str, *, on_part: Callable[[PartSummary], None] | None = None,
+    def run(self, text: str, *, pieces: list[str] | None = None,
+            on_part: Callable[[PartSummary], None] | None = None,
             on_prefill: Callable[[int, int, int, int], None] | None = None) -> list[int]:
         """Summarize the parts of ``text`` and combine them (see the module docstring).
 
         Args:
             text: a text too long for one reply.
+            pieces: its parts, if already split (``split(text, part_limit())``).
             on_part: called with each ``PartSummary`` as it finishes.
             on_prefill: called as ``on_prefill(level, index, done, total)`` during each part's
                 prefill (``Session.generate``'s ``on_prefill``).
 
         Returns:
             The final combining prompt's ids (stream it as the final reply).
+
+        Raises:
+            ValueError: as ``check_plan`` (before any work).
         """
-        limit = self.part_limit()
-        pieces = self.split(text, limit)
+        limit = check_plan(self.tokenizer, self.engine.ctx, self.part_tokens, self.final_tokens,
+                           self.think)
+        pieces = pieces if pieces is not None else self.split(text, limit)
         n = len(pieces)
         prompts = [self.prompt_ids(PART_PROMPT, p, k=k + 1, n=n) for k, p in enumerate(pieces)]
         summaries = self._map(0, pieces, prompts, on_part, on_prefill)
@@ -290,4 +296,25 @@ def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False) -> in
         raise ValueError(f"--ctx {ctx} is too small to summarize a text in parts with "
                          f"{part_tokens}-token part summaries: raise --ctx to at least {need} "
                          f"or lower --part-tokens")
+    return limit
+
+
+def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
+               think: bool = False) -> int:
+    """Check that a map-reduce in ``ctx`` can finish: a part with its reply fits
+    (``part_limit``), and so does the final combining prompt holding one part summary with the
+    final reply (``final_tokens``; None: ``part_tokens``). Returns ``part_limit``.
+
+    Raises:
+        ValueError: either does not fit (the message names the flag to change).
+    """
+    limit = part_limit(tokenizer, ctx, part_tokens, think)
+    final = final_tokens or part_tokens
+    room = ctx - template_overhead(tokenizer, COMBINE_PROMPT, think) - part_tokens - 16
+    if final > room:
+        fix = (f"lower --max-new-tokens to at most {room}" if room >= 1 else
+               "lower --part-tokens")
+        raise ValueError(f"the final summary's budget (--max-new-tokens {final}) does not fit "
+                         f"in the context of {ctx} tokens next to its combining prompt and the "
+                         f"part summaries (--part-tokens {part_tokens}): {fix}, or raise --ctx")
     return limit

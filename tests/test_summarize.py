@@ -108,6 +108,14 @@ def test_a_context_too_small_for_parts_is_bad_input(tiny_ckpt, tok):
         sm.part_limit()
 
 
+def test_a_final_budget_that_cannot_fit_is_refused_before_any_work(tiny_ckpt, tok, text):
+    eng = engine(tiny_ckpt, tok, ctx=1024, max_batch=4)
+    sm = summarizer(eng, tok, part_tokens=12, final_tokens=1000)
+    with pytest.raises(ValueError, match="--max-new-tokens to at most"):
+        sm.run(text)
+    assert sm.parts == [] and eng.pool.num_free_pages == eng.pool.num_pages
+
+
 def test_part_prompt_overhead_is_counted(tiny_ckpt, tok):
     sm = summarizer(engine(tiny_ckpt, tok, ctx=1024, max_batch=1), tok)
     empty = len(sm.prompt_ids(PART_PROMPT, "", k=1, n=1))
@@ -122,7 +130,8 @@ def test_strip_thinking():
 def test_seeded_sampling_reproducible(tiny_ckpt, tok, text):
     def run():
         sm = Summarizer(engine(tiny_ckpt, tok, ctx=1024, max_batch=4), tok, token_splitter(tok),
-                        SamplingParams(temperature=0.8, top_k=20, seed=5), part_tokens=8)
+                        SamplingParams(temperature=0.8, top_k=20, seed=5), part_tokens=8,
+                        final_tokens=16)
         torch.manual_seed(0)
         return tok.decode(sm.run(text[:5000]))
 

@@ -68,6 +68,33 @@ def test_no_split_refuses_with_both_counts(tiny_ckpt, book):
     assert "context of 2048 tokens" in lines[0]
 
 
+def test_a_final_budget_too_big_for_the_context_is_refused_before_the_parts(tiny_ckpt, book):
+    path, _ = book
+    for budget in ("2000", "1990"):  # beyond the context; within it but not with the parts
+        result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--max-new-tokens",
+                        budget)
+        assert result.exit_code == 2, result.output
+        assert "part 1 of" not in result.stderr and "decoding" not in result.stderr
+        err = result.stderr.strip().splitlines()[-1]
+        assert err.startswith("error:") and "--max-new-tokens" in err and "--ctx" in err
+
+
+def test_batch_is_never_more_than_the_parts(tiny_ckpt, book):
+    path, _ = book
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "16", "--json")
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.stdout)
+    assert obj["stages"]["batch"] == obj["stages"]["parts"] < 16
+    assert f"summarizing the text in {obj['stages']['parts']} parts" in result.stderr
+
+
+def test_bad_batch_is_refused_for_a_text_that_fits_too(tiny_ckpt, tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("A short text.\n")
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "0")
+    assert result.exit_code == 2 and "--batch must be 1 to 16" in result.stderr
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--batch", "17"], "--batch must be 1 to 16"),
     (["--batch", "0"], "--batch must be 1 to 16"),

@@ -18,7 +18,7 @@ from dataclasses import replace
 from rich.markup import escape
 
 from infer.fits import check_fits
-from infer.summarize import Summarizer, part_limit
+from infer.summarize import Summarizer, check_plan
 from infer.ui.console import UI
 from infer.ui.oneshot import one_shot, reply_once
 from infer.ui.prepare import load_engine
@@ -34,31 +34,34 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
         typer.Exit(130): Ctrl-C cut the final reply.
     """
     max_new = ui.opts.max_new_tokens
-    # parts help when the text is too long, not when the reply budget alone fills the context
-    if no_split or len(ids) + max(max_new, 1) <= cfg.ctx or max_new >= cfg.ctx:
+    # parts help when the text is too long, not when the prompt fits and the reply budget is
+    # what does not (check_fits then says so)
+    if no_split or len(ids) + 1 <= cfg.ctx:
         one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, **extra)
         return
-    limit = part_limit(tok, cfg.ctx, part_tokens, ui.opts.think)
-    est_parts = -(-len(ids) // limit)
-    ui.note(f"the prompt is {len(ids):,} tokens, longer than the context of {cfg.ctx:,}: "
-            f"summarizing the text in about {est_parts} parts of at most {limit:,} tokens, then "
-            f"combining their summaries (--no-split refuses instead)")
-    cfg = replace(cfg, max_batch=_batch(ui, cfg, plan, min(est_parts, 16), batch))
-    engine, load_s = load_engine(ui, cfg, tok)
-    sampling = engine.default_sampling(**ui.opts.sampling_overrides())
     from infer.textsplit import split_text
 
+    limit = check_plan(tok, cfg.ctx, part_tokens, max_new or None, ui.opts.think)
+    with ui.status("splitting the text ..."):
+        pieces = split_text(text, tok, limit)
+    ui.note(f"the prompt is {len(ids):,} tokens, longer than the context of {cfg.ctx:,}: "
+            f"summarizing the text in {len(pieces)} parts of at most {limit:,} tokens, then "
+            f"combining their summaries (--no-split refuses instead)")
+    cfg = replace(cfg, max_batch=_batch(ui, cfg, plan, min(len(pieces), 16), batch))
+    engine, load_s = load_engine(ui, cfg, tok)
+    sampling = engine.default_sampling(**ui.opts.sampling_overrides())
     sm = Summarizer(engine, tok, lambda t, m: split_text(t, tok, m), sampling,
                     part_tokens=part_tokens, final_tokens=max_new or None, think=ui.opts.think)
     with ui.status("summarizing the parts ...") as status:
         def on_prefill(level, index, done, total):
+            what = f"part {index + 1}" if level == 0 else f"level {level} group {index + 1}"
             if status is not None and done < total:
-                status.update(f"level {level + 1}, part {index + 1}: prefill {done:,} of "
-                              f"{total:,} tokens")
+                status.update(f"{what}: prefill {done:,} of {total:,} tokens")
             elif status is not None:
-                status.update(f"level {level + 1}: decoding part summaries ...")
+                status.update("decoding the summaries ...")
 
-        final = sm.run(text, on_part=lambda p: _show_part(ui, p), on_prefill=on_prefill)
+        final = sm.run(text, pieces=pieces, on_part=lambda p: _show_part(ui, p),
+                       on_prefill=on_prefill)
     check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
     t = sm.times
     stages = {"parts": len([p for p in sm.parts if p.level == 0]), "batch": cfg.max_batch,
@@ -80,8 +83,6 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
     from infer.attention import resolve_attention
     from infer.capacity import kv_cache_words, largest_batch
 
-    if batch is not None and not 1 <= batch <= 16:
-        raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
     kind = resolve_attention(cfg.attention, cfg.torch_device)
     fits = largest_batch(cfg, plan.config, kind, cfg.torch_device)
     if fits == 0:
@@ -89,7 +90,7 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
     if batch is not None and batch > fits:
         raise ValueError(f"--batch {batch} does not fit: {fits} sequences of --ctx {cfg.ctx} "
                          f"fit in memory with --kv-cache {cfg.kv_cache}")
-    chosen = batch or max(1, min(want, fits))
+    chosen = min(batch or want, want, fits)
     cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
     ui.note(f"decoding {chosen} part{'s' if chosen > 1 else ''} at a time ({fits} fit in "
             f"memory): {_size(_kv_bytes(cfg, plan.config))} of {cache} KV cache each")
@@ -113,7 +114,7 @@ def _show_part(ui: UI, part) -> None:
     """A finished part summary on stderr (not with --json: the object holds them)."""
     if ui.opts.json:
         return
-    what = "part" if part.level == 0 else f"level {part.level + 1} group"
+    what = "part" if part.level == 0 else f"level {part.level} group"  # the JSON's level
     ui.err.print(f"[bold]{what} {part.index + 1} of {part.count}[/] [dim](tokens "
                  f"{part.tokens[0]:,}-{part.tokens[1]:,}, {part.new_tokens} new)[/]")
     ui.err.print(escape(part.summary), style="dim")
