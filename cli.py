@@ -116,6 +116,10 @@ def generate(
             prompt, _ = setup.read_input(ui, "-")
         elif not prompt.strip():
             raise ValueError("the prompt is empty: give some text, or - to read standard input")
+        else:
+            prompt = setup.user_text(ui, prompt, "the prompt")
+        if system is not None:
+            system = setup.user_text(ui, system, "--system")
         cfg, tok, plan = setup.prepare(ui, model)
         ids = tok.encode(prompt) if raw else tok.chat_ids(chat_messages(system, prompt),
                                                           enable_thinking=opts.think)
@@ -168,6 +172,8 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """
     ui = UI(opts)
     with errors(opts.debug, opts.json):
+        if system is not None:
+            system = setup.user_text(ui, system, "--system")
         cfg, tok, _ = setup.prepare(ui, model)
         engine, load_s = setup.load_engine(ui, cfg, tok)
         code = run_repl(ui, engine, system, load_s)
