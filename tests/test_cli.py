@@ -753,6 +753,21 @@ def test_closed_stdout_pipe_in_a_real_process(tiny_ckpt):
     assert "Error" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
 
 
+def test_stdout_closed_from_the_start_is_an_error_in_a_real_process(tiny_ckpt):
+    """`infer generate ... >&-`: no stdout at all (sys.stdout is None), so the reply would be
+    lost: one error line and exit 1, as `> /dev/full` gives, not a silent exit 0."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", "from cli import main; main()",
+         "generate", str(tiny_ckpt), "hi", *FAST], stderr=subprocess.PIPE, text=True,
+        timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == "error: cannot write output: standard output is closed"
+
+
 def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):
     def interrupt(self, *args, **kwargs):
         raise KeyboardInterrupt
