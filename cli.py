@@ -21,10 +21,11 @@ On a terminal the reply is shown live (its last lines plus tokens/s), then print
 the output is piped, the text is written as it comes, verbatim (``<think>`` tags included).
 Errors are one line on stderr: exit code 2 for bad input (ValueError, NotImplementedError, a
 missing file, typer's usage errors: ``main`` runs the app outside typer's standalone mode to print
-them as one line), 1 for runtime failures (a stdout that cannot be written, such as ``/dev/full``,
-among them), 130 for Ctrl-C outside the chat prompt; ``--debug`` adds the traceback. A chat with
-piped input exits 2 (or 1) at its end if a turn failed. A closed stdout (``infer generate M P |
-head -c 10``) ends the command quietly with exit code 0, as the reader chose to stop reading.
+them as one line), 1 for runtime failures (a stdout that cannot be written, such as ``/dev/full``
+or one closed from the start, ``>&-``, among them), 130 for Ctrl-C outside the chat prompt;
+``--debug`` adds the traceback. A chat with piped input exits 2 (or 1) at its end if a turn
+failed. A stdout whose reader goes away (``infer generate M P | head -c 10``) ends the command
+quietly with exit code 0, as the reader chose to stop reading.
 """
 
 import contextlib
@@ -116,6 +117,10 @@ def generate(
             prompt, _ = setup.read_input(ui, "-")
         elif not prompt.strip():
             raise ValueError("the prompt is empty: give some text, or - to read standard input")
+        else:
+            prompt = setup.user_text(ui, prompt, "the prompt")
+        if system is not None:
+            system = setup.user_text(ui, system, "--system")
         cfg, tok, plan = setup.prepare(ui, model)
         ids = tok.encode(prompt) if raw else tok.chat_ids(chat_messages(system, prompt),
                                                           enable_thinking=opts.think)
@@ -170,6 +175,8 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """
     ui = UI(opts)
     with errors(opts.debug, opts.json):
+        if system is not None:
+            system = setup.user_text(ui, system, "--system")
         cfg, tok, _ = setup.prepare(ui, model)
         engine, load_s = setup.load_engine(ui, cfg, tok)
         code = run_repl(ui, engine, system, load_s)
@@ -213,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode. A closed stdout
     (``| head``) exits 0 quietly; one that cannot be written (``> /dev/full``) prints
     ``error: cannot write output: <reason>`` and exits 1 (the commands do the same through
-    ``errors``; here for typer's own output, such as ``--help``).
+    ``errors``; here for typer's own output, such as ``--help``), as does a stdout closed from the
+    start (``>&-``: ``sys.stdout`` is None), before any work whose output would be lost.
     """
     exc = click_exceptions()
     args = sys.argv[1:] if argv is None else argv
@@ -221,8 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         sys.stdout = checked_stdout()  # typer and click write to sys.stdout
         rv = app(args=argv, standalone_mode=False)
-        if sys.stdout is not None:
-            sys.stdout.flush()
+        sys.stdout.flush()
     except BrokenPipeError:
         quiet_stdout()
         sys.exit(0)

@@ -13,6 +13,7 @@ of Large Language Models"), which is what Qwen3 documents for contexts past 32k.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +81,13 @@ class Qwen3Config:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "num_key_value_heads", "head_dim",
                      "max_position_embeddings"):
-            if int(getattr(self, name)) <= 0:
+            if _to_int(name, getattr(self, name)) <= 0:
                 raise ValueError(f"config field {name} must be a positive integer")
+        for name in ("rms_norm_eps", "rope_theta"):  # NaN or <= 0 make every logit NaN
+            _positive_number(name, getattr(self, name))
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError("config field tie_word_embeddings must be true or false, got "
+                             f"{self.tie_word_embeddings!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -152,22 +158,26 @@ class Qwen3Config:
             if scaling is None and rope_params:
                 rtype = rope_params.get("rope_type", rope_params.get("type", "default"))
                 scaling = None if rtype == "default" else rope_params
-            hidden = int(d["hidden_size"])
-            heads = int(d["num_attention_heads"])
+            hidden = _to_int("hidden_size", d["hidden_size"])
+            heads = _to_int("num_attention_heads", d["num_attention_heads"])
+            if heads <= 0:
+                raise ValueError("config field num_attention_heads must be a positive integer")
             dtype = d.get("torch_dtype", d.get("dtype", "bfloat16")) or "bfloat16"
             return cls(
-                vocab_size=int(d["vocab_size"]),
+                vocab_size=_to_int("vocab_size", d["vocab_size"]),
                 hidden_size=hidden,
-                intermediate_size=int(d["intermediate_size"]),
-                num_hidden_layers=int(d["num_hidden_layers"]),
+                intermediate_size=_to_int("intermediate_size", d["intermediate_size"]),
+                num_hidden_layers=_to_int("num_hidden_layers", d["num_hidden_layers"]),
                 num_attention_heads=heads,
-                num_key_value_heads=int(d.get("num_key_value_heads", heads)),
-                head_dim=int(d.get("head_dim") or hidden // heads),
-                rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(rope_theta),
+                num_key_value_heads=_to_int("num_key_value_heads",
+                                            d.get("num_key_value_heads", heads)),
+                head_dim=_to_int("head_dim", d.get("head_dim") or hidden // heads),
+                rms_norm_eps=_positive_number("rms_norm_eps", d.get("rms_norm_eps", 1e-6)),
+                rope_theta=_positive_number("rope_theta", rope_theta),
                 rope_scaling=_parse_rope_scaling(scaling),
-                max_position_embeddings=int(d.get("max_position_embeddings", 40960)),
-                tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+                max_position_embeddings=_to_int("max_position_embeddings",
+                                                d.get("max_position_embeddings", 40960)),
+                tie_word_embeddings=d.get("tie_word_embeddings", False),  # checked: a bool
                 torch_dtype=str(dtype),
             )
         except KeyError as e:
@@ -194,6 +204,22 @@ class Qwen3Config:
         if not isinstance(d, dict):
             raise ValueError(f"cannot read {path}: expected a JSON object")
         return cls.from_dict(d)
+
+
+def _to_int(name: str, value) -> int:
+    """``int(value)`` as the config has always read integers; ValueError naming the field."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"config field {name} must be a positive integer, got {value!r}") from None
+
+
+def _positive_number(name: str, value) -> float:
+    """A JSON number (not a string or a boolean) that is finite and > 0, as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value > 0):
+        raise ValueError(f"config field {name} must be a positive finite number, got {value!r}")
+    return float(value)
 
 
 def _parse_rope_scaling(s: dict | None) -> YarnScaling | None:

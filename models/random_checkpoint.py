@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -152,8 +153,10 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
         device: where to draw the random numbers; default CUDA when present, else CPU.
 
     Raises:
-        ValueError: unknown size or dtype, a missing config, or a ``tokenizer`` folder without
-            ``tokenizer.json`` (raised before anything is written).
+        ValueError: unknown size or dtype, a missing config, a ``tokenizer`` folder without
+            ``tokenizer.json``, or an ``out_dir`` that is a file or cannot be created (raised
+            before anything is written).
+        OSError: writing the files failed (a full disk).
     """
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: choose one of {', '.join(TORCH_DTYPES)}")
@@ -172,7 +175,12 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
         raise ValueError(f"no tokenizer.json in {tokenizer}: pass the folder holding the "
                          "tokenizer files")  # before anything is written
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} exists and is not a folder: give a new or an existing folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a read-only place, /proc, a file on the way
+        raise ValueError(f"cannot create the folder {out}: {e.strerror or e}") from None
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     _write_generation_config(out, size, config_dir)
     if tokenizer is not None:
@@ -247,8 +255,11 @@ def main(argv: list[str] | None = None) -> None:
                                       dtype=a.dtype, seed=a.seed, tie=a.tie,
                                       tokenizer=a.tokenizer, vocab_size=a.vocab_size,
                                       num_hidden_layers=a.layers, device=a.device)
-    except ValueError as e:  # a bad --tokenizer / --config-dir: one line, exit 2
+    except ValueError as e:  # a bad --out / --tokenizer / --config-dir: one line, exit 2
         p.error(str(e))
+    except OSError as e:  # writing failed (a full disk): a runtime failure, exit 1
+        print(f"{p.prog}: error: cannot write {a.out}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
     nbytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     print(f"wrote {out} ({nbytes / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
 

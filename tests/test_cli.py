@@ -169,6 +169,28 @@ def test_summarize_invalid_bytes_warns_with_the_count(tiny_ckpt, tmp_path, tok):
     assert obj["prompt_tokens"] == len(summary_ids(tok, text))
 
 
+def test_invalid_utf8_in_the_prompt_and_system_is_replaced_with_a_warning(tiny_ckpt, tok):
+    # argv as Python decodes b"caf\xe9" (surrogateescape): the tokenizer rejects lone surrogates
+    result = invoke("generate", tiny_ckpt, "caf\udce9", "--system", "be \udcff\udcfe", *FAST,
+                    "--json")
+    obj = ok_json(result)
+    assert "warning: 1 invalid byte sequences in the prompt were replaced" in result.stderr
+    assert "warning: 2 invalid byte sequences in --system were replaced" in result.stderr
+    messages = [{"role": "system", "content": "be \ufffd\ufffd"},
+                {"role": "user", "content": "caf\ufffd"}]
+    assert obj["prompt_tokens"] == len(tok.chat_ids(messages, enable_thinking=False))
+
+
+def test_chat_line_with_invalid_utf8_is_replaced_with_a_warning(tiny_ckpt, tok):
+    result = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json",
+                    input=b"caf\xe9 \xff\n/exit\n")
+    assert result.exit_code == 0, result.output
+    assert "warning: 2 invalid byte sequences in the message were replaced" in result.stderr
+    obj = json.loads(result.stdout.splitlines()[0])
+    ids = tok.chat_ids([{"role": "user", "content": "caf\ufffd \ufffd"}], enable_thinking=False)
+    assert obj["prompt_tokens"] == len(ids) and "error" not in obj
+
+
 @pytest.mark.parametrize("raw,needle", [
     (b"", "is empty"),
     (codecs.BOM_UTF8, "is empty"),
@@ -729,6 +751,21 @@ def test_closed_stdout_pipe_in_a_real_process(tiny_ckpt):
         os.close(w)
     assert proc.returncode == 0, proc.stderr
     assert "Error" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+
+
+def test_stdout_closed_from_the_start_is_an_error_in_a_real_process(tiny_ckpt):
+    """`infer generate ... >&-`: no stdout at all (sys.stdout is None), so the reply would be
+    lost: one error line and exit 1, as `> /dev/full` gives, not a silent exit 0."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", "from cli import main; main()",
+         "generate", str(tiny_ckpt), "hi", *FAST], stderr=subprocess.PIPE, text=True,
+        timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == "error: cannot write output: standard output is closed"
 
 
 def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):

@@ -120,3 +120,54 @@ def test_unavailable_cuda_device_is_named(monkeypatch):
     check_device_available(torch.device("cuda"))
     with pytest.raises(ValueError, match=r"device cuda:1 requested but only 1 CUDA GPU"):
         check_device_available(torch.device("cuda:1"))
+
+
+# ---------------------------------------------------------------------------- models/config.py
+
+def _qwen3_dict() -> dict:
+    return {"architectures": ["Qwen3ForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 1000000,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
+
+
+@pytest.mark.parametrize("field,value", [
+    ("rope_theta", -5), ("rope_theta", 0), ("rope_theta", float("nan")),
+    ("rope_theta", float("inf")), ("rope_theta", "1e6"), ("rope_theta", True),
+    ("rope_theta", None), ("rms_norm_eps", 0), ("rms_norm_eps", -1e-6), ("rms_norm_eps", "x"),
+    ("tie_word_embeddings", "no"), ("tie_word_embeddings", 1), ("tie_word_embeddings", None),
+    ("hidden_size", "abc"), ("vocab_size", None), ("head_dim", "x"), ("num_attention_heads", 0),
+    ("num_key_value_heads", [2])])
+def test_qwen3_config_invalid_field_is_a_value_error_naming_it(field, value):
+    from models.config import Qwen3Config
+
+    with pytest.raises(ValueError, match=field):
+        Qwen3Config.from_dict({**_qwen3_dict(), field: value})
+
+
+def test_qwen3_config_rope_theta_from_rope_parameters_is_checked_too():
+    from models.config import Qwen3Config
+
+    d = {k: v for k, v in _qwen3_dict().items() if k != "rope_theta"}
+    with pytest.raises(ValueError, match="rope_theta"):
+        Qwen3Config.from_dict({**d, "rope_parameters": {"rope_theta": -1, "rope_type": "default"}})
+
+
+def test_qwen3_config_valid_values_still_read():
+    from models.config import Qwen3Config
+
+    c = Qwen3Config.from_dict(_qwen3_dict())
+    assert c.rope_theta == 1e6 and isinstance(c.rope_theta, float) and c.tie_word_embeddings is True
+    d = {k: v for k, v in _qwen3_dict().items() if k != "tie_word_embeddings"}
+    assert Qwen3Config.from_dict({**d, "hidden_size": "64"}).tie_word_embeddings is False
+
+
+def test_qwen3_config_direct_construction_is_checked():
+    from models.config import Qwen3Config
+
+    kw = dict(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+              num_attention_heads=2, num_key_value_heads=1, head_dim=4)
+    Qwen3Config(**kw)
+    for bad in ({"rope_theta": -1.0}, {"rms_norm_eps": 0.0}, {"tie_word_embeddings": "no"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Qwen3Config(**kw, **bad)

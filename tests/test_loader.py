@@ -277,6 +277,44 @@ def test_random_checkpoint_bad_tokenizer_is_one_line_and_writes_nothing(tmp_path
     assert not out.exists()
 
 
+@pytest.mark.parametrize("where,needle", [
+    ("file", "exists and is not a folder"), ("file/sub", "cannot create the folder"),
+    ("/proc/x4", "cannot create the folder /proc/x4")])
+def test_random_checkpoint_bad_out_is_one_line_exit_2(tmp_path, capsys, tokenizer_dir, where,
+                                                       needle):
+    import os
+
+    if where.startswith("/proc") and not os.path.isdir("/proc/self"):
+        pytest.skip("needs /proc (Linux)")
+    (tmp_path / "file").write_text("not a folder\n")
+    out = where if where.startswith("/") else str(tmp_path / where)
+    with pytest.raises(SystemExit) as e:
+        main(["--out", out, "--tokenizer", str(tokenizer_dir), "--device", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert (tmp_path / "file").read_text() == "not a folder\n"
+
+
+def test_random_checkpoint_write_failure_is_one_line_exit_1(tmp_path, capsys, tokenizer_dir,
+                                                            monkeypatch):
+    import errno
+    import os
+
+    import models.random_checkpoint as rc
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(rc, "write_checkpoint_files", full)
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(tmp_path / "ckpt"), "--tokenizer", str(tokenizer_dir), "--vocab-size",
+              "256", "--layers", "1", "--device", "cpu"])
+    assert e.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("No space left on device"), err
+
+
 def test_real_size_config_is_the_published_one():
     cfg = base_config("0.6b", CONFIGS_DIR)
     published = json.loads((CONFIGS_DIR / "Qwen3-0.6B" / "config.json").read_text())

@@ -139,3 +139,14 @@ def test_utf16_with_bom_passes_the_nul_check_and_cap_is_inclusive(tmp_path, monk
     path.write_bytes(data + b"x\x00")
     with pytest.raises(ValueError, match="larger than"):
         read_text_input(path)
+
+
+def test_replace_surrogates_counts_like_decode_text():
+    import os
+
+    raw = b"a\xf0\x9f\x98 b\xff\xfe c\xc3( caf\xe9, then some clean text to decode"
+    text, n = textio.replace_surrogates(os.fsdecode(raw))  # as argv is decoded (surrogateescape)
+    assert (text, n) == decode_text(raw)
+    assert n == 5 and "\ufffd" in text
+    assert textio.replace_surrogates("x\ud800y") == ("x\ufffdy", 1)  # a lone non-escape surrogate
+    assert textio.replace_surrogates("caf\u00e9 \ufffd") == ("caf\u00e9 \ufffd", 0)

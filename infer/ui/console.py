@@ -5,7 +5,8 @@ reply on stdout, or on stderr under ``--json``; everything else on stderr). ``er
 exception into one line on stderr (plus ``{"error", "exit_code"}`` on stdout with ``--json``) and
 an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C, 0 for a closed stdout. Writes to stdout go
 through ``CheckedOutput``, so that a stdout that cannot be written (a full disk, ``> /dev/full``) is
-told apart from other OSErrors: ``error: cannot write output: <reason>``, exit 1.
+told apart from other OSErrors: ``error: cannot write output: <reason>``, exit 1; so is a stdout
+closed from the start (``>&-``): ``cannot write output: standard output is closed``.
 ``click_exceptions`` finds the click exceptions typer raises, for ``cli.main``. Used by ``cli.py``
 and the rest of ``infer/ui/``; no tensor math here.
 """
@@ -69,11 +70,17 @@ class CheckedOutput:
             raise OutputError(e) from e
 
 
-def checked_stdout() -> CheckedOutput | None:
-    """``sys.stdout`` as a CheckedOutput (itself when it is one already); None when there is no
-    stdout (started with it closed, ``>&-``), where output is dropped as ``print`` and rich do."""
+def checked_stdout() -> CheckedOutput:
+    """``sys.stdout`` as a CheckedOutput (itself when it is one already).
+
+    Raises:
+        OutputError: there is no stdout (the command started with it closed, ``>&-``, and Python
+            set ``sys.stdout`` to None): the output would be lost, as ``print`` and rich drop it.
+    """
     out = sys.stdout
-    return out if out is None or isinstance(out, CheckedOutput) else CheckedOutput(out)
+    if out is None:
+        raise OutputError(OSError(errno.EBADF, "standard output is closed"))
+    return out if isinstance(out, CheckedOutput) else CheckedOutput(out)
 
 
 class StdoutConsole(Console):
@@ -112,9 +119,8 @@ class UI:
 def print_json(obj: dict) -> None:
     """One JSON object as one line on stdout (OutputError if stdout cannot be written)."""
     out = checked_stdout()
-    if out is not None:
-        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        out.flush()
+    out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    out.flush()
 
 
 def print_error_json(obj: dict) -> None:

@@ -2,10 +2,10 @@
 
 Owns the flag validation and model resolution (``prepare``: an ``EngineConfig``, the tokenizer
 and the context plan, not the weights; the note when ``--ctx`` turns YaRN on), reading a text
-input (``read_input``) and loading the engine (``load_engine``, under a status spinner). The
-context check of a prompt and its reply is ``infer.fits.check_fits``. Every user mistake raises
-ValueError with a message that says how to fix it; ``infer.ui.console.errors`` turns it into one
-line and exit code 2.
+input (``read_input``; ``user_text`` for an argument or a chat line) and loading the engine
+(``load_engine``, under a status spinner). The context check of a prompt and its reply is
+``infer.fits.check_fits``. Every user mistake raises ValueError with a message that says how to
+fix it; ``infer.ui.console.errors`` turns it into one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -75,3 +75,15 @@ def read_input(ui: UI, path: str) -> tuple[str, int]:
         name = "<stdin>" if path == "-" else path
         ui.warn(f"{n_bad} invalid byte sequences in {name} were replaced with U+FFFD")
     return text, n_bad
+
+
+def user_text(ui: UI, text: str, where: str) -> str:
+    """Text given as a ``str`` (an argument such as the prompt or ``--system``, a chat line) with
+    the invalid bytes Python escaped in it (surrogateescape) replaced with U+FFFD, warning with the
+    count as ``read_input`` does for files; ``where`` names it in the warning."""
+    from infer.ui.textio import replace_surrogates
+
+    text, n_bad = replace_surrogates(text)
+    if n_bad:
+        ui.warn(f"{n_bad} invalid byte sequences in {where} were replaced with U+FFFD")
+    return text

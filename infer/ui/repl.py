@@ -8,6 +8,7 @@ prompt ids are ``infer/ui/conversation.py``'s. No tensor math here.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import traceback
@@ -17,6 +18,7 @@ from rich.markup import escape
 from infer.fits import check_fits
 from infer.ui.console import UI, OutputError, error_message
 from infer.ui.conversation import Conversation
+from infer.ui.prepare import user_text
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView, format_stats
 
@@ -41,6 +43,10 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
     session = engine.new_session()
     conv = Conversation(engine.tokenizer, system, enable_thinking=o.think)
     last = None
+    # Invalid bytes in a line: lone surrogates (replaced by user_text), not a UnicodeDecodeError
+    # that would end the chat (stdin is strict outside the C/POSIX locales).
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        sys.stdin.reconfigure(errors="surrogateescape")
     if sys.stdin.isatty():
         try:  # line editing and history for input()
             import readline  # noqa: F401
@@ -56,6 +62,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
         except (EOFError, KeyboardInterrupt):
             prompt_to.print()
             return code
+        line = user_text(ui, line, "the message")  # invalid bytes on stdin: U+FFFD
         cmd = line.strip()
         if not cmd:
             continue

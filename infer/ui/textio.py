@@ -4,11 +4,14 @@ Encodings: a byte-order mark picks UTF-8, UTF-16 LE/BE or UTF-32 LE/BE; without 
 read as UTF-8. Invalid sequences become U+FFFD and are counted (the caller warns with the count).
 Line endings (``\\r\\n``, ``\\r``) become ``\\n``. Empty, whitespace-only and binary input (NUL
 characters, or mostly undecodable bytes) and missing files raise ``ValueError`` saying what to fix.
+Text that is already a ``str`` (a command-line argument, a chat line) may hold the lone surrogates
+Python decodes invalid bytes to (surrogateescape): ``replace_surrogates`` turns them into U+FFFD.
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 import sys
 from pathlib import Path
 from typing import BinaryIO
@@ -28,6 +31,38 @@ MAX_REPLACED_FRACTION = 0.25
 # text, so 64 MiB is far beyond any context, and /dev/zero or `yes |` cannot exhaust the memory.
 MAX_INPUT_BYTES = 64 << 20
 CHUNK_BYTES = 1 << 20
+
+
+# Runs of surrogateescape'd bytes (U+DC80-U+DCFF), and any other lone surrogate.
+_ESCAPED_RUN = re.compile("[\udc80-\udcff]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_surrogates(text: str) -> tuple[str, int]:
+    """Replace the lone surrogates in ``text`` with U+FFFD, counting invalid byte sequences.
+
+    Python decodes invalid UTF-8 in ``argv`` and (in a C/UTF-8 locale) in ``stdin`` with
+    surrogateescape: each bad byte becomes a lone surrogate U+DC80-U+DCFF, which the tokenizer
+    rejects. Each run of such bytes is decoded again as a file would be (``errors="replace"``), so
+    the count matches ``decode_text``'s for the same bytes; any other lone surrogate counts one.
+
+    Returns:
+        ``(text, n_replaced)``: the text with only valid characters, and how many invalid byte
+        sequences were replaced (0 and ``text`` itself when there were none).
+    """
+    if not _SURROGATE.search(text):
+        return text, 0
+    count = 0
+
+    def bytes_again(m: re.Match) -> str:
+        nonlocal count
+        fixed = m.group().encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        count += fixed.count("\ufffd")
+        return fixed
+
+    text = _ESCAPED_RUN.sub(bytes_again, text)
+    text, n_other = _SURROGATE.subn("\ufffd", text)
+    return text, count + n_other
 
 
 def detect_encoding(data: bytes) -> tuple[str, int]:
