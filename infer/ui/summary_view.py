@@ -41,7 +41,11 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
         return
     from infer.textsplit import split_text
 
-    limit = check_plan(tok, cfg.ctx, part_tokens, max_new or None, ui.opts.think)
+    try:
+        limit = check_plan(tok, cfg.ctx, part_tokens, max_new or None, ui.opts.think)
+    except ValueError as e:
+        raise ValueError(f"the prompt is {len(ids)} tokens, longer than the context of {cfg.ctx} "
+                         f"tokens, and cannot be summarized in parts: {e}") from None
     with ui.status("splitting the text ..."):
         pieces = split_text(text, tok, limit)
     ui.note(f"the prompt is {len(ids):,} tokens, longer than the context of {cfg.ctx:,}: "
