@@ -768,6 +768,30 @@ def test_stdout_closed_from_the_start_is_an_error_in_a_real_process(tiny_ckpt):
     assert proc.stderr.strip() == "error: cannot write output: standard output is closed"
 
 
+def test_bad_input_keeps_exit_2_when_stderr_cannot_be_written():
+    """`infer generate M hi --ctx abc 2>/dev/full`: the error line cannot be written, so the exit
+    code alone tells, and it is still the bad-input code."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" 2>/dev/full', "sh", sys.executable, "-c",
+         "from cli import main; main()", "generate", "/nonexistent-model", "hi", "--ctx", "abc"],
+        stdout=subprocess.PIPE, timeout=120, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 2 and proc.stdout == b""
+
+
+def test_stdin_from_a_terminal_says_how_to_end_it(tiny_ckpt, monkeypatch):
+    monkeypatch.setattr("infer.ui.prepare.stdin_is_terminal", lambda: True)
+    result = invoke("summarize", "-", "--model", tiny_ckpt, *FAST, input="Some text.\n")
+    assert result.exit_code == 0, result.output
+    assert "end it with Ctrl-D" in result.stderr
+    monkeypatch.setattr("infer.ui.prepare.stdin_is_terminal", lambda: False)  # piped
+    piped = invoke("summarize", "-", "--model", tiny_ckpt, *FAST, input="Some text.\n")
+    assert "Ctrl-D" not in piped.stderr
+
+
 def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):
     def interrupt(self, *args, **kwargs):
         raise KeyboardInterrupt

@@ -13,6 +13,7 @@ and the rest of ``infer/ui/``; no tensor math here.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -133,9 +134,11 @@ def print_error_json(obj: dict) -> None:
 
 
 def print_error(msg: str, code: int, as_json: bool) -> None:
-    """The one-line error on stderr; with ``--json`` also ``{"error", "exit_code"}`` on stdout."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(msg)}")
+    """The one-line error on stderr; with ``--json`` also ``{"error", "exit_code"}`` on stdout.
+    A stderr that cannot be written (``2>/dev/full``) leaves the exit code to tell."""
+    with contextlib.suppress(OSError):
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(msg)}")
     if as_json:
         print_error_json({"error": msg, "exit_code": code})
 

@@ -11,6 +11,7 @@ fix it; ``infer.ui.console.errors`` turns it into one line and exit code 2.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import replace
 
@@ -70,11 +71,18 @@ def read_input(ui: UI, path: str) -> tuple[str, int]:
     Returns ``(text, replaced byte sequences)``."""
     from infer.ui.textio import read_text_input
 
+    if path == "-" and stdin_is_terminal():
+        ui.note("reading the text from the terminal: end it with Ctrl-D on a line of its own")
     text, n_bad = read_text_input(path)
     if n_bad:
         name = "<stdin>" if path == "-" else path
         ui.warn(f"{n_bad} invalid byte sequences in {name} were replaced with U+FFFD")
     return text, n_bad
+
+
+def stdin_is_terminal() -> bool:
+    """Whether standard input is a terminal (someone types the text)."""
+    return sys.stdin is not None and sys.stdin.isatty()
 
 
 def user_text(ui: UI, text: str, where: str) -> str:
