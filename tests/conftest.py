@@ -88,3 +88,25 @@ def nmse(x: torch.Tensor, ref: torch.Tensor) -> float:
     ``nmse``): the INT8 kernels' error measure against full precision."""
     x, ref = x.double(), ref.double()
     return float(((x - ref) ** 2).sum() / (ref ** 2).sum())
+
+
+@pytest.fixture(scope="session")
+def tok(tiny_ckpt):
+    from models.tokenizer import Qwen3Tokenizer
+
+    return Qwen3Tokenizer.from_folder(tiny_ckpt)
+
+
+@pytest.fixture
+def cli_tokenizer_once(tok, tiny_ckpt, monkeypatch):
+    """For the CLI tests (``pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")``):
+    reading tokenizer.json takes about a second, so hand the CLI the session's tokenizer (it is
+    immutable once built) instead of reading it again on every invocation."""
+    from models.tokenizer import Qwen3Tokenizer
+
+    real = Qwen3Tokenizer.from_folder.__func__
+
+    def from_folder(cls, folder):
+        return tok if str(folder) == str(tiny_ckpt) else real(cls, folder)
+
+    monkeypatch.setattr(Qwen3Tokenizer, "from_folder", classmethod(from_folder))
