@@ -13,7 +13,12 @@ once, for every mode:
   fed a stop id is dropped from that session's cache afterwards; no step is enqueued for a token
   that must be its reply's last (``max_new_tokens``, a full context);
 - a step is run ahead only if the pages it may need are free; otherwise the host reads the tokens
-  first, so that a stop id never fails for want of a page.
+  first, so that a stop id never fails for want of a page;
+- with ``speculate``, a step in which some sequence drafts is a verify step
+  (``infer/verify_step.py``): the host reads the tokens first (the drafts continue them), feeds
+  each sequence's token and its drafts, and the accepted drafts are yielded with the token. When
+  the drafts stop paying (``DraftControl``'s cool-down) or none is found, steps run ahead again;
+- a token of -1 (``sampling.NON_FINITE``: NaN or inf in its logits) raises ``NonFiniteLogits``.
 
 NOTE: invariant: ``session.cached_ids`` are exactly the tokens whose K/V are stored (enqueued) in
 the session's pages. Ids are appended only once the step that stores them is enqueued, and all of
@@ -33,9 +38,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from infer.config import SamplingParams
+from infer.errors import NonFiniteLogits
 from infer.meta import grow_pages
-from infer.sampling import sample
+from infer.sampling import NON_FINITE, sample
 from infer.stats import GenerationStats
+from infer.verify_step import Drafter, draft_budget, verify
 
 if TYPE_CHECKING:
     from infer.engine import Engine
@@ -43,8 +50,8 @@ if TYPE_CHECKING:
 
 
 def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.Tensor],
-           sp: SamplingParams, stats: Sequence[GenerationStats], t0: float
-           ) -> Iterator[tuple[int, int]]:
+           sp: SamplingParams, stats: Sequence[GenerationStats], t0: float,
+           speculate: bool = False) -> Iterator[tuple[int, int]]:
     """Decode replies for ``sessions`` (prefilled), yielding ``(row, token)`` as they arrive.
 
     Args:
@@ -56,20 +63,26 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
         stats: per session, the ``GenerationStats`` to update (its ``stop_reason`` is final once
             the generator is exhausted or closed).
         t0: ``time.perf_counter()`` when the replies began (for ``ttft_s``).
+        speculate: draft by prompt lookup and verify (off with a presence penalty, and where
+            the runner has no room for more rows than sequences).
 
     Raises:
         RuntimeError: another reply began on the engine's runner (``check_ticket``).
+        NonFiniteLogits: a token's logits held NaN or inf.
         OutOfPages: the pool has no page for a token that must be fed.
     """
     runner = engine.graph_runner()
     pool, ctx = engine.pool, engine.ctx
     stop_ids = set() if sp.ignore_eos else set(engine.stop_ids)
     n = len(sessions)
+    spec = speculate and not sp.presence_penalty and runner.max_rows > n
+    drafters = [Drafter() for _ in range(n)] if spec else []
     try:
         ticket, gen, seen = runner.begin(sp, [s._pages for s in sessions])
         with torch.inference_mode():  # the first tokens: eager, with the runner's state
             logits = engine.model.compute_logits(torch.cat(list(hidden)))  # float32 [n, vocab]
             tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=runner.vocab_limit)
+        host: list[int] | None = None  # the tokens to yield, when already on the host
         live = list(range(n))
         while live:
             runner.check_ticket(ticket)  # tok_t lives in the runner's buffers
@@ -78,13 +91,23 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             # reply <= ctx, so the token at position pos is the last when pos + 1 == ctx
             feed = {i for i in live if pos[i] + 1 < ctx and (
                 sp.max_new_tokens is None or stats[i].new_tokens + 1 < sp.max_new_tokens)}
+            drafting = spec and any(drafters[i].control.cooldown_left == 0 for i in feed)
             need = sum(max(0, pool.pages_for(pos[i] + 1) - len(sessions[i]._pages))
                        for i in feed)
-            ahead = bool(feed) and need <= pool.num_free_pages
-            runner.tokens_to_host(tok_t)  # before the next step overwrites them
+            ahead = bool(feed) and not drafting and need <= pool.num_free_pages
+            fed_t = tok_t if host is None else host
+            if host is None:
+                runner.tokens_to_host(tok_t)  # before the next step overwrites them
             if ahead:
-                nxt_t = _feed(runner, ticket, tok_t, sessions, pos, feed, n, pool)
-            toks = runner.host_tokens(n)  # the one device->host sync per step
+                nxt_t = _feed(runner, ticket, fed_t, sessions, pos, feed, n, pool)
+                for i in feed if spec else ():
+                    drafters[i].control.skip(1)
+            toks = host if host is not None else runner.host_tokens(n)  # the one sync per step
+            host = None
+            if any(toks[i] == NON_FINITE for i in live):
+                bad = sum(toks[i] == NON_FINITE for i in live)
+                raise NonFiniteLogits(f"{bad} of {len(live)} replies, at token "
+                                      f"{min(stats[i].new_tokens for i in live) + 1}")
             now = time.perf_counter()
             stopped = set()
             for i in live:
@@ -95,8 +118,12 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                         sessions[i]._truncate(pos[i])  # the step that fed the stop id
                     stats[i].stop_reason = "stop"
             feed -= stopped
-            if feed and not ahead:  # no page was free: raises OutOfPages if still none
-                nxt_t = _feed(runner, ticket, tok_t, sessions, pos, feed, n, pool)
+            accepted: dict[int, list[int]] = {}
+            if feed and not ahead and drafting:
+                host, accepted = _verify(runner, ticket, pool, sessions, drafters, toks, feed,
+                                         stats, sp, ctx, n)
+            elif feed and not ahead:  # no page was free: raises OutOfPages if still none
+                nxt_t = _feed(runner, ticket, fed_t, sessions, pos, feed, n, pool)
             out = []
             for i in live:
                 if i in stopped:
@@ -109,8 +136,17 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                     stats[i].stop_reason = "length" if limit else "context"
                 stats[i].new_tokens += 1
                 out.append((i, toks[i]))
+                for d in accepted.get(i, ()):
+                    if d in stop_ids:  # a drafted stop id the target agreed with
+                        stats[i].stop_reason = "stop"
+                        feed.discard(i)
+                        break
+                    sessions[i]._ids.append(d)
+                    stats[i].token_arrived(t0)
+                    stats[i].new_tokens += 1
+                    out.append((i, d))
             live = [i for i in live if i in feed]
-            if live:
+            if live and host is None:
                 tok_t = nxt_t
             yield from out
     finally:
@@ -119,11 +155,46 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                 st.stop_reason = "interrupted"
 
 
-def _feed(runner, ticket: int, tok_t: torch.Tensor, sessions: Sequence[Session],
-          pos: dict[int, int], feed: set[int], n: int, pool) -> torch.Tensor:
-    """Grow the feeding rows' pages and enqueue the step that feeds ``tok_t`` to them (rows not
-    in ``feed`` are padding). Returns the step's sampled tokens (device)."""
+def _feed(runner, ticket: int, tokens, sessions: Sequence[Session], pos: dict[int, int],
+          feed: set[int], n: int, pool) -> torch.Tensor:
+    """Grow the feeding rows' pages and enqueue the step that feeds ``tokens`` (a device tensor
+    or host ints, one per row) to them (rows not in ``feed`` are padding). Returns the step's
+    sampled tokens (device)."""
     for i in sorted(feed):
         grow_pages(pool, sessions[i]._pages, pos[i] + 1)
     rows = [(sessions[i]._pages, pos[i]) if i in feed else None for i in range(n)]
-    return runner.step(ticket, tok_t, rows)
+    return runner.step(ticket, tokens, rows)
+
+
+def _verify(runner, ticket: int, pool, sessions: Sequence[Session], drafters: list[Drafter],
+            toks: list[int], feed: set[int], stats: Sequence[GenerationStats],
+            sp: SamplingParams, ctx: int, n: int) -> tuple[list[int], dict[int, list[int]]]:
+    """Draft for the rows in ``feed`` and run their verify step (rows that draft nothing feed
+    their token alone). Returns the next tokens per row (host; -1 where not fed) and, per row,
+    the accepted drafts (the caller appends and yields them after the row's token)."""
+    budget = runner.max_rows - len(feed)
+    plan, wanted = {}, {}
+    for i in sorted(feed):
+        s, ctl = sessions[i], drafters[i].control
+        room = draft_budget(s.num_cached, stats[i].new_tokens + 1, ctx, sp.max_new_tokens)
+        wanted[i] = ctl.next_k(min(room, budget))
+        d = drafters[i].propose(s._ids + [toks[i]], wanted[i])
+        budget -= len(d)
+        plan[i] = (toks[i], d)
+    results = verify(runner, ticket, pool, sessions, plan, sp.greedy)
+    nxt = [NON_FINITE] * n
+    accepted = {}
+    for i, r in results.items():
+        nxt[i] = r.next_token
+        accepted[i] = r.tokens
+        if wanted[i] == 0:  # cooling down (or no room): a plain step for this row
+            drafters[i].control.skip(1)
+            continue
+        if r.drafted:
+            drafters[i].control.update(r.drafted, r.accepted)
+        else:
+            drafters[i].control.no_match()  # counts as a step that accepted nothing
+        stats[i].drafted += r.drafted
+        stats[i].accepted += r.accepted
+        stats[i].verify_steps += int(r.drafted > 0)
+    return nxt, accepted

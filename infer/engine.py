@@ -21,7 +21,13 @@ import torch
 
 from infer.attention import make_attention, resolve_attention
 from infer.capacity import check_capacity, check_host_capacity, measure_read_bandwidth
-from infer.config import EngineConfig, SamplingParams, check_device_available, check_graph_backend
+from infer.config import (
+    MAX_BATCH,
+    EngineConfig,
+    SamplingParams,
+    check_device_available,
+    check_graph_backend,
+)
 from infer.decode_loop import decode
 from infer.graphs import GraphRunner
 from infer.kv_pool import KVPool
@@ -155,7 +161,7 @@ class Engine:
             self._runners[capture] = GraphRunner(
                 self.model, self.attn, vocab_size=self.model_config.vocab_size,
                 page_size=self.config.page_size, max_pages=self.config.num_pages,
-                device=self.device, max_batch=self.max_batch,
+                device=self.device, max_batch=self.max_batch, max_rows=MAX_BATCH,
                 vocab_limit=self.tokenizer.vocab_limit, capture=capture)
         return self._runners[capture]
 
@@ -171,8 +177,8 @@ class Engine:
 
     def generate_batch(self, requests: Sequence[tuple[Session, Sequence[int]]],
                        sampling: SamplingParams | None = None, *,
-                       on_prefill: BatchPrefillCallback | None = None
-                       ) -> Iterator[tuple[int, int]]:
+                       on_prefill: BatchPrefillCallback | None = None,
+                       speculate: bool = False) -> Iterator[tuple[int, int]]:
         """Reply to several sessions' prompts together, yielding ``(request index, token id)``.
 
         Each prompt is prefilled in turn (prefix reuse as ``Session.generate``), then all replies
@@ -186,6 +192,9 @@ class Engine:
                 sessions of this engine.
             sampling: for every reply; None means greedy.
             on_prefill: called as ``on_prefill(index, done, total)``, as ``Session.generate``'s.
+            speculate: prompt-lookup speculative decoding (``infer/verify_step.py``): greedy
+                replies stay the same token sequences; drafts share the step's 16 rows with the
+                batch's sequences, so a full batch of 16 drafts nothing.
 
         Raises:
             ValueError (at call time): no request, more than ``max_batch``, a session twice or of
@@ -202,10 +211,11 @@ class Engine:
             raise ValueError("each request needs its own session of this engine")
         prompts = [s.check_prompt(p) for s, p in requests]
         return self.run_batch(list(zip(sessions, prompts, strict=True)),
-                              sampling or SamplingParams(temperature=0.0), on_prefill)
+                              sampling or SamplingParams(temperature=0.0), on_prefill, speculate)
 
     def run_batch(self, requests: list[tuple[Session, list[int]]], sp: SamplingParams,
-                  on_prefill: BatchPrefillCallback | None) -> Iterator[tuple[int, int]]:
+                  on_prefill: BatchPrefillCallback | None, speculate: bool = False
+                  ) -> Iterator[tuple[int, int]]:
         """``generate_batch`` after its checks (``Session.generate`` calls it with one request):
         prefill each, then the one decode loop."""
         t0 = time.perf_counter()
@@ -225,4 +235,4 @@ class Engine:
                 if cur is not None and not cur.stop_reason:
                     cur.stop_reason = "interrupted"
             raise
-        yield from decode(self, [s for s, _ in requests], hidden, sp, stats, t0)
+        yield from decode(self, [s for s, _ in requests], hidden, sp, stats, t0, speculate)

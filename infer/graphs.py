@@ -1,7 +1,11 @@
 """The decode runner: every decode step of every reply goes through ``GraphRunner.step``.
 
-A step feeds one new token to each of B sequences and samples each one's next token, all on the
-device: model forward over the paged pool, lm_head, sampling (presence penalty included). On CUDA
+A step feeds one new token to each of R rows and samples each row's next token, all on the
+device: model forward over the paged pool, lm_head, sampling (presence penalty included). A row
+is one sequence of a batch, or, in a speculative verify step, one of the k + 1 tokens fed to a
+sequence (its last token and k drafts at consecutive positions): each such row is a one-query
+sequence of its own over the same pages, so it computes exactly what the one-row step at that
+position would, bit for bit (the batch invariance below). On CUDA
 with the Triton attention the step is captured as a CUDA graph per (batch bucket, sampling mode)
 and replayed; otherwise (``capture=False``: the CPU, ``--no-cuda-graphs``) the same code runs
 eagerly on the same static buffers, so both modes share one set of stop rules, presence state and
@@ -10,12 +14,14 @@ page bookkeeping (``infer/decode_loop.py``).
 Static buffers, sized once for ``max_batch`` rows (a graph of bucket ``b`` uses the first ``b``)::
 
     host (pinned)            device (addresses baked into the graphs)
-    host_step [3, Bmax] ---> step [3, Bmax] int64: positions | slots | seq_lens, one row each
+    host_step [5, Bmax] ---> step [5, Bmax] int64: positions | slots | seq_lens | fed ids (host
+                                                    tokens) | drafts (sampled verify), per row
                              seq_lens [Bmax] int32   (written in the step from step[2])
-    tokens fed -----------> input_ids [Bmax] int64
+    tokens fed -----------> input_ids [Bmax] int64  (a device tensor, or step[3])
                              page_table [Bmax, max_pages] int32 (new pages copied as they come)
                              presence [Bmax, vocab] bool (tokens generated in each reply)
-                             next_token [Bmax] int64 ---> host_tokens [Bmax] (pinned)
+                             next_token [Bmax] int64 ---> host_tokens [2, Bmax] (pinned)
+                             verify_out [2, Bmax] int64 (tokens | accepted: sampled verify)
 
 A row without a live sequence (a bucket's padding, or a reply that ended while others go on) is
 a padding row: seq_len 0 and slot -1 (``infer/meta.py``), so it stores nothing and attends to
@@ -23,10 +29,11 @@ nothing. The decode kernels' grid depends only on the bucket (``kernels/decode_a
 never on the context length, so one graph serves every length. Replay = write the host staging
 buffer, one copy, ``replay()``; the only host sync per step is reading the sampled ids.
 
-Buckets are 1, 2, 4, 8 ... up to ``max_batch`` (at most 16: the projections' GEMM is row-invariant
+Buckets are 1, 2, 4, 8 ... up to ``max_rows`` (at most 16: the projections' GEMM is row-invariant
 for up to 16 rows, and the split count is fixed per engine, so a sequence's tokens are the same
 bit for bit whatever the batch it decodes in). Graphs share one memory pool (NOTE: only the graph
-just replayed has valid ``hidden``/``logits``).
+just replayed has valid ``hidden``/``logits``). A fed id of -1 (``sampling.NON_FINITE``: the
+previous step's logits were not finite) is clamped to 0 on the device; the host raises on it.
 
 Randomness: the runner owns one ``torch.Generator``, registered with every graph
 (``CUDAGraph.register_generator_state``); torch feeds each replay the generator's current Philox
@@ -48,7 +55,7 @@ import torch
 
 from infer.config import MAX_BATCH, SamplingParams
 from infer.meta import plan_step
-from infer.sampling import resolve_seed, sample
+from infer.sampling import resolve_seed, sample, verify_sample
 from infer.step_buffers import StaticBuffers, batch_buckets, graph_key
 
 MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped
@@ -62,6 +69,7 @@ class _Captured:
 
 
 Row = tuple[list[int], int] | None  # (page ids, position of the fed token), None = padding
+GraphKey = tuple[int, SamplingParams, bool]  # (bucket, graph_key's params, verify)
 
 
 class GraphRunner:
@@ -76,12 +84,15 @@ class GraphRunner:
         page_size: positions per KV page.
         max_pages: width of the page table (the pool's page count).
         device: where the model runs.
-        max_batch: the most sequences one step holds (1..16).
+        max_batch: the most sequences one batch holds (1..16).
+        max_rows: the most rows one step holds (``max_batch`` .. 16; default ``max_batch``):
+            room for speculative verify steps.
         vocab_limit: ids >= this are never sampled (None: no limit).
         capture: True records CUDA graphs (CUDA only); False runs the same step eagerly.
 
     Raises:
-        ValueError: ``capture=True`` on a non-CUDA device, or ``max_batch`` outside 1..16.
+        ValueError: ``capture=True`` on a non-CUDA device, ``max_batch`` outside 1..16 or
+            ``max_rows`` outside ``max_batch``..16.
 
     Use: ``ticket, gen, presence = runner.begin(params, pages_per_seq)`` once per batch of
     replies (after prefill; sample the first tokens eagerly with ``gen`` and ``presence``), then
@@ -89,7 +100,7 @@ class GraphRunner:
     """
 
     def __init__(self, model, attn, *, vocab_size: int, page_size: int, max_pages: int,
-                 device: torch.device | str, max_batch: int = 1,
+                 device: torch.device | str, max_batch: int = 1, max_rows: int | None = None,
                  vocab_limit: int | None = None, capture: bool = True):
         self.device = torch.device(device)
         if capture and self.device.type != "cuda":
@@ -97,11 +108,16 @@ class GraphRunner:
                              f"capture=False (or --no-cuda-graphs)")
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"the batch must hold 1 to {MAX_BATCH} sequences, got {max_batch}")
+        max_rows = max_batch if max_rows is None else max_rows
+        if not max_batch <= max_rows <= MAX_BATCH:
+            raise ValueError(f"a step holds max_batch ({max_batch}) to {MAX_BATCH} rows, got "
+                             f"max_rows={max_rows}")
         self.model, self.attn, self.page_size = model, attn, page_size
         self.vocab_limit, self.capture, self.max_batch = vocab_limit, capture, max_batch
-        self.buckets = batch_buckets(max_batch)
+        self.max_rows = max_rows
+        self.buckets = batch_buckets(max_rows)
         with torch.inference_mode(False):  # plain tensors: writable in and out of it
-            self.bufs = StaticBuffers.allocate(max_batch, vocab_size, max_pages, self.device)
+            self.bufs = StaticBuffers.allocate(max_rows, vocab_size, max_pages, self.device)
         self._metas = {b: self.bufs.meta(b, page_size) for b in self.buckets}
         self.generator = torch.Generator(device=self.device)
         self._host = self.bufs.host_step.numpy()  # fast writes into the pinned buffer
@@ -110,11 +126,13 @@ class GraphRunner:
         self._tokens_copied = torch.cuda.Event() if cuda else None
         self._mempool = torch.cuda.graph_pool_handle() if capture else None
         self._stream: torch.cuda.Stream | None = None  # warm-up side stream
-        self._graphs: OrderedDict[tuple[int, SamplingParams], _Captured] = OrderedDict()
-        self._key: tuple[int, SamplingParams] | None = None
+        self._graphs: OrderedDict[GraphKey, _Captured] = OrderedDict()
+        self._params: SamplingParams | None = None
+        self._bucket = 0
         self._gen: torch.Generator | None = None
         self._out: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._loaded: list[int] = []  # pages copied into each row of the page table
+        self._loaded = [0] * max_rows  # pages copied into each row of the page table
+        self._owner: list[int | None] = [None] * max_rows  # id() of the pages list of each row
         self._ticket = 0
 
     @property
@@ -124,8 +142,8 @@ class GraphRunner:
 
     @property
     def bucket(self) -> int:
-        """Rows of the current batch's steps (its sequences, padded to a bucket)."""
-        return len(self._loaded)
+        """Rows of the latest step (or of the batch's first bucket, after ``begin``)."""
+        return self._bucket
 
     @property
     def hidden(self) -> torch.Tensor:
@@ -138,17 +156,17 @@ class GraphRunner:
         """float32 [bucket, vocab]: the last step's logits (overwritten by the next step)."""
         return self._out[1]
 
-    def bucket_for(self, num_seqs: int) -> int:
-        """The smallest bucket that holds ``num_seqs`` sequences.
+    def bucket_for(self, num_rows: int) -> int:
+        """The smallest bucket that holds ``num_rows`` rows.
 
         Raises:
-            ValueError: more than ``max_batch`` sequences.
+            ValueError: more than ``max_rows`` rows.
         """
         for b in self.buckets:
-            if num_seqs <= b:
+            if num_rows <= b:
                 return b
-        raise ValueError(f"{num_seqs} sequences in one step, but this engine decodes at most "
-                         f"{self.max_batch} together (its max_batch)")
+        raise ValueError(f"{num_rows} rows in one step, but this engine's steps hold at most "
+                         f"{self.max_rows} (max_batch {self.max_batch})")
 
     def begin(self, params: SamplingParams, pages: Sequence[list[int]]
               ) -> tuple[int, torch.Generator | None, torch.Tensor | None]:
@@ -163,24 +181,24 @@ class GraphRunner:
             ``(ticket, generator, presence)``: pass ``ticket`` to ``step``; sample the first
             tokens eagerly with ``generator`` (None when greedy) and ``presence`` (bool
             [len(pages), vocab], None without a presence penalty), as the steps will.
+
+        Raises:
+            ValueError: more sequences than ``max_batch``.
         """
+        if len(pages) > self.max_batch:
+            raise ValueError(f"{len(pages)} sequences in one batch, but this engine decodes at "
+                             f"most {self.max_batch} together (its max_batch)")
         bucket = self.bucket_for(len(pages))
-        key = (bucket, graph_key(params))
-        if self.capture:
-            if key not in self._graphs:
-                if len(self._graphs) >= MAX_GRAPHS:
-                    self._graphs.popitem(last=False)
-                self._graphs[key] = self._capture(*key)
-            self._graphs.move_to_end(key)
-            cap = self._graphs[key]
-            self._out = (cap.hidden, cap.logits)
+        self._params = params
+        self._graph(bucket, False)
         b = self.bufs
         b.page_table[:bucket].zero_()
         for row, p in enumerate(pages):
             b.page_table[row, :len(p)].copy_(torch.tensor(p, dtype=torch.int32))
-        self._loaded = [len(p) for p in pages] + [0] * (bucket - len(pages))
+        self._loaded = [len(p) for p in pages] + [0] * (self.max_rows - len(pages))
+        self._owner = [id(p) for p in pages] + [None] * (self.max_rows - len(pages))
+        self._bucket = bucket
         b.presence[:bucket].zero_()
-        self._key = key
         self._gen = None
         if not params.greedy:
             self._gen = self.generator
@@ -189,35 +207,49 @@ class GraphRunner:
         presence = b.presence[:len(pages)] if params.presence_penalty else None
         return self._ticket, self._gen, presence
 
-    def step(self, ticket: int, tokens: torch.Tensor, rows: Sequence[Row]) -> torch.Tensor:
+    def step(self, ticket: int, tokens: torch.Tensor | Sequence[int], rows: Sequence[Row], *,
+             drafts: Sequence[int] | None = None) -> torch.Tensor:
         """Feed one token per row and sample each row's next token (no host sync).
 
         Args:
             ticket: from this batch's ``begin``.
-            tokens: int64 device tensor of the tokens to feed, one per row from row 0 (at most
-                the bucket; rows past it keep their input, which padding rows ignore).
+            tokens: the tokens to feed, one per row from row 0: an int64 device tensor (a
+                previous step's output; rows past it keep their input, which padding rows
+                ignore), or host ints, one per row of ``rows``.
             rows: per row, ``(pages, position)``: the sequence's page ids, enough for
-                ``position + 1`` positions (pages appended since the last step are copied), and
-                the fed token's position (= tokens cached before it); or None for a padding row.
-                Rows past ``len(rows)`` are padding.
+                ``position + 1`` positions (pages appended since the last step are copied; a
+                row whose sequence changed is reloaded), and the fed token's position (= tokens
+                cached before it); or None for a padding row. Rows past ``len(rows)`` are
+                padding. A sequence's pages may only grow during a batch.
+            drafts: a sampled verify step: per row, the drafted token
+                its sample is checked against (-1: none). None: a plain step.
 
         Returns:
-            ``bufs.next_token[:bucket]``, int64 on the device (overwritten by the next step).
+            ``bufs.next_token[:bucket]``, int64 on the device, or for a sampled verify step
+            ``bufs.verify_out[:, :bucket]`` (tokens, acceptance flags); overwritten by the next
+            step. A step of a bucket or kind not captured yet captures it first (leaving the
+            generator's state as it was, so a seeded reply does not depend on it).
 
         Raises:
             RuntimeError: another batch began on this runner since ``ticket`` was issued.
+            ValueError: more rows than ``max_rows``.
         """
         self.check_ticket(ticket)
-        b, bucket = self.bufs, self.bucket
+        b = self.bufs
+        verify = drafts is not None and not self._params.greedy
+        bucket = self.bucket_for(len(rows))
+        if self.capture and (bucket, graph_key(self._params, verify)[0], verify) not in \
+                self._graphs and isinstance(tokens, torch.Tensor):
+            tokens = tokens.clone()  # capturing overwrites next_token
+        cap = self._graph(bucket, verify)
+        self._bucket = bucket
         seqs = []
         for row, r in enumerate(rows):
             if r is None:
                 seqs.append(None)
                 continue
             pages, position = r
-            for i in range(self._loaded[row], len(pages)):  # a new page: at most one per step
-                b.page_table[row, i].fill_(pages[i])
-            self._loaded[row] = max(self._loaded[row], len(pages))
+            self._load_row(row, pages)
             seqs.append((pages, position, 1))
         seqs.extend([None] * (bucket - len(seqs)))
         plan = plan_step(seqs, self.page_size, with_table=False)
@@ -226,16 +258,26 @@ class GraphRunner:
         self._host[0, :bucket] = plan.positions
         self._host[1, :bucket] = plan.slots
         self._host[2, :bucket] = plan.seq_lens
+        host_ids = not isinstance(tokens, torch.Tensor)
+        if host_ids:
+            self._host[3, :bucket] = 0
+            self._host[3, :len(tokens)] = tokens
+        if verify:
+            self._host[4, :bucket] = -1
+            self._host[4, :len(drafts)] = drafts
         b.step.copy_(b.host_step, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
-        b.input_ids[:tokens.numel()].copy_(tokens.view(-1))
-        if self.capture:
-            self._graphs[self._key].graph.replay()
+        if host_ids:
+            b.input_ids[:bucket].copy_(b.step[3, :bucket])
+        else:
+            b.input_ids[:tokens.numel()].copy_(tokens.view(-1))
+        if cap is not None:
+            cap.graph.replay()
         else:
             with torch.inference_mode():
-                self._out = self._run(*self._key, self._gen)
-        return b.next_token[:bucket]
+                self._out = self._run(bucket, self._params, self._gen, verify)
+        return b.verify_out[:, :bucket] if verify else b.next_token[:bucket]
 
     def check_ticket(self, ticket: int) -> None:
         """Raise ``RuntimeError`` unless ``ticket`` is the latest ``begin``'s (the static buffers,
@@ -245,27 +287,63 @@ class GraphRunner:
                                "another began since this one; finish or close it first")
 
     def tokens_to_host(self, tokens: torch.Tensor) -> None:
-        """Start copying ``tokens`` (device int64 [n]) to the host, in stream order: the copy
-        reads them before any step enqueued later overwrites them."""
-        self.bufs.host_tokens[:tokens.numel()].copy_(tokens.view(-1), non_blocking=True)
+        """Start copying ``tokens`` (device int64 [n], or [2, n] from a sampled verify step) to
+        the host, in stream order: the copy reads them before any step enqueued later
+        overwrites them."""
+        dst = self.bufs.host_tokens
+        if tokens.dim() == 2:
+            dst[:, :tokens.shape[1]].copy_(tokens, non_blocking=True)
+        else:
+            dst[0, :tokens.numel()].copy_(tokens.view(-1), non_blocking=True)
         if self._tokens_copied is not None:
             self._tokens_copied.record()
 
-    def host_tokens(self, n: int) -> list[int]:
-        """The first ``n`` tokens of the latest ``tokens_to_host``, once copied (the host waits
-        for the copy; steps enqueued after it keep running)."""
+    def host_tokens(self, n: int, flags: bool = False) -> list[int] | list[list[int]]:
+        """The first ``n`` tokens of the latest ``tokens_to_host`` once copied (the host waits
+        for the copy; steps enqueued after it keep running); with ``flags``, ``[tokens,
+        acceptance flags]`` of a sampled verify step."""
         if self._tokens_copied is not None:
             self._tokens_copied.synchronize()
-        return self.bufs.host_tokens[:n].tolist()
+        if flags:
+            return self.bufs.host_tokens[:, :n].tolist()
+        return self.bufs.host_tokens[0, :n].tolist()
 
     # ------------------------------------------------------------------ internals
 
-    def _run(self, bucket: int, params: SamplingParams, gen: torch.Generator | None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _graph(self, bucket: int, verify: bool) -> _Captured | None:
+        """The captured step of ``bucket`` rows for the batch's parameters (captured now if new;
+        the least recently used dropped past ``MAX_GRAPHS``); None when not capturing."""
+        if not self.capture:
+            return None
+        params, verify = graph_key(self._params, verify)
+        key = (bucket, params, verify)
+        if key not in self._graphs:
+            if len(self._graphs) >= MAX_GRAPHS:
+                self._graphs.popitem(last=False)
+            self._graphs[key] = self._capture(*key)
+        self._graphs.move_to_end(key)
+        cap = self._graphs[key]
+        self._out = (cap.hidden, cap.logits)
+        return cap
+
+    def _load_row(self, row: int, pages: list[int]) -> None:
+        """Make page-table row ``row`` hold ``pages``: copy the pages appended since it was
+        loaded, or the whole list when the row held another sequence."""
+        b = self.bufs
+        if self._owner[row] != id(pages):
+            b.page_table[row, :len(pages)].copy_(torch.tensor(pages, dtype=torch.int32))
+            self._owner[row], self._loaded[row] = id(pages), len(pages)
+            return
+        for i in range(self._loaded[row], len(pages)):  # a new page: at most one per step
+            b.page_table[row, i].fill_(pages[i])
+        self._loaded[row] = max(self._loaded[row], len(pages))
+
+    def _run(self, bucket: int, params: SamplingParams, gen: torch.Generator | None,
+             verify: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The step itself (captured as is): returns (hidden [bucket, H], logits float32
         [bucket, V])."""
         b = self.bufs
-        ids = b.input_ids[:bucket]
+        ids = b.input_ids[:bucket].clamp(min=0)  # a NON_FINITE (-1) id: the host raises on it
         presence = b.presence[:bucket] if params.presence_penalty else None
         if presence is not None:
             presence.scatter_(1, ids[:, None], True)  # the fed token was generated
@@ -273,11 +351,15 @@ class GraphRunner:
         meta = self._metas[bucket]
         hidden = self.model.forward(ids, meta.positions, self.attn, meta)
         logits = self.model.compute_logits(hidden)
-        b.next_token[:bucket].copy_(sample(logits, params, gen, presence=presence,
-                                           vocab_limit=self.vocab_limit))
+        if verify:
+            b.verify_out[:, :bucket].copy_(verify_sample(
+                logits, b.step[4, :bucket], params, gen, vocab_limit=self.vocab_limit))
+        else:
+            b.next_token[:bucket].copy_(sample(logits, params, gen, presence=presence,
+                                               vocab_limit=self.vocab_limit))
         return hidden, logits
 
-    def _capture(self, bucket: int, params: SamplingParams) -> _Captured:
+    def _capture(self, bucket: int, params: SamplingParams, verify: bool) -> _Captured:
         """Warm up on a side stream (compiles kernels), then record ``_run`` into one graph.
 
         Warm-up and capture run every row as padding (seq_len 0, slot -1: no cache read or
@@ -285,10 +367,12 @@ class GraphRunner:
         """
         b = self.bufs
         gen = None if params.greedy else self.generator
+        state = gen.get_state() if gen is not None else None  # warm-ups draw: put it back
         with torch.cuda.device(self.device), torch.inference_mode():
             b.step[0].zero_()
             b.step[1].fill_(-1)
             b.step[2].zero_()
+            b.step[4].fill_(-1)
             b.input_ids.zero_()
             if self._stream is None:
                 self._stream = torch.cuda.Stream()
@@ -296,11 +380,13 @@ class GraphRunner:
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    self._run(bucket, params, gen)
+                    self._run(bucket, params, gen, verify)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             if gen is not None:
                 graph.register_generator_state(gen)
             with torch.cuda.graph(graph, pool=self._mempool):
-                hidden, logits = self._run(bucket, params, gen)
+                hidden, logits = self._run(bucket, params, gen, verify)
+        if state is not None:
+            gen.set_state(state)
         return _Captured(graph, hidden, logits)

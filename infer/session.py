@@ -70,7 +70,8 @@ class Session:
     close = reset
 
     def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams | None = None, *,
-                 on_prefill: PrefillCallback | None = None) -> Iterator[int]:
+                 on_prefill: PrefillCallback | None = None,
+                 speculate: bool = False) -> Iterator[int]:
         """Reply to ``prompt_ids`` (the whole conversation so far), yielding new token ids.
 
         Args:
@@ -81,6 +82,8 @@ class Session:
                 far and the number to prefill (reused ones excluded): once with ``done = 0``
                 before the first chunk, then for each chunk once it has completed on the device
                 (the host keeps one chunk in flight; the last is reported when prefill ends).
+            speculate: prompt-lookup speculative decoding (``Engine.generate_batch``); a greedy
+                reply is the same token sequence with it as without.
 
         Returns:
             An iterator of token ids (host ints). Stop ids are not yielded. ``self.stats`` is
@@ -94,7 +97,7 @@ class Session:
         requests = [(self, prompt)]
         sp = sampling or SamplingParams(temperature=0.0)
         cb = None if on_prefill is None else (lambda _row, done, total: on_prefill(done, total))
-        return (tok for _, tok in self.engine.run_batch(requests, sp, cb))
+        return (tok for _, tok in self.engine.run_batch(requests, sp, cb, speculate))
 
     def check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
         """``prompt_ids`` as a list of ints, checked to leave room for a reply.

@@ -17,6 +17,8 @@ class GenerationStats:
         ttft_s: seconds from the ``generate`` call's first step to the first sampled token on the
             host (prefill included; in a batch, every sequence's prefill).
         decode_s: seconds from the first sampled token to the last one.
+        drafted, accepted: speculative decoding's drafts verified and accepted (0 without it).
+        verify_steps: steps that verified at least one draft.
         stop_reason: ``"stop"`` (a stop id), ``"length"`` (max_new_tokens), ``"context"`` (the
             context is full), ``"interrupted"`` (the consumer closed the generator or an error
             was raised), or ``""`` while running.
@@ -27,6 +29,9 @@ class GenerationStats:
     new_tokens: int = 0
     ttft_s: float = 0.0
     decode_s: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    verify_steps: int = 0
     stop_reason: str = ""
 
     @property
@@ -39,10 +44,17 @@ class GenerationStats:
         return (self.new_tokens - 1) / self.decode_s if self.new_tokens > 1 and self.decode_s > 0 \
             else 0.0
 
+    @property
+    def mean_accepted(self) -> float:
+        """Drafts accepted per verify step (the step also gives one token of its own: it
+        yields ``mean_accepted + 1`` tokens on average); 0.0 without verify steps."""
+        return self.accepted / self.verify_steps if self.verify_steps else 0.0
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["prefill_tokens"] = self.prefill_tokens
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
+        d["mean_accepted"] = self.mean_accepted
         return d
 
     def token_arrived(self, t0: float, now: float | None = None) -> None:

@@ -2,7 +2,8 @@
 
 ``StaticBuffers`` are the device tensors whose addresses a captured decode step bakes in, and the
 pinned host staging buffers that feed them (``infer/graphs.py`` draws them); a graph of bucket
-``b`` uses their first ``b`` rows. ``batch_buckets`` lists the batch sizes a runner captures;
+``b`` uses their first ``b`` rows (a row is one sequence of a batch step, or one query of a
+speculative verify step). ``batch_buckets`` lists the batch sizes a runner captures;
 ``graph_key`` is the part of the sampling parameters a captured step depends on.
 """
 
@@ -25,14 +26,16 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
     return (*out, max_batch)
 
 
-def graph_key(params: SamplingParams) -> SamplingParams:
+def graph_key(params: SamplingParams, verify: bool = False) -> tuple[SamplingParams, bool]:
     """The part of ``params`` a captured step depends on (seed, token budget and ``ignore_eos``,
-    which the host applies, dropped; greedy steps ignore temperature, top-k, top-p and min-p)."""
+    which the host applies, dropped; greedy steps ignore temperature, top-k, top-p and min-p), and
+    whether the step samples by the speculative acceptance rule (``verify``: sampled steps only;
+    a greedy verify step is a plain step whose argmaxes the host compares with the drafts)."""
     if params.greedy:
-        return SamplingParams(temperature=0.0, presence_penalty=params.presence_penalty)
+        return SamplingParams(temperature=0.0, presence_penalty=params.presence_penalty), False
     return SamplingParams(temperature=params.temperature, top_k=params.top_k,
                           top_p=params.top_p, min_p=params.min_p,
-                          presence_penalty=params.presence_penalty)
+                          presence_penalty=params.presence_penalty), verify
 
 
 @dataclass
@@ -41,15 +44,20 @@ class StaticBuffers:
 
     Attributes:
         input_ids: int64 [Bmax], the token fed to each row.
-        step: int64 [3, Bmax], per row: position, slot, seq_len; one copy from ``host_step``.
+        step: int64 [5, Bmax], per row: position, slot, seq_len, fed token (when the host
+            gives it: a verify step), draft to check (sampled verify steps; -1 none); one copy
+            from ``host_step``.
         seq_lens: int32 [Bmax], written inside the step from ``step[2]``.
         query_start_loc: int32 [Bmax + 1], always ``0, 1, ..., Bmax`` (one token per row).
         page_table: int32 [Bmax, max_pages], each row's page ids (entries past its length are
             stale but valid ids, never read).
         presence: bool [Bmax, vocab], tokens generated so far in each row's reply.
         next_token: int64 [Bmax], the sampled tokens.
-        host_step: int64 [3, Bmax] on the host (pinned on CUDA), staging for ``step``.
-        host_tokens: int64 [Bmax] on the host (pinned on CUDA), where ``tokens_to_host`` copies.
+        verify_out: int64 [2, Bmax], a sampled verify step's tokens and acceptance flags
+            (``infer.sampling.verify_sample``).
+        host_step: int64 [5, Bmax] on the host (pinned on CUDA), staging for ``step``.
+        host_tokens: int64 [2, Bmax] on the host (pinned on CUDA), where ``tokens_to_host``
+            copies (one row, or both of ``verify_out``).
     """
 
     input_ids: torch.Tensor
@@ -59,6 +67,7 @@ class StaticBuffers:
     page_table: torch.Tensor
     presence: torch.Tensor
     next_token: torch.Tensor
+    verify_out: torch.Tensor
     host_step: torch.Tensor
     host_tokens: torch.Tensor
 
@@ -69,14 +78,15 @@ class StaticBuffers:
         i32 = dict(dtype=torch.int32, device=device)
         pin = device.type == "cuda"
         return cls(
-            input_ids=torch.zeros(max_batch, **i64), step=torch.zeros(3, max_batch, **i64),
+            input_ids=torch.zeros(max_batch, **i64), step=torch.zeros(5, max_batch, **i64),
             seq_lens=torch.zeros(max_batch, **i32),
             query_start_loc=torch.arange(max_batch + 1, **i32),
             page_table=torch.zeros(max_batch, max_pages, **i32),
             presence=torch.zeros(max_batch, vocab_size, dtype=torch.bool, device=device),
             next_token=torch.zeros(max_batch, **i64),
-            host_step=torch.zeros(3, max_batch, dtype=torch.int64, pin_memory=pin),
-            host_tokens=torch.zeros(max_batch, dtype=torch.int64, pin_memory=pin))
+            verify_out=torch.zeros(2, max_batch, **i64),
+            host_step=torch.zeros(5, max_batch, dtype=torch.int64, pin_memory=pin),
+            host_tokens=torch.zeros(2, max_batch, dtype=torch.int64, pin_memory=pin))
 
     def meta(self, bucket: int, page_size: int) -> AttnMeta:
         """The ``AttnMeta`` of a ``bucket``-row step over these buffers (views of the first rows;

@@ -63,6 +63,7 @@ class PartSummary:
         prompt_tokens, new_tokens: its prompt's length and its reply's.
         stop_reason: as ``GenerationStats.stop_reason``.
         summary: the reply's text (the thinking, if any, removed).
+        drafted, accepted: speculative drafts of its reply verified and accepted.
     """
 
     level: int
@@ -74,6 +75,8 @@ class PartSummary:
     new_tokens: int
     stop_reason: str
     summary: str
+    drafted: int = 0
+    accepted: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,6 +110,8 @@ class Summarizer:
         final_tokens: reply budget of the final summary (None: until a stop id; the plan then
             keeps ``part_tokens`` free for it).
         think: Qwen3 thinking mode for every reply.
+        speculate: prompt-lookup speculative decoding for the parts' replies
+            (``Engine.generate_batch``).
     """
 
     engine: object
@@ -116,6 +121,7 @@ class Summarizer:
     part_tokens: int = 512
     final_tokens: int | None = 1024
     think: bool = False
+    speculate: bool = False
     parts: list[PartSummary] = field(default_factory=list)
     times: StageTimes = field(default_factory=StageTimes)
 
@@ -239,7 +245,8 @@ class Summarizer:
                 finished: set[int] = set()
                 t0 = time.perf_counter()
                 first = None
-                for j, tok in eng.generate_batch(reqs, sp, on_prefill=cb):
+                for j, tok in eng.generate_batch(reqs, sp, on_prefill=cb,
+                                                   speculate=self.speculate):
                     if first is None:
                         first = time.perf_counter()
                     toks[j].append(tok)
@@ -264,7 +271,7 @@ class Summarizer:
         out[i] = strip_thinking(self.tokenizer.decode(toks, skip_special_tokens=True))
         chars, tokens = spans[i]
         part = PartSummary(level, i, n, chars, tokens, len(prompts[i]), stats.new_tokens,
-                           stats.stop_reason, out[i])
+                           stats.stop_reason, out[i], stats.drafted, stats.accepted)
         self.parts.append(part)
         if on_part is not None:
             on_part(part)

@@ -44,14 +44,30 @@ class DecodeWorkspace:
 
     def views(self, batch: int, kv_heads: int, num_splits: int, rows: int,
               head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``[batch, kv_heads, num_splits, rows(, head_dim)]`` scratch of one call.
+
+        A call within ``max_batch`` and ``max_rows`` gets the slice of the allocated shape; one
+        with more sequences of fewer rows each (a speculative verify step runs each query as a
+        one-row sequence: 16 x ``group`` rows where a step was sized for one sequence of
+        ``16 * group``) gets a contiguous view of the same storage, as long as its elements fit.
+
+        Raises:
+            ValueError: the call's scratch does not fit.
+        """
         mb, h, ms, mr, d = self.o_part.shape
-        if batch > mb or kv_heads != h or num_splits > ms or rows > mr or head_dim != d:
-            raise ValueError(
-                f"decode workspace {tuple(self.o_part.shape)} cannot hold batch {batch}, "
-                f"{kv_heads} KV heads, {num_splits} splits, {rows} rows, head_dim {head_dim}: "
-                "allocate it with DecodeWorkspace.allocate for the largest step")
-        return (self.o_part[:batch, :, :num_splits, :rows],
-                self.lse[:batch, :, :num_splits, :rows])
+        if kv_heads == h and num_splits <= ms and head_dim == d:
+            if batch <= mb and rows <= mr:
+                return (self.o_part[:batch, :, :num_splits, :rows],
+                        self.lse[:batch, :, :num_splits, :rows])
+            if batch * rows <= mb * mr:
+                shape = (batch, kv_heads, num_splits, rows)
+                n = batch * kv_heads * num_splits * rows
+                return (self.o_part.view(-1)[:n * d].view(*shape, d),
+                        self.lse.view(-1)[:n].view(shape))
+        raise ValueError(
+            f"decode workspace {tuple(self.o_part.shape)} cannot hold batch {batch}, "
+            f"{kv_heads} KV heads, {num_splits} splits, {rows} rows, head_dim {head_dim}: "
+            "allocate it with DecodeWorkspace.allocate for the largest step")
 
 
 _MAX_SPLITS = 512

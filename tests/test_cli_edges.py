@@ -600,3 +600,23 @@ def test_shared_options_needs_opts_and_no_clash():
         shared_options()(no_opts)
     with pytest.raises(TypeError, match="ctx"):
         shared_options()(clash)
+
+
+@pytest.mark.parametrize("speculate", ["off", "on"])
+def test_non_finite_logits_exit_1_with_one_line(tiny_ckpt, monkeypatch, speculate):
+    """Weights that are finite but overflow (here: logits forced to NaN) must not print `!!!!`
+    with exit 0: the sampler's guard stops the reply with a runtime error."""
+    import torch
+
+    from models.qwen3 import Qwen3ForCausalLM
+
+    real = Qwen3ForCausalLM.compute_logits
+
+    def nan_logits(self, hidden):
+        return real(self, hidden) * torch.nan
+
+    monkeypatch.setattr(Qwen3ForCausalLM, "compute_logits", nan_logits)
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--speculate", speculate)
+    assert result.exit_code == 1, result.output
+    assert "non-finite (NaN or inf) logits" in result.stderr
+    assert "NonFiniteLogits" not in result.stderr and "Traceback" not in result.output

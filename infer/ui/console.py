@@ -26,13 +26,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from infer.errors import NonFiniteLogits
 from models.hub import HubUnreachableError
 
 if TYPE_CHECKING:
     from infer.ui.options import Options
 
 # Runtime failures (exit 1) whose message already says what happened and what to do.
-KNOWN_FAILURES: tuple[type[BaseException], ...] = (HubUnreachableError,)
+KNOWN_FAILURES: tuple[type[BaseException], ...] = (HubUnreachableError, NonFiniteLogits)
 
 
 class OutputError(Exception):

@@ -46,8 +46,8 @@ def reply_once(command: str, ui: UI, engine, load_s: float, ids: list[int], samp
         typer.Exit(130): Ctrl-C cut the reply (its stats are printed first).
     """
     session = engine.new_session()
-    reply = ReplyView(ui.text, ui.err, engine, session,
-                      hide_thinking=ui.opts.hide_thinking).run(ids, sampling)
+    reply = ReplyView(ui.text, ui.err, engine, session, hide_thinking=ui.opts.hide_thinking,
+                      speculate=ui.opts.speculation(command)).run(ids, sampling)
     if ui.opts.json:
         ui.emit_json(reply_record(command, engine, reply, load_s, **extra))
     else:

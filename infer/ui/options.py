@@ -30,6 +30,15 @@ class KVCache(str, Enum):
     int8 = "int8"
 
 
+class Speculate(str, Enum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+SPECULATING_COMMANDS = ("chat", "summarize")  # where --speculate auto turns it on
+
+
 class Attention(str, Enum):
     auto = "auto"
     reference = "reference"
@@ -94,6 +103,10 @@ _SAMPLING_FLAGS = (
     ("seed", Annotated[int | None, typer.Option(
         help="Seed for reproducible sampling.", show_default=False,
         rich_help_panel=SAMPLING)], None),
+    ("speculate", Annotated[Speculate, typer.Option(
+        help="Prompt-lookup speculative decoding (drafts copied from the prompt, verified in "
+             "one step; greedy replies unchanged): auto = on for chat and summarize. Off with "
+             "a presence penalty.", rich_help_panel=SAMPLING)], Speculate.auto),
 )
 _REPLY_OUTPUT_FLAGS = (
     ("think", Annotated[bool, typer.Option(
@@ -132,6 +145,7 @@ class Options:
     min_p: float | None = None
     presence_penalty: float | None = None
     seed: int | None = None
+    speculate: Speculate = Speculate.auto
     think: bool = False
     hide_thinking: bool = False
     json: bool = False
@@ -142,6 +156,13 @@ class Options:
         return dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
                     min_p=self.min_p, presence_penalty=self.presence_penalty, seed=self.seed,
                     max_new_tokens=self.max_new_tokens or None)
+
+
+    def speculation(self, command: str) -> bool:
+        """Whether ``command``'s replies speculate (``--speculate``; auto: chat, summarize)."""
+        if self.speculate == Speculate.auto:
+            return command in SPECULATING_COMMANDS
+        return self.speculate == Speculate.on
 
 
 _OPTION_NAMES = frozenset(f.name for f in fields(Options))

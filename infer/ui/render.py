@@ -79,7 +79,16 @@ def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str
     if ceiling:
         tps += f" (ceiling {ceiling:.0f}, {100 * stats.decode_tokens_per_s / ceiling:.0f}%)"
     return (f"prompt {stats.prompt_tokens:,} tokens{reused} · {stats.new_tokens:,} new tokens · "
-            f"first token {stats.ttft_s:.2f} s · {tps} · stop: {stats.stop_reason}")
+            f"first token {stats.ttft_s:.2f} s · {tps}{speculation_note(stats)} · "
+            f"stop: {stats.stop_reason}")
+
+
+def speculation_note(stats) -> str:
+    """`` · drafts: A of D accepted, M per verify step`` when the reply drafted, else ""."""
+    if not stats.drafted:
+        return ""
+    return (f" · drafts: {stats.accepted:,} of {stats.drafted:,} accepted, "
+            f"{stats.mean_accepted:.1f} per verify step")
 
 
 @dataclass
@@ -103,9 +112,9 @@ class ReplyView:
     """Stream one reply of ``session`` to ``text`` (a rich Console), status on ``status``."""
 
     def __init__(self, text: Console, status: Console, engine, session, *,
-                 hide_thinking: bool = False):
+                 hide_thinking: bool = False, speculate: bool = False):
         self.text, self.status, self.engine, self.session = text, status, engine, session
-        self.hide_thinking = hide_thinking
+        self.hide_thinking, self.speculate = hide_thinking, speculate
         self.pretty = text.is_terminal
         self._split = ThinkSplitter()
         self._raw: list[str] = []
@@ -123,9 +132,10 @@ class ReplyView:
         bar = None
         if PrefillBar.wanted(self.status, len(prompt_ids) - self.session.num_cached):
             bar = PrefillBar(self.status)
-            gen = self.session.generate(prompt_ids, sampling, on_prefill=bar)
+            gen = self.session.generate(prompt_ids, sampling, on_prefill=bar,
+                                        speculate=self.speculate)
         else:
-            gen = self.session.generate(prompt_ids, sampling)
+            gen = self.session.generate(prompt_ids, sampling, speculate=self.speculate)
         decoder = self.engine.tokenizer.stream_decoder()
         interrupted = False
         try:

@@ -93,8 +93,8 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
         try:
             ids = conv.add_user(line)
             check_fits(len(ids), engine.ctx, max_ctx=engine.context.max_ctx)
-            reply = ReplyView(ui.text, ui.err, engine, session,
-                              hide_thinking=o.hide_thinking).run(ids, sampling)
+            reply = ReplyView(ui.text, ui.err, engine, session, hide_thinking=o.hide_thinking,
+                              speculate=o.speculation("chat")).run(ids, sampling)
         except (BrokenPipeError, OutputError):  # stdout is gone or full: the chat ends
             raise
         except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on

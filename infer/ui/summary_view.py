@@ -55,7 +55,8 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     engine, load_s = load_engine(ui, cfg, tok)
     sampling = engine.default_sampling(**ui.opts.sampling_overrides())
     sm = Summarizer(engine, tok, lambda t, m: split_text(t, tok, m), sampling,
-                    part_tokens=part_tokens, final_tokens=max_new or None, think=ui.opts.think)
+                    part_tokens=part_tokens, final_tokens=max_new or None, think=ui.opts.think,
+                    speculate=ui.opts.speculation("summarize"))
     with ui.status("summarizing the parts ...") as status:
         def on_prefill(level, index, done, total):
             what = f"part {index + 1}" if level == 0 else f"level {level} group {index + 1}"
@@ -73,6 +74,9 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
               "map_decode_s": round(t.map_decode_s, 3), "reduce_s": round(t.reduce_s, 3)}
     suffix = (f" · {stages['parts']} parts, {cfg.max_batch} at a time: prefill "
               f"{t.map_prefill_s:.1f} s, decode {t.map_decode_s:.1f} s, reduce {t.reduce_s:.1f} s")
+    drafted = sum(p.drafted for p in sm.parts)
+    if drafted:
+        suffix += f" · part drafts: {sum(p.accepted for p in sm.parts):,} of {drafted:,} accepted"
     extra = {**extra, "split": True, "stages": stages,
              "parts": [p.to_dict() for p in sm.parts]}
     reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)

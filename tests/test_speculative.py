@@ -1,0 +1,296 @@
+"""Speculative decoding in the decode loop (``infer/verify_step.py``, ``infer/decode_loop.py``).
+
+CPU: on the ``SumModel`` mock with scripted drafters (right, wrong, half right: every case of the
+acceptance walk), the reply equals the reply without speculation token for token, cached ids and
+pages stay consistent after rejected drafts, stop ids and the context and token budgets hold
+inside accepted drafts, a batch speculates per sequence; on a tiny random Qwen3 fed repetitive
+text (so prompt lookup finds drafts the model accepts), greedy with speculation equals greedy
+without, and seeded sampling with speculation is reproducible. Non-finite logits raise
+``NonFiniteLogits``. GPU (``-m gpu``): the verify step's rows equal one-row steps bit for bit
+(BF16 and INT8, captured graphs), and a reply over 1000 tokens equals its non-speculative twin.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from mock_engine import GREEDY, V, expected, mock_engine, prompt_of
+
+import infer.verify_step as verify_step
+from infer import Engine, EngineConfig, SamplingParams
+from infer.errors import NonFiniteLogits
+
+
+def sum_continuation(seq: list[int], k: int) -> list[int]:
+    """The SumModel's next k tokens after ``seq``."""
+    return expected(list(seq), k)
+
+
+class ScriptedLookup:
+    """A ``PromptLookup`` stand-in: drafts the model's true continuation, with the draft at
+    index ``wrong_at`` (if any) replaced by a wrong token."""
+
+    wrong_at: int | None = None
+    calls: list[int] = []
+
+    def __init__(self, tokens):
+        self.seq = list(tokens)
+
+    def extend(self, tokens):
+        self.seq.extend(tokens)
+
+    def propose(self, k):
+        ScriptedLookup.calls.append(k)
+        d = sum_continuation(self.seq, k)
+        if self.wrong_at is not None and self.wrong_at < len(d):
+            d[self.wrong_at] = (d[self.wrong_at] + 1) % V
+        return d
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    ScriptedLookup.wrong_at = None
+    ScriptedLookup.calls = []
+    monkeypatch.setattr(verify_step, "PromptLookup", ScriptedLookup)
+    return ScriptedLookup
+
+
+@pytest.mark.parametrize("wrong_at", [None, 0, 2])
+def test_reply_equals_plain_decode_and_cache_stays_consistent(scripted, wrong_at):
+    scripted.wrong_at = wrong_at
+    eng = mock_engine(ctx=256)
+    prompt = prompt_of(21, seed=1)
+    sp = GREEDY.replace(max_new_tokens=60)
+    s = eng.new_session()
+    got = list(s.generate(prompt, sp, speculate=True))
+    assert got == expected(prompt, 60)
+    st = s.stats
+    assert st.stop_reason == "length" and st.new_tokens == 60
+    assert st.verify_steps > 0 and st.drafted > 0
+    if wrong_at is None:
+        assert st.accepted == st.drafted  # every draft right
+    elif wrong_at == 0:
+        assert st.accepted == 0
+    else:
+        assert 0 < st.accepted < st.drafted
+    # the cache holds the prompt and the reply but its last token, as without speculation
+    assert s.cached_ids == prompt + got[:-1]
+    # pages of rejected drafts stay with the session (they only grow during a reply)
+    assert eng.pool.pages_for(s.num_cached) <= s.num_pages <= eng.pool.pages_for(eng.ctx)
+    again = list(s.generate(prompt + got + [5], sp))  # the next turn reuses the cache
+    assert s.stats.reused_tokens == len(prompt) + len(got) - 1
+    assert again == expected(prompt + got + [5], 60)
+    s.reset()
+    assert eng.pool.num_free_pages == eng.pool.num_pages
+
+
+def test_drafts_respect_context_and_token_budget(scripted):
+    eng = mock_engine(ctx=64)
+    prompt = prompt_of(30, seed=2)
+    s = eng.new_session()
+    got = list(s.generate(prompt, GREEDY, speculate=True))
+    assert got == expected(prompt, 34) and s.stats.stop_reason == "context"
+    assert len(prompt) + len(got) == 64 and s.stats.accepted > 0
+    s.reset()
+    got = list(eng.new_session().generate(prompt, GREEDY.replace(max_new_tokens=7),
+                                          speculate=True))
+    assert got == expected(prompt, 7)
+    assert max(scripted.calls) <= 15
+
+
+def test_a_stop_id_inside_accepted_drafts_ends_the_reply(scripted):
+    prompt = prompt_of(9, seed=3)
+    plain = expected(prompt, 40)
+    stop = plain[12]  # the 13th token is a stop id: the reply is the 12 before it
+    first = plain.index(stop)
+    eng = mock_engine(stop=(stop,))
+    s = eng.new_session()
+    got = list(s.generate(prompt, GREEDY.replace(max_new_tokens=40), speculate=True))
+    assert got == plain[:first] and s.stats.stop_reason == "stop"
+    assert s.cached_ids == prompt + got  # the stop id is not cached
+
+
+def test_batch_speculates_per_sequence(scripted):
+    eng = mock_engine(max_batch=4)
+    prompts = [prompt_of(n, seed=n) for n in (3, 16, 29)]
+    sp = GREEDY.replace(max_new_tokens=25)
+    sessions = [eng.new_session() for _ in prompts]
+    out: list[list[int]] = [[] for _ in prompts]
+    for i, tok in eng.generate_batch(list(zip(sessions, prompts, strict=True)), sp,
+                                     speculate=True):
+        out[i].append(tok)
+    assert out == [expected(p, 25) for p in prompts]
+    assert all(s.stats.accepted > 0 for s in sessions)
+    for s, p, o in zip(sessions, prompts, out, strict=True):
+        assert s.cached_ids == p + o[:-1]
+
+
+def test_closing_mid_reply_keeps_the_session_consistent(scripted):
+    eng = mock_engine()
+    prompt = prompt_of(17, seed=4)
+    s = eng.new_session()
+    gen = s.generate(prompt, GREEDY.replace(max_new_tokens=50), speculate=True)
+    got = [next(gen) for _ in range(9)]
+    gen.close()
+    assert s.stats.stop_reason == "interrupted"
+    ids = s.cached_ids
+    assert ids[:len(prompt) + len(got)] == prompt + got  # tokens of the step may follow
+    assert ids == prompt + expected(prompt, len(ids) - len(prompt))
+    assert list(s.generate(ids + [1], GREEDY.replace(max_new_tokens=5))) == \
+        expected(ids + [1], 5)
+
+
+def test_presence_penalty_turns_speculation_off(scripted):
+    eng = mock_engine()
+    s = eng.new_session()
+    list(s.generate(prompt_of(5), GREEDY.replace(max_new_tokens=10, presence_penalty=1.0),
+                    speculate=True))
+    assert s.stats.drafted == 0 and not scripted.calls
+
+
+# ---------------------------------------------------------------------------- tiny Qwen3
+
+NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
+
+
+@pytest.fixture(scope="module")
+def tiny_cpu(tiny_ckpt_factory):
+    from models.loader import load_model
+
+    return load_model(tiny_ckpt_factory(), device="cpu", dtype=torch.float32)
+
+
+def _tiny_engine(tiny_cpu, kv_cache="bf16", attention="reference"):
+    cfg = EngineConfig("unused", ctx=256, page_size=16, device="cpu", attention=attention,
+                       kv_cache=kv_cache)
+    return Engine(cfg, model=tiny_cpu, tokenizer=NO_STOP)
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_tiny_qwen3_greedy_with_speculation_equals_without(tiny_cpu, kv_cache):
+    eng = _tiny_engine(tiny_cpu, kv_cache)
+    phrase = torch.randint(0, 151669, (9,), generator=torch.Generator().manual_seed(7)).tolist()
+    prompt = phrase * 6  # repetitive: prompt lookup drafts, the model's loops accept
+    sp = GREEDY.replace(max_new_tokens=48)
+    plain = list(eng.new_session().generate(prompt, sp))
+    s = eng.new_session()
+    spec = list(s.generate(prompt, sp, speculate=True))
+    assert spec == plain
+    assert s.stats.verify_steps > 0 and s.stats.accepted > 0
+
+
+class TailLookup:
+    """Drafts the sequence's last k tokens again (always a draft; sampled replies of a random
+    model rarely repeat, so real lookups would find none)."""
+
+    def __init__(self, tokens):
+        self.seq = list(tokens)
+
+    def extend(self, tokens):
+        self.seq.extend(tokens)
+
+    def propose(self, k):
+        return self.seq[-k:] if k else []
+
+
+def test_tiny_qwen3_seeded_sampling_with_speculation_is_reproducible(tiny_cpu, monkeypatch):
+    monkeypatch.setattr(verify_step, "PromptLookup", TailLookup)
+    eng = _tiny_engine(tiny_cpu)
+    prompt = list(range(100, 110)) * 5
+    sp = SamplingParams(temperature=0.7, top_k=20, seed=11, max_new_tokens=32)
+    runs = []
+    for _ in range(2):
+        s = eng.new_session()
+        runs.append(list(s.generate(prompt, sp, speculate=True)))
+        assert s.stats.verify_steps > 0
+    assert runs[0] == runs[1] and len(runs[0]) == 32
+
+
+class NaNModel:
+    """A mock whose logits turn NaN after ``good`` decode calls."""
+
+    def __init__(self, base, good: int):
+        self.base, self.good, self.config = base, good, base.config
+
+    def forward(self, *a):
+        return self.base.forward(*a)
+
+    def compute_logits(self, hidden):
+        out = self.base.compute_logits(hidden)
+        self.good -= 1
+        return out if self.good >= 0 else out * float("nan")
+
+
+@pytest.mark.parametrize("speculate", [False, True])
+def test_non_finite_logits_raise(scripted, speculate):
+    from mock_engine import SumModel
+
+    eng = mock_engine(model=NaNModel(SumModel(), good=2))
+    s = eng.new_session()
+    got = []
+    with pytest.raises(NonFiniteLogits, match="non-finite"):
+        for tok in s.generate(prompt_of(5), GREEDY.replace(max_new_tokens=30),
+                              speculate=speculate):
+            got.append(tok)
+    assert s.stats.stop_reason == "interrupted"
+    assert got == expected(prompt_of(5), len(got))  # every token before the NaN was right
+
+
+# ---------------------------------------------------------------------------- GPU
+
+
+@pytest.fixture(scope="module")
+def gpu_model(tiny_ckpt_factory):
+    from models.loader import load_model
+
+    model = load_model(tiny_ckpt_factory(size="0.6b", num_hidden_layers=4, dtype="bfloat16"),
+                       device="cuda", dtype=torch.bfloat16)
+    yield model
+    del model
+    torch.cuda.empty_cache()
+
+
+def _gpu_engine(model, kv_cache, ctx=8192, graphs=True):
+    cfg = EngineConfig("unused", ctx=ctx, kv_cache=kv_cache, page_size=64, device="cuda",
+                       attention="triton", cuda_graphs=graphs)
+    return Engine(cfg, model=model, tokenizer=NO_STOP)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_gpu_verify_rows_equal_one_row_steps(gpu_model, kv_cache, graphs):
+    """Row t of a k+1-row verify step gives the logits of the one-row step at its position, bit
+    for bit, for every verify bucket, across a page boundary (position 3000 + t)."""
+    eng = _gpu_engine(gpu_model, kv_cache, graphs=graphs)
+    s = eng.new_session()
+    prompt = torch.randint(0, 151669, (3000,), generator=torch.Generator().manual_seed(0))
+    list(s.generate(prompt.tolist(), GREEDY.replace(max_new_tokens=1)))
+    runner = eng.graph_runner()
+    pos = s.num_cached
+    ticket, _, _ = runner.begin(GREEDY, [s._pages])
+    from infer.meta import grow_pages
+    grow_pages(eng.pool, s._pages, pos + 16)
+    fed = torch.randint(0, 151669, (16,), generator=torch.Generator().manual_seed(1)).tolist()
+    for width in (2, 4, 8, 16):
+        runner.step(ticket, fed[:width], [(s._pages, pos + t) for t in range(width)])
+        many = runner.logits[:width].clone()
+        for t in range(width):
+            runner.step(ticket, [fed[t]], [(s._pages, pos + t)])
+            assert torch.equal(runner.logits[0], many[t]), (width, t)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_speculation_equals_plain_over_1000_tokens(gpu_model, kv_cache):
+    eng = _gpu_engine(gpu_model, kv_cache)
+    phrase = torch.randint(0, 151669, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    prompt = phrase * 50  # 2000 tokens that repeat: drafts to accept
+    sp = GREEDY.replace(max_new_tokens=1000)
+    plain = list(eng.new_session().generate(prompt, sp))
+    s = eng.new_session()
+    spec = list(s.generate(prompt, sp, speculate=True))
+    assert spec == plain and len(spec) == 1000
+    assert s.stats.accepted > 0
