@@ -217,14 +217,18 @@ class Engine:
                   on_prefill: BatchPrefillCallback | None, speculate: bool = False
                   ) -> Iterator[tuple[int, int]]:
         """``generate_batch`` after its checks (``Session.generate`` calls it with one request):
-        prefill each, then the one decode loop."""
+        prefill each, then the one decode loop. The decode step's CUDA graph, when new, is
+        captured while the first prompt's prefill runs (``GraphRunner.prepare``), not after."""
         t0 = time.perf_counter()
         hidden, stats = [], []
+        runner = self.graph_runner()
         try:
             for i, (session, prompt) in enumerate(requests):
                 cb = None if on_prefill is None else \
                     (lambda done, total, i=i: on_prefill(i, done, total))
-                h, st = session._prefill(prompt, cb)
+                # the decode step is captured (if new) while the first prefill chunk runs
+                capture = (lambda: runner.prepare(sp, len(requests))) if i == 0 else None
+                h, st = session._prefill(prompt, cb, capture)
                 hidden.append(h)
                 stats.append(st)
         except BaseException:

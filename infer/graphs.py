@@ -168,6 +168,19 @@ class GraphRunner:
         raise ValueError(f"{num_rows} rows in one step, but this engine's steps hold at most "
                          f"{self.max_rows} (max_batch {self.max_batch})")
 
+    def prepare(self, params: SamplingParams, num_seqs: int) -> None:
+        """Capture the step of ``num_seqs`` sequences for ``params`` now, if it is not captured
+        yet (``begin`` would capture it otherwise). Called while a prefill runs on the device,
+        so that the capture's host work (kernel loading and compiling, recording) overlaps it:
+        capturing never waits for the device. Does nothing without capture.
+
+        Raises:
+            ValueError: more sequences than ``max_batch``.
+        """
+        if self.capture:
+            self._params = params
+            self._graph(self.bucket_for(num_seqs), False)
+
     def begin(self, params: SamplingParams, pages: Sequence[list[int]]
               ) -> tuple[int, torch.Generator | None, torch.Tensor | None]:
         """Start a batch of replies: capture the step for its bucket and ``params`` if new, load
@@ -363,7 +376,8 @@ class GraphRunner:
         """Warm up on a side stream (compiles kernels), then record ``_run`` into one graph.
 
         Warm-up and capture run every row as padding (seq_len 0, slot -1: no cache read or
-        write); the static buffers they leave behind are reset by ``begin`` and ``step``.
+        write), so they may run while a prefill writes the cache; the static buffers they leave
+        behind are reset by ``begin`` and ``step``.
         """
         b = self.bufs
         gen = None if params.greedy else self.generator
@@ -385,8 +399,15 @@ class GraphRunner:
             graph = torch.cuda.CUDAGraph()
             if gen is not None:
                 graph.register_generator_state(gen)
-            with torch.cuda.graph(graph, pool=self._mempool):
-                hidden, logits = self._run(bucket, params, gen, verify)
+            # NOTE: capture_begin on the side stream, not ``torch.cuda.graph`` (which first
+            # synchronizes the device): a prefill may be running on the current stream
+            with torch.cuda.stream(stream):
+                graph.capture_begin(pool=self._mempool)
+                try:
+                    hidden, logits = self._run(bucket, params, gen, verify)
+                finally:
+                    graph.capture_end()
+            torch.cuda.current_stream().wait_stream(stream)
         if state is not None:
             gen.set_state(state)
         return _Captured(graph, hidden, logits)

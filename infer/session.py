@@ -113,10 +113,13 @@ class Session:
 
     # ------------------------------------------------------------------ engine internals
 
-    def _prefill(self, prompt: list[int], on_prefill: PrefillCallback | None
+    def _prefill(self, prompt: list[int], on_prefill: PrefillCallback | None,
+                 on_enqueued: Callable[[], None] | None = None
                  ) -> tuple[torch.Tensor, GenerationStats]:
         """Reuse the cached prefix of ``prompt``, prefill the rest in chunks; returns the last
-        prompt token's hidden state [1, H] and the reply's fresh ``GenerationStats``."""
+        prompt token's hidden state [1, H] and the reply's fresh ``GenerationStats``.
+        ``on_enqueued()`` is called once the first chunk is enqueued, before the host waits
+        for any (the engine captures the decode step there, overlapping the prefill)."""
         eng = self.engine
         reuse, limit = 0, min(len(self._ids), len(prompt) - 1)
         while reuse < limit and self._ids[reuse] == prompt[reuse]:
@@ -130,6 +133,9 @@ class Session:
         pending: list[tuple[torch.cuda.Event | None, int]] = []  # chunks enqueued, not reported
         for s in range(reuse, len(prompt), chunk):
             hidden = self._forward(prompt[s:s + chunk])
+            if on_enqueued is not None:
+                on_enqueued()
+                on_enqueued = None
             if on_prefill is None:
                 continue
             done = min(s + chunk, len(prompt)) - reuse
