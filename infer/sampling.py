@@ -7,6 +7,18 @@ by the exponential-race trick: with ``q ~ Exp(1)`` i.i.d., ``argmax(p / q)`` is 
 on the k candidates of ``torch.topk`` (``topk_probs``) instead of the whole vocabulary. Every
 operation has a shape fixed by the vocabulary or by top_k and branches only on host values of
 ``SamplingParams``, so it can live in a CUDA graph.
+
+A row whose logits are not all usable (a NaN, a +inf, or every allowed id at -inf: its max logit
+is not finite) yields ``NON_FINITE`` (-1) instead of a token, chosen with ``torch.where`` so the
+other rows and the graph are untouched; the caller must check for it on the host. NOTE: -1 is
+not a token id: a step must not feed it to the embedding (a device-side index error).
+
+``verify_sample`` is the verify step of speculative decoding (``infer/speculate.py``): per row a
+token and whether the row's draft token is accepted, by the rule for a deterministic draft
+(Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding"; Chen et al.
+2023, "Accelerating LLM Decoding with Speculative Sampling", with the draft distribution a point
+mass): accept the draft d with probability p(d), else draw from p with d removed. The emitted
+token is then distributed exactly as p.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ import torch
 from infer.config import SamplingParams
 
 _TINY = torch.finfo(torch.float32).tiny
+NON_FINITE = -1  # the token of a row whose max logit is NaN or +-inf (no usable distribution)
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -48,23 +61,99 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
             Qwen3). None: all ids allowed.
 
     Returns:
-        int64 [N] token ids, on the logits' device.
+        int64 [N] token ids, on the logits' device; ``NON_FINITE`` (-1) for a row whose max
+        logit (after the ``vocab_limit`` mask) is not finite.
     """
-    x = logits.float()
-    vocab = x.shape[-1]
-    if vocab_limit is not None and vocab_limit < vocab:
-        x = x.clone() if x is logits else x
-        x[..., vocab_limit:] = float("-inf")
+    x = _masked(logits, vocab_limit)
+    finite = torch.isfinite(x.amax(dim=-1))  # [N]; NaN propagates through amax
     if presence is not None and params.presence_penalty:
         x = x - params.presence_penalty * presence.to(x.dtype)
     if params.greedy:
-        return x.argmax(dim=-1)
-    x = x / params.temperature
-    if 0 < params.top_k < vocab:
-        probs, idx = topk_probs(x, params)
-        q = torch.empty_like(probs).exponential_(1.0, generator=generator).clamp_(min=_TINY)
-        return idx.gather(-1, (probs / q).argmax(dim=-1, keepdim=True)).squeeze(-1)
-    probs = full_probs(x, params)
+        tok = x.argmax(dim=-1)
+    else:
+        x = x / params.temperature
+        if 0 < params.top_k < x.shape[-1]:
+            probs, idx = topk_probs(x, params)
+            tok = idx.gather(-1, _race(probs, generator)[:, None]).squeeze(-1)
+        else:
+            tok = _race(full_probs(x, params), generator)
+    return torch.where(finite, tok, NON_FINITE)
+
+
+def verify_sample(logits: torch.Tensor, drafts: torch.Tensor, params: SamplingParams,
+                  generator: torch.Generator | None = None, *, vocab_limit: int | None = None
+                  ) -> torch.Tensor:
+    """Per row, the token to emit and whether the row's draft token is accepted (no host sync).
+
+    Greedy: the token is the argmax and the draft is accepted iff it equals the argmax. Sampling:
+    ``p`` is ``sample``'s filtered distribution (temperature, top-k, top-p, min-p, in that order;
+    no presence penalty); with ``u ~ U(0, 1)`` per row, the draft ``d`` is accepted iff
+    ``d >= 0`` and ``u < p(d)``, and the token is then ``d``; otherwise (or with no draft) the
+    token is drawn from ``p`` with ``d``'s entry removed (``p`` itself for a row without a draft)
+    by the exponential race. So the token is distributed as ``p`` whatever the draft (lossless:
+    ``P(t) = p(d) [t = d] + (1 - p(d)) p(t) [t != d] / (1 - p(d)) = p(t)``), and a draft is
+    accepted with probability ``p(d)``. The noise is drawn in a fixed order: ``u``
+    ([R]), then the race's Exp(1) noise (as many values as ``sample`` draws).
+
+    Args:
+        logits: float [R, V]: the target's logits after each verify row. Not modified.
+        drafts: int64 [R] on the logits' device: the draft token at each row's next position, -1
+            for none (the bonus row, padding rows); ids outside [0, V) count as no draft.
+        params: the sampling parameters (host values). A presence penalty is not applied:
+            speculative decoding is off with one (the penalty would change between draft rows).
+        generator: source of the noise (``make_generator``); unused when greedy.
+        vocab_limit: ids >= this are never picked (as in ``sample``).
+
+    Returns:
+        int64 [2, R]: row 0 the token per row (``NON_FINITE`` where the max logit is not
+        finite), row 1 the acceptance flag (1/0; 0 where not finite).
+
+    Raises:
+        ValueError: ``params`` has a presence penalty.
+    """
+    if params.presence_penalty:
+        raise ValueError("speculative decoding does not apply a presence penalty: turn one of "
+                         "them off")
+    x = _masked(logits, vocab_limit)
+    vocab = x.shape[-1]
+    finite = torch.isfinite(x.amax(dim=-1))  # [R]
+    has = (drafts >= 0) & (drafts < vocab)  # [R]
+    d = drafts.clamp(0, vocab - 1)[:, None]  # [R, 1] a valid index for every row
+    if params.greedy:
+        tok = x.argmax(dim=-1)
+        ok = has & (tok == drafts)
+    else:
+        x = x / params.temperature
+        u = torch.rand(x.shape[0], device=x.device, generator=generator)  # [R]
+        if 0 < params.top_k < vocab:
+            probs, idx = topk_probs(x, params)  # [R, k]
+            is_d = (idx == d) & has[:, None]
+        else:
+            probs, idx = full_probs(x, params), None  # [R, V]
+            is_d = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, d, has[:, None])
+        p_d = (probs * is_d).sum(-1)  # [R] unnormalized, like probs
+        residual = probs.masked_fill(is_d, 0.0)
+        # NOTE: a residual without mass means p(d) = 1 up to rounding: accept d.
+        ok = has & ((u * probs.sum(-1) < p_d) | (residual.sum(-1) <= 0))  # u < p(d), normalized
+        pick = _race(residual, generator)
+        drawn = pick if idx is None else idx.gather(-1, pick[:, None]).squeeze(-1)
+        tok = torch.where(ok, drafts, drawn)
+    ok = ok & finite
+    return torch.stack([torch.where(finite, tok, NON_FINITE), ok.long()])
+
+
+def _masked(logits: torch.Tensor, vocab_limit: int | None) -> torch.Tensor:
+    """float32 logits with ids >= ``vocab_limit`` at -inf (a copy if anything changes)."""
+    x = logits.float()
+    if vocab_limit is not None and vocab_limit < x.shape[-1]:
+        x = x.clone() if x is logits else x
+        x[..., vocab_limit:] = float("-inf")
+    return x
+
+
+def _race(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """int64 [N]: a draw per row from ``probs`` [N, C] (unnormalized): ``argmax(p / q)`` with
+    ``q ~ Exp(1)`` i.i.d."""
     q = torch.empty_like(probs).exponential_(1.0, generator=generator).clamp_(min=_TINY)
     return (probs / q).argmax(dim=-1)
 

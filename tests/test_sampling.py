@@ -1,5 +1,6 @@
 """infer/sampling.py: greedy, temperature, top-k, top-p, min-p, presence penalty, masked ids,
-seeds; frequencies of many independent draws against the filtered softmax."""
+seeds, the non-finite guard; frequencies of many independent draws against the filtered softmax.
+The speculative verify rule (``verify_sample``) is in tests/test_verify_sample.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from infer.config import SamplingParams
-from infer.sampling import make_generator, sample
+from infer.sampling import NON_FINITE, make_generator, sample
 
 N = 20000  # rows drawn at once: one sample per row
 
@@ -171,3 +172,35 @@ def test_top_k_fast_path_keeps_the_same_candidates_and_probabilities(top_k, top_
     a = sample(x, params, make_generator(5, "cpu"))
     assert (want.gather(-1, a[:, None]) > 0).all()
     assert torch.equal(a, sample(x, params, make_generator(5, "cpu")))
+
+
+def bad_rows(vocab=50, vocab_limit=None):
+    """[5, vocab]: normal, NaN, +inf, all -inf, and (with a limit) only padded ids finite."""
+    torch.manual_seed(0)
+    clean = torch.randn(5, vocab) * 2
+    bad = clean.clone()
+    bad[1, 7] = float("nan")
+    bad[2, 3] = float("inf")
+    bad[3] = float("-inf")
+    bad[4, :vocab_limit or vocab] = float("-inf")
+    return clean, bad
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=0.0), SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.7, top_k=5), SamplingParams(top_k=5, top_p=0.8, min_p=0.1),
+    SamplingParams(top_p=0.9, min_p=0.05), SamplingParams(temperature=0.0, presence_penalty=1.0),
+    SamplingParams(top_k=8, presence_penalty=-1.0)])
+def test_non_finite_rows_yield_the_sentinel_and_leave_the_others_alone(params):
+    clean, bad = bad_rows(vocab=50, vocab_limit=45)
+    seen = torch.zeros(50, dtype=torch.bool)
+    seen[[1, 4]] = True
+    kw = dict(presence=seen, vocab_limit=45)
+    want = sample(clean, params, make_generator(3, "cpu"), **kw)
+    got = sample(bad, params, make_generator(3, "cpu"), **kw)
+    assert got.tolist()[1:] == [NON_FINITE] * 4
+    assert got[0] == want[0] and 0 <= got[0] < 45  # same row, same noise: the same token
+    # a -inf here and there is not a bad row, nor a NaN in the padded ids (masked first)
+    clean[0, :10] = float("-inf")
+    clean[0, 47] = float("nan")
+    assert sample(clean, params, make_generator(3, "cpu"), **kw)[0] >= 10
