@@ -79,9 +79,10 @@ class PromptLookup:
         """The draft: up to ``k`` tokens that followed the most recent earlier occurrence of the
         longest suffix n-gram (n from ``max_ngram`` down to ``min_ngram``) that occurred before.
 
-        Only known tokens are drafted: a match near the end gives fewer than k (its continuation
-        may overlap the suffix itself, as in a repeated run). Returns [] when no suffix n-gram
-        occurred earlier, or ``k == 0``.
+        A match whose continuation reaches the end of the sequence (a run that repeats with
+        period ``p``: the suffix occurred ``p`` tokens earlier) drafts the period again, as if
+        the run goes on: ``draft[i] = draft[i - p]`` past the known tokens. Returns [] when no
+        suffix n-gram occurred earlier, or ``k == 0``.
 
         Raises:
             ValueError: ``k < 0``.
@@ -94,7 +95,11 @@ class PromptLookup:
         for n in range(min(self.max_ngram, len(t)), self.min_ngram - 1, -1):
             end = self._index[n].get(tuple(t[len(t) - n:]))
             if end is not None:
-                return t[end + 1:end + 1 + k]
+                draft = t[end + 1:end + 1 + k]
+                period = len(t) - 1 - end
+                while len(draft) < k:  # the repeated run goes on
+                    draft.append(draft[len(draft) - period])
+                return draft
         return []
 
 
@@ -170,12 +175,20 @@ class DraftControl:
             self._misses = 0
             self._cooldown = self.min_cooldown
             return
+        self._miss()
+
+    def _miss(self) -> None:
         self._misses += 1
         if self._misses >= self.patience:
             self.cooldown_left = self._cooldown
             self._cooldown = min(2 * self._cooldown, self.max_cooldown)
             self._misses = 0
             self.k = self.start_k
+
+    def no_match(self) -> None:
+        """Record a step that wanted to draft but found no match: it counts as a verify step
+        with nothing accepted (towards the cool-down), not in the counters."""
+        self._miss()
 
     def skip(self, steps: int) -> None:
         """Count ``steps`` plain (non-drafting) steps taken: they shorten the cool-down."""

@@ -11,14 +11,16 @@ from infer.speculate import DraftControl, PromptLookup, accept_greedy, accept_sa
 
 
 def brute_propose(toks, k, max_ngram=3, min_ngram=1):
-    """The oracle: scan every earlier end position, latest first, for the longest suffix."""
+    """The oracle: scan every earlier end position, latest first, for the longest suffix; a
+    continuation that reaches the end repeats the run (period = tokens since the match)."""
     if k == 0:
         return []
     for n in range(min(max_ngram, len(toks)), min_ngram - 1, -1):
         suffix = toks[len(toks) - n:]
         for end in range(len(toks) - 2, n - 2, -1):  # end < len - 1: not the suffix itself
             if toks[end - n + 1:end + 1] == suffix:
-                return toks[end + 1:end + 1 + k]
+                run = toks[end + 1:]  # the period: what followed the match, up to the end
+                return [run[i % len(run)] for i in range(k)]
     return []
 
 
@@ -36,14 +38,15 @@ def test_most_recent_occurrence_wins():
     assert PromptLookup(toks, max_ngram=1).propose(2) == [3, 6]
 
 
-def test_no_self_match_and_nothing_past_the_known_tokens():
+def test_no_self_match_and_a_repeated_run_goes_on():
     assert PromptLookup([1, 2, 3]).propose(4) == []
     assert PromptLookup([]).propose(4) == []
     assert PromptLookup([7]).propose(4) == []
-    # (5,) last occurred at 2: the draft overlaps the suffix and stops at the end
-    assert PromptLookup([5, 1, 5, 2, 5]).propose(5) == [2, 5]
-    assert PromptLookup([7, 7, 7, 7]).propose(5) == [7]
-    assert PromptLookup([4, 4]).propose(3) == [4]
+    # (5,) last occurred at 2: what followed it (2, 5) reaches the end: the run repeats
+    assert PromptLookup([5, 1, 5, 2, 5]).propose(5) == [2, 5, 2, 5, 2]
+    assert PromptLookup([7, 7, 7, 7]).propose(5) == [7] * 5
+    assert PromptLookup([4, 4]).propose(3) == [4, 4, 4]
+    assert PromptLookup([3, 1, 2, 3, 1, 2, 3]).propose(7) == [1, 2, 3, 1, 2, 3, 1]
 
 
 def test_no_match_k_zero_and_bad_arguments():
@@ -52,7 +55,7 @@ def test_no_match_k_zero_and_bad_arguments():
     assert pl.propose(3) == [3, 4, 1]
     assert PromptLookup([1, 2, 3, 4], min_ngram=2).propose(3) == []
     assert PromptLookup([1, 2, 1], min_ngram=2).propose(3) == []
-    assert PromptLookup([1, 2, 1]).propose(3) == [2, 1]
+    assert PromptLookup([1, 2, 1]).propose(3) == [2, 1, 2]
     with pytest.raises(ValueError, match="draft length"):
         pl.propose(-1)
     with pytest.raises(ValueError, match="min_ngram"):
@@ -65,9 +68,9 @@ def test_extend_then_propose():
     pl = PromptLookup([1, 2, 3, 4])
     assert pl.propose(2) == []
     pl.extend([1, 2])
-    assert len(pl) == 6 and pl.propose(5) == [3, 4, 1, 2]
+    assert len(pl) == 6 and pl.propose(5) == [3, 4, 1, 2, 3]
     pl.extend([3])
-    assert pl.propose(10) == [4, 1, 2, 3]
+    assert pl.propose(10) == [4, 1, 2, 3, 4, 1, 2, 3, 4, 1]
     pl.extend([])
     assert pl.propose(1) == [4]
     pl.extend([8])
@@ -190,3 +193,15 @@ def test_accept_sampled():
     assert accept_sampled([5], [-1, 2], [0, 0]) == (0, [-1])
     with pytest.raises(AssertionError):
         accept_sampled([5, 6], [5, 6], [1, 1])
+
+
+def test_draft_control_no_match_counts_towards_the_cooldown():
+    dc = DraftControl(patience=3, min_cooldown=16)
+    dc.no_match()
+    dc.no_match()
+    assert dc.next_k(100) == 4 and dc.cooldown_left == 0
+    dc.no_match()
+    assert dc.next_k(100) == 0 and dc.cooldown_left == 16
+    assert (dc.drafted, dc.accepted, dc.verify_steps) == (0, 0, 0)  # not verify steps
+    dc.skip(16)
+    assert dc.next_k(100) == 4
