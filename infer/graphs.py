@@ -49,23 +49,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from infer.config import MAX_BATCH, SamplingParams
+from infer.graph_capture import Captured, capture_step
 from infer.meta import plan_step
 from infer.sampling import resolve_seed, sample, verify_sample
-from infer.step_buffers import StaticBuffers, batch_buckets, graph_key
+from infer.step_buffers import PageTableRows, StaticBuffers, batch_buckets, graph_key
 
 MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped
-
-
-@dataclass
-class _Captured:
-    graph: torch.cuda.CUDAGraph
-    hidden: torch.Tensor  # [bucket, hidden] model dtype, in the graph's pool
-    logits: torch.Tensor  # float32 [bucket, vocab]
 
 
 Row = tuple[list[int], int] | None  # (page ids, position of the fed token), None = padding
@@ -126,13 +119,12 @@ class GraphRunner:
         self._tokens_copied = torch.cuda.Event() if cuda else None
         self._mempool = torch.cuda.graph_pool_handle() if capture else None
         self._stream: torch.cuda.Stream | None = None  # warm-up side stream
-        self._graphs: OrderedDict[GraphKey, _Captured] = OrderedDict()
+        self._graphs: OrderedDict[GraphKey, Captured] = OrderedDict()
         self._params: SamplingParams | None = None
         self._bucket = 0
         self._gen: torch.Generator | None = None
         self._out: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._loaded = [0] * max_rows  # pages copied into each row of the page table
-        self._owner: list[int | None] = [None] * max_rows  # id() of the pages list of each row
+        self._rows = PageTableRows(self.bufs.page_table)
         self._ticket = 0
 
     @property
@@ -205,11 +197,7 @@ class GraphRunner:
         self._params = params
         self._graph(bucket, False)
         b = self.bufs
-        b.page_table[:bucket].zero_()
-        for row, p in enumerate(pages):
-            b.page_table[row, :len(p)].copy_(torch.tensor(p, dtype=torch.int32))
-        self._loaded = [len(p) for p in pages] + [0] * (self.max_rows - len(pages))
-        self._owner = [id(p) for p in pages] + [None] * (self.max_rows - len(pages))
+        self._rows.reset(pages, bucket)
         self._bucket = bucket
         b.presence[:bucket].zero_()
         self._gen = None
@@ -262,7 +250,7 @@ class GraphRunner:
                 seqs.append(None)
                 continue
             pages, position = r
-            self._load_row(row, pages)
+            self._rows.load(row, pages)
             seqs.append((pages, position, 1))
         seqs.extend([None] * (bucket - len(seqs)))
         plan = plan_step(seqs, self.page_size, with_table=False)
@@ -323,7 +311,7 @@ class GraphRunner:
 
     # ------------------------------------------------------------------ internals
 
-    def _graph(self, bucket: int, verify: bool) -> _Captured | None:
+    def _graph(self, bucket: int, verify: bool) -> Captured | None:
         """The captured step of ``bucket`` rows for the batch's parameters (captured now if new;
         the least recently used dropped past ``MAX_GRAPHS``); None when not capturing."""
         if not self.capture:
@@ -338,18 +326,6 @@ class GraphRunner:
         cap = self._graphs[key]
         self._out = (cap.hidden, cap.logits)
         return cap
-
-    def _load_row(self, row: int, pages: list[int]) -> None:
-        """Make page-table row ``row`` hold ``pages``: copy the pages appended since it was
-        loaded, or the whole list when the row held another sequence."""
-        b = self.bufs
-        if self._owner[row] != id(pages):
-            b.page_table[row, :len(pages)].copy_(torch.tensor(pages, dtype=torch.int32))
-            self._owner[row], self._loaded[row] = id(pages), len(pages)
-            return
-        for i in range(self._loaded[row], len(pages)):  # a new page: at most one per step
-            b.page_table[row, i].fill_(pages[i])
-        self._loaded[row] = max(self._loaded[row], len(pages))
 
     def _run(self, bucket: int, params: SamplingParams, gen: torch.Generator | None,
              verify: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -372,16 +348,12 @@ class GraphRunner:
                                                vocab_limit=self.vocab_limit))
         return hidden, logits
 
-    def _capture(self, bucket: int, params: SamplingParams, verify: bool) -> _Captured:
-        """Warm up on a side stream (compiles kernels), then record ``_run`` into one graph.
-
-        Warm-up and capture run every row as padding (seq_len 0, slot -1: no cache read or
-        write), so they may run while a prefill writes the cache; the static buffers they leave
-        behind are reset by ``begin`` and ``step``.
-        """
+    def _capture(self, bucket: int, params: SamplingParams, verify: bool) -> Captured:
+        """Capture ``_run`` for ``bucket`` rows (``infer/graph_capture.py``), every row padding
+        (seq_len 0, slot -1: no cache read or write, so it may run while a prefill writes the
+        cache); the static buffers it leaves behind are reset by ``begin`` and ``step``."""
         b = self.bufs
         gen = None if params.greedy else self.generator
-        state = gen.get_state() if gen is not None else None  # warm-ups draw: put it back
         with torch.cuda.device(self.device), torch.inference_mode():
             b.step[0].zero_()
             b.step[1].fill_(-1)
@@ -390,24 +362,5 @@ class GraphRunner:
             b.input_ids.zero_()
             if self._stream is None:
                 self._stream = torch.cuda.Stream()
-            stream = self._stream
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._run(bucket, params, gen, verify)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            if gen is not None:
-                graph.register_generator_state(gen)
-            # NOTE: capture_begin on the side stream, not ``torch.cuda.graph`` (which first
-            # synchronizes the device): a prefill may be running on the current stream
-            with torch.cuda.stream(stream):
-                graph.capture_begin(pool=self._mempool)
-                try:
-                    hidden, logits = self._run(bucket, params, gen, verify)
-                finally:
-                    graph.capture_end()
-            torch.cuda.current_stream().wait_stream(stream)
-        if state is not None:
-            gen.set_state(state)
-        return _Captured(graph, hidden, logits)
+            return capture_step(lambda: self._run(bucket, params, gen, verify),
+                                stream=self._stream, pool=self._mempool, generator=gen)

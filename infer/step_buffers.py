@@ -96,3 +96,41 @@ class StaticBuffers:
                         query_start_loc=self.query_start_loc[:bucket + 1],
                         page_table=self.page_table[:bucket], max_query_len=1,
                         max_seq_len=self.page_table.shape[1] * page_size)
+
+
+class PageTableRows:
+    """The runner's device page table, row by row: which sequence's pages each row holds and how
+    many of them are copied, so that a step copies only what changed.
+
+    A row holds one sequence of a batch, or one query row of a verify step (several rows then
+    hold the same sequence). A sequence is known by its pages list (``id``), which may only grow
+    during a batch: a row keeps copying the pages appended since its last load, and a row that
+    takes another sequence is reloaded whole.
+
+    Args:
+        table: int32 [rows, max_pages] device tensor (``StaticBuffers.page_table``).
+    """
+
+    def __init__(self, table: torch.Tensor):
+        self.table = table
+        self._owner: list[int | None] = [None] * table.shape[0]
+        self._loaded = [0] * table.shape[0]
+
+    def reset(self, pages: list[list[int]], bucket: int) -> None:
+        """Load sequence ``i``'s pages into row ``i``; zero the rest of the first ``bucket``."""
+        self.table[:bucket].zero_()
+        self._owner = [None] * len(self._owner)
+        self._loaded = [0] * len(self._loaded)
+        for row, p in enumerate(pages):
+            self.load(row, p)
+
+    def load(self, row: int, pages: list[int]) -> None:
+        """Make row ``row`` hold ``pages`` (host ints): copy the pages appended since it was
+        loaded, or the whole list when the row held another sequence."""
+        if self._owner[row] != id(pages):
+            self.table[row, :len(pages)].copy_(torch.tensor(pages, dtype=torch.int32))
+            self._owner[row], self._loaded[row] = id(pages), len(pages)
+            return
+        for i in range(self._loaded[row], len(pages)):  # a new page: at most one per step
+            self.table[row, i].fill_(pages[i])
+        self._loaded[row] = max(self._loaded[row], len(pages))
