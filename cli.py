@@ -46,11 +46,11 @@ def _exit_on_ctrl_c(signum, frame) -> None:
     os._exit(130)
 
 
-# NOTE: the `infer` script runs `from cli import main` before `main`, so these imports (about 2 s:
-# torch and triton, through the infer package) are under no handler of main's or typer's: a Ctrl-C
-# in them would print a KeyboardInterrupt traceback. They run under `_exit_on_ctrl_c` instead,
-# unless SIGINT is ignored (a background job) or handled by whoever imports cli, or cli is imported
-# outside the main thread (where no handler can be set).
+# NOTE: the `infer` script runs `from cli import main` before `main`, so these imports (typer and
+# rich, ~0.1 s; torch and triton are imported by the commands, under `errors`) are under no handler
+# of main's or typer's: a Ctrl-C in them would print a KeyboardInterrupt traceback. They run under
+# `_exit_on_ctrl_c` instead, unless SIGINT is ignored (a background job) or handled by whoever
+# imports cli, or cli is imported outside the main thread (where no handler can be set).
 _sigint = signal.getsignal(signal.SIGINT)
 if _sigint is signal.default_int_handler and threading.current_thread() is threading.main_thread():
     signal.signal(signal.SIGINT, _exit_on_ctrl_c)
@@ -198,11 +198,11 @@ def bench(
 ):
     """Measure prefill and decode speed of MODEL at long context against the decode ceiling
     (the GPU's read bandwidth over the bytes each token must read)."""
-    from infer.bench import parse_lengths
-    from infer.ui import bench_view
-
     ui = UI(opts)
     with errors(opts.debug, opts.json):
+        from infer.bench import parse_lengths  # torch: under `errors`, as a Ctrl-C in it exits 130
+        from infer.ui import bench_view
+
         cfg, tok, plan = setup.prepare(ui, model)
         lens = parse_lengths(lengths, cfg.ctx, tokens, max_ctx=plan.max_ctx)
         engine, load_s = setup.load_engine(ui, cfg, tok)

@@ -172,24 +172,3 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = T
                      + ("" if cfg.kv_cache == "int8" else
                         f", or use --kv-cache int8 (it fits {largest('int8')} tokens)"))
 
-
-def measure_read_bandwidth(device: torch.device, nbytes: int = 2 << 30, iters: int = 10
-                           ) -> float:
-    """Device read bandwidth in bytes/s: median time of a sum over ``nbytes`` of random float32
-    (a few GB, as DESIGN.md "Measuring speed" asks: a 256 MB read gave 3.4 TB/s on an H200
-    where a 4 GiB one gives 4.19; capped at a quarter of the free memory; never all-zero data),
-    timed with CUDA events after a warm-up. CUDA only."""
-    free, _ = torch.cuda.mem_get_info(device)
-    nbytes = max(64 << 20, min(nbytes, free // 4)) // 4 * 4
-    x = torch.rand(nbytes // 4, device=device)
-    x.sum()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        x.sum()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del x
-    return nbytes / sorted(times)[len(times) // 2]

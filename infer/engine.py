@@ -20,7 +20,8 @@ from typing import Protocol
 import torch
 
 from infer.attention import make_attention, resolve_attention
-from infer.capacity import check_capacity, check_host_capacity, measure_read_bandwidth
+from infer.bandwidth import read_bandwidth
+from infer.capacity import check_capacity, check_host_capacity
 from infer.config import (
     MAX_BATCH,
     EngineConfig,
@@ -141,7 +142,7 @@ class Engine:
         if self.device.type != "cuda":
             return None
         if self._bandwidth is None:
-            self._bandwidth = measure_read_bandwidth(self.device)
+            self._bandwidth = read_bandwidth(self.device)
         weights = self.model_config.weight_bytes_per_token(torch.finfo(self.dtype).bits // 8)
         kv = batch * num_cached * self.pool.bytes_per_position
         return self._bandwidth * batch / (weights + kv)

@@ -23,8 +23,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from infer.config import SamplingParams
+if TYPE_CHECKING:  # torch, through infer.config: `infer --help` imports this module
+    from infer.config import SamplingParams
 
 SUMMARY_PROMPT = (
     "Summarize the following text. Give its main points, the key people or ideas, and how it "

@@ -52,6 +52,15 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_dir(tmp_path_factory):
+    """Point infer's per-user cache (``infer/bandwidth.py``) at a temporary folder: the tests,
+    and the CLI runs they start, never read or write the user's ``~/.cache/infer``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INFER_CACHE_DIR", str(tmp_path_factory.mktemp("infer_cache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt_factory(tmp_path_factory):
     """Factory for random tiny Qwen3 checkpoints: ``tiny_ckpt_factory(**kw) -> Path``.

@@ -499,17 +499,75 @@ sys.exit(main())
 """
 
 
-@pytest.mark.parametrize("module", ["typer", "torch", "triton"])
-def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module):
-    """Ctrl-C in the ~2 s of imports before `main` runs (torch, triton): exit 130, one line."""
+@pytest.mark.parametrize("module", ["typer", "torch", "tokenizers", "triton"])
+def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module, tiny_ckpt):
+    """Ctrl-C in the imports: typer's before `main` runs, torch, tokenizers and triton's (~2 s)
+    in the command, which imports them as it needs them: exit 130, one line."""
     import subprocess
     import sys
     from pathlib import Path
 
-    proc = subprocess.run([sys.executable, "-c", CTRL_C_AT_IMPORT, module, "generate", "M", "P"],
-                          capture_output=True, text=True, timeout=60,
-                          cwd=Path(__file__).parents[1])
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_AT_IMPORT, module, "generate",
+                           str(tiny_ckpt), "P", *FAST], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).parents[1])
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n"), proc.stderr
+
+
+def test_ctrl_c_in_an_extension_module_import_exits_130(monkeypatch, capsys):
+    """A Ctrl-C inside a pybind11 module's initialization (triton's) reaches us as ImportError
+    "initialization failed", caused by the KeyboardInterrupt: still exit 130, one line."""
+    import typer
+
+    from infer.ui.console import errors
+
+    def init():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    with pytest.raises(typer.Exit) as info, errors(debug=False, as_json=True):
+        init()
+    assert info.value.exit_code == 130
+    out, err = capsys.readouterr()
+    assert err == "interrupted\n"
+    assert json.loads(out) == {"error": "interrupted", "exit_code": 130}
+    with pytest.raises(typer.Exit) as info, errors(debug=False):
+        raise ImportError("no module named x")  # any other ImportError: a runtime failure
+    assert info.value.exit_code == 1
+
+
+HEAVY = ("torch", "triton", "tokenizers", "safetensors", "huggingface_hub", "jinja2", "numpy")
+HEAVY_AFTER = f"""
+import sys
+from cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("heavy:" + ",".join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["--version"], ["generate", "--help"], ["summarize", "--help"],
+    ["generate", "M", "P", "--no-such-flag"], ["generate", "M", " "],
+    ["summarize", "{missing}", "--model", "M"], ["summarize", "-", "--part-tokens", "0"],
+], ids=["help", "version", "generate-help", "summarize-help", "bad-flag", "empty-prompt",
+        "missing-file", "bad-part-tokens"])
+def test_help_version_and_early_errors_import_no_heavy_module(argv, tmp_path):
+    """`infer --help`, `--version` and the errors found before the model is read take ~0.15 s:
+    torch, triton, tokenizers, safetensors, huggingface_hub, jinja2 are imported by the commands
+    as they need them (they took ~1.5 s before every --help)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    argv = [a.replace("{missing}", str(tmp_path / "no.txt")) for a in argv]
+    proc = subprocess.run([sys.executable, "-c", HEAVY_AFTER, *argv], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == "heavy:", proc.stderr  # the heavy modules imported
 
 
 @pytest.mark.parametrize("argv,stdin", [

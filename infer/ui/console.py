@@ -188,16 +188,24 @@ def errors(debug: bool, as_json: bool = False):
         quiet_stdout()
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        Console(stderr=True, highlight=False).print("[yellow]interrupted[/]")
-        if as_json:
-            print_error_json({"error": "interrupted", "exit_code": 130})
-        raise typer.Exit(130) from None
+        _interrupted(as_json)
     except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
+        if isinstance(e, ImportError) and isinstance(e.__cause__, KeyboardInterrupt):
+            _interrupted(as_json)  # a Ctrl-C in an extension module's import (torch, triton are
+            # imported by the commands): pybind11 raises ImportError "initialization failed"
         if debug:
             traceback.print_exc(file=sys.stderr)
         msg, bad_input = error_message(e, debug)
         print_error(msg, 2 if bad_input else 1, as_json)
         raise typer.Exit(2 if bad_input else 1) from None
+
+
+def _interrupted(as_json: bool):
+    """Ctrl-C: ``interrupted`` on stderr (and the JSON error object), exit code 130."""
+    Console(stderr=True, highlight=False).print("[yellow]interrupted[/]")
+    if as_json:
+        print_error_json({"error": "interrupted", "exit_code": 130})
+    raise typer.Exit(130) from None
 
 
 def click_exceptions():

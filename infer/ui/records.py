@@ -10,8 +10,6 @@ Numbers are rounded for people who read them: seconds (``*_s``) to the milliseco
 
 from __future__ import annotations
 
-from infer.bench import cache_dtype
-
 
 def rounded(d: dict) -> dict:
     """A copy of ``d`` with its float values rounded by their key: ``*_per_s`` to 1 decimal,
@@ -29,6 +27,8 @@ def rounded(d: dict) -> dict:
 
 def engine_header(command: str, engine, load_s: float) -> dict:
     """The fields every ``--json`` object shares. ``engine``: ``infer.engine.Engine``."""
+    from infer.bench import cache_dtype  # torch, through infer.config: not for --help
+
     cfg = engine.config
     return {"command": command, "model": str(cfg.model), "device": str(engine.device),
             "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "cache_dtype": cache_dtype(engine),
