@@ -91,7 +91,8 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             # reply <= ctx, so the token at position pos is the last when pos + 1 == ctx
             feed = {i for i in live if pos[i] + 1 < ctx and (
                 sp.max_new_tokens is None or stats[i].new_tokens + 1 < sp.max_new_tokens)}
-            drafting = spec and any(drafters[i].control.cooldown_left == 0 for i in feed)
+            drafting = spec and len(feed) < runner.max_rows and \
+                any(drafters[i].control.cooldown_left == 0 for i in feed)
             need = sum(max(0, pool.pages_for(pos[i] + 1) - len(sessions[i]._pages))
                        for i in feed)
             ahead = bool(feed) and not drafting and need <= pool.num_free_pages
