@@ -13,6 +13,8 @@
 #              time (--batch 1); BOOK_KV picks the caches, BOOK_SEQ=0 skips the sequential run
 #   long128k   a ~115k-token summarize at --ctx 128k with INT8, on a pseudo-terminal (the
 #              prefill progress bar is in long128k.tty)
+#   train      train the small Qwen3 (benchmarks/train_small_qwen3.py, ~4 min) into $SMALL
+#   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ OUT=${OUT:-./out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 SHARED=${INFER_SHARED:?set INFER_SHARED to a copy of shared/}
 CKPT=${CKPT:-/tmp/qwen3-8b-random}
+SMALL=${SMALL:-checkpoints/qwen3-small-trained}
 echo "commit ${INFER_COMMIT:-unknown}" | tee -a "$OUT/env.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee -a "$OUT/env.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
@@ -70,6 +73,12 @@ for what in "$@"; do
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({'run': sys.argv[2], 'rc': int(sys.argv[3]), 'wall_s': round(float(sys.argv[5]) - float(sys.argv[4]), 1), 'load_s': d.get('load_s'), 'stages': d.get('stages'), 'ttft_s': d.get('ttft_s'), 'new_tokens': d.get('new_tokens'), 'decode_tokens_per_s': d.get('decode_tokens_per_s'), 'levels': sorted({p['level'] for p in d.get('parts', [])})}))" \
             "$OUT/book_$run.json" "$run" "$rc" "$t0" "$t1" || tail -n 3 "$OUT/book_$run.err"
       done ;;
+    train) python3 benchmarks/train_small_qwen3.py --texts "$SHARED/data/texts" \
+             --tokenizer "$SHARED/data/qwen3-tokenizer" --out "$SMALL" ${TRAIN_ARGS:-} \
+             --report "$OUT/train_small.jsonl" > "$OUT/train_small.log" 2>&1
+           echo "train rc=$?"; grep -v train_progress "$OUT/train_small.log" | tail -n 12 ;;
+    int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \
+              ${KL_ARGS:-} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
     *) echo "unknown step $what" >&2; exit 2 ;;
   esac
 done

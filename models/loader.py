@@ -96,8 +96,10 @@ def _name_list(names) -> str:
     return ", ".join(names[:_MAX_NAMES]) + more
 
 
-def _targets(model: Qwen3ForCausalLM) -> dict[str, tuple[str, int, int]]:
-    """Checkpoint name -> (parameter name, first row, end row) for every model parameter."""
+def checkpoint_targets(model: Qwen3ForCausalLM) -> dict[str, tuple[str, int, int]]:
+    """Checkpoint name -> (parameter name, first row, end row) for every model parameter: the one
+    home of the name mapping, read by the loader and by writers of trained checkpoints. A tied
+    model has no ``lm_head.weight`` entry (the embedding is its one parameter)."""
     packed: dict[str, list[tuple[str, int]]] = {}
     for part, (fused, idx) in model.packed_modules_mapping.items():
         packed.setdefault(fused, []).append((part, idx))
@@ -174,7 +176,7 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         if config.tie_word_embeddings and LM_HEAD in stored:
             model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight))
     params = dict(model.named_parameters())
-    targets = _targets(model)
+    targets = checkpoint_targets(model)
     _check(folder, stored, targets, params)
 
     model.to(dtype).to_empty(device=device)

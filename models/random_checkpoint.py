@@ -182,9 +182,9 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
     except OSError as e:  # a read-only place, /proc, a file on the way
         raise ValueError(f"cannot create the folder {out}: {e.strerror or e}") from None
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    _write_generation_config(out, size, config_dir)
+    write_generation_config(out, size, config_dir)
     if tokenizer is not None:
-        _copy_tokenizer(Path(tokenizer), out)
+        copy_tokenizer(Path(tokenizer), out)
 
     specs = tensor_specs(cfg)
     esize = torch.empty((), dtype=tdtype).element_size()
@@ -208,7 +208,9 @@ def _draw(shape, init: str, dtype: torch.dtype, dev: torch.device, gen) -> torch
     return t.to(dtype).cpu()
 
 
-def _write_generation_config(out: Path, size: str, config_dir) -> None:
+def write_generation_config(out: Path, size: str = "tiny", config_dir=None) -> None:
+    """Write ``out/generation_config.json``: the published one for a real size (from
+    ``config_dir``), else ``DEFAULT_GENERATION_CONFIG``."""
     src = None
     if size in REAL_SIZES:
         src = Path(config_dir or DEFAULT_CONFIG_DIR) / REAL_SIZES[size] / "generation_config.json"
@@ -219,7 +221,9 @@ def _write_generation_config(out: Path, size: str, config_dir) -> None:
             json.dumps(DEFAULT_GENERATION_CONFIG, indent=2) + "\n")
 
 
-def _copy_tokenizer(src: Path, out: Path) -> None:
+def copy_tokenizer(src: Path, out: Path) -> None:
+    """Copy the ``TOKENIZER_FILES`` present in ``src`` into ``out``. Raises ValueError when
+    ``src`` has no tokenizer.json."""
     if not (src / "tokenizer.json").is_file():
         raise ValueError(f"no tokenizer.json in {src}: pass the folder holding the tokenizer files")
     for name in TOKENIZER_FILES:

@@ -1,0 +1,318 @@
+"""Train a small Qwen3 on the public-domain texts, save it in the HF layout, evaluate it.
+
+    PYTHONPATH=. python benchmarks/train_small_qwen3.py --out checkpoints/qwen3-small-trained \\
+        [--texts DIR] [--tokenizer DIR] [--steps 1000] [--minutes 4.0] [--seed 0] [--report F]
+
+The model is ``models/qwen3.py``'s Qwen3 (``benchmarks/small_lm.py``): hidden 512, 8 layers, 8
+query / 4 KV heads of 64, intermediate 1536, tied embeddings, the real 151936-token vocabulary and
+tokenizer (about 103M parameters, 78M of them the embedding). It trains in plain torch on the
+training part of ``--texts`` (``benchmarks/heldout_texts.py``: the last ~5 % of each file, from a
+chapter heading on, is held out; ``held_out_texts`` is that split), about 1.03M tokens.
+
+Training: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to
+10 % of the peak, gradient clipping at 1.0, bfloat16 autocast on CUDA, rows of ``--seq`` tokens
+drawn at random offsets of the token stream, a ``--repeat-frac`` share of the rows (default 0.1)
+a window followed by itself (teaches in-context copying; the evaluation's passages are held out),
+cross-entropy through the lm_head in row chunks (``benchmarks/linear_cross_entropy.py``: the
+[tokens, 151936] logits never exist whole). The schedule follows ``step / steps``; only when
+the measured speed projects past ``--minutes`` does it switch to ``max(step / steps, elapsed /
+minutes)`` (``time_bound`` in the report), so that a slow run still ends decayed, when the time
+is up. Seeded: the same ``--seed`` gives the same initial weights (drawn on the CPU) and the same
+batches; with ``--deterministic`` (the default) the GPU kernels are deterministic too, so a run
+that is not time-bound gives the same weights again on the same GPU and software.
+
+Afterwards it prints one JSON line per measurement, and writes them to ``--report``: the device,
+``train`` (steps, tokens, final loss, seconds, tokens/s), ``saved``, ``heldout_loss``,
+``induction``, ``copy`` (``benchmarks/small_lm_eval.py``) and ``load_check`` (the saved folder
+through ``models.loader.load_model`` against the training model: max abs logit difference).
+About 2-4 minutes on one H200 (an estimate: the GPU path was written without one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from benchmarks.heldout_texts import (  # noqa: E402  (held_out_texts: the split, reused)
+    held_out_texts,
+    token_stream,
+    train_texts,
+)
+from benchmarks.linear_cross_entropy import DEFAULT_CHUNK, linear_cross_entropy  # noqa: E402
+from benchmarks.run_info import run_info  # noqa: E402
+from benchmarks.small_lm import (  # noqa: E402
+    build_model,
+    forward_batch,
+    save_checkpoint,
+    small_config,
+)
+from benchmarks.small_lm_eval import (  # noqa: E402
+    copy_eval,
+    copy_samples,
+    heldout_loss,
+    induction,
+    load_check,
+)
+from models.random_checkpoint import DEFAULT_TOKENIZER_DIR, SHARED  # noqa: E402
+from models.tokenizer import Qwen3Tokenizer  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TEXTS = SHARED / "data" / "texts"
+DEFAULT_OUT = REPO / "checkpoints" / "qwen3-small-trained"  # git-ignored
+
+
+def lr_at(progress: float, peak: float, warmup: float, floor: float = 0.1) -> float:
+    """Learning rate at ``progress`` in [0, 1] of the run: linear warmup over the first
+    ``warmup`` fraction, then cosine from ``peak`` down to ``floor * peak``."""
+    if progress < warmup:
+        return peak * (progress / warmup)
+    t = min(1.0, (progress - warmup) / max(1e-9, 1.0 - warmup))
+    return peak * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
+                 repeat_frac: float) -> torch.Tensor:
+    """int64 [batch, seq + 1] rows of ``data`` (int64 [N], on the training device) at random
+    offsets drawn from ``gen`` (CPU); the first ``round(repeat_frac * batch)`` rows are a window
+    of ``ceil((seq + 1) / 2)`` tokens followed by itself."""
+    n_rep = int(repeat_frac * batch + 0.5)
+    half = (seq + 2) // 2
+    offsets = torch.randint(0, data.numel() - seq - 1, (batch,), generator=gen)
+    idx = offsets[:, None] + torch.arange(seq + 1)  # (batch, seq + 1)
+    if n_rep:
+        idx[:n_rep] = offsets[:n_rep, None] + (torch.arange(seq + 1) % half)
+    return data[idx.to(data.device)]
+
+
+def train(model, data: torch.Tensor, args, heldout: list[int], emit) -> dict:
+    """Train ``model`` in place on ``data`` (int64 [N] on its device) as the module docstring
+    says; ``emit`` receives the progress lines. Returns the ``train`` record."""
+    dev = model.device
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
+    forward = torch.compile(model.forward) if args.compile else None
+    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    clock = _Clock(args.minutes * 60.0, args.steps)
+    losses, stopped_by, step = [], "steps", args.steps
+    for i in range(args.steps):
+        if clock.elapsed() >= clock.budget:
+            stopped_by, step = "minutes", i
+            break
+        lr = lr_at(clock.progress(i), args.lr, args.warmup)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        rows = sample_batch(data, gen, args.batch, args.seq, args.repeat_frac)
+        with amp:
+            hidden = forward_batch(model, rows[:, :-1], forward)
+            loss = linear_cross_entropy(hidden, model.lm_head.weight, rows[:, 1:].reshape(-1),
+                                        chunk=args.ce_chunk)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+        done = i + 1
+        if done == 1 or done % args.log_every == 0 or done == args.steps:
+            value = float(losses[-1])  # waits for the step: the clock below is exact
+            clock.mark(done)
+            if done > 1:
+                emit({"what": "train_progress", "step": done, "loss": round(value, 4),
+                      "lr": round(lr, 6), "elapsed_s": round(clock.elapsed(), 1),
+                      "tokens_per_s": round(done * args.batch * args.seq / clock.elapsed())})
+        if args.eval_every and done % args.eval_every == 0 and done < args.steps:
+            model.eval()
+            with amp:
+                rec = heldout_loss(model, heldout, args.seq, max_tokens=args.eval_tokens)
+            model.train()
+            emit({**rec, "what": "heldout_progress", "step": done})
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    wall = clock.elapsed()
+    tokens = step * args.batch * args.seq
+    tail = float(torch.stack(losses[-10:]).float().mean()) if losses else float("nan")
+    return {"what": "train", "steps": step, "tokens": tokens,
+            "epochs": round(tokens / data.numel(), 2), "final_loss": round(tail, 4),
+            "wall_s": round(wall, 1), "tokens_per_s": round(tokens / wall) if wall > 0 else None,
+            "first_step_s": round(clock.first_step_s or 0.0, 2), "stopped_by": stopped_by,
+            "time_bound": clock.time_bound}
+
+
+class _Clock:
+    """The training loop's wall clock and its schedule progress.
+
+    Progress is ``step / steps`` (deterministic) until a synchronized ``mark`` projects that
+    the run would pass the budget: the first step's time (warm-up, compilation) plus the mean
+    time of the later steps times the steps left. From then on (``time_bound``) progress is
+    ``max(step / steps, elapsed / budget)``, so the schedule still decays to its end in time.
+    """
+
+    def __init__(self, budget_s: float, steps: int):
+        self.budget, self.steps = budget_s, steps
+        self.t0 = time.perf_counter()
+        self.first_step_s: float | None = None
+        self.time_bound = False
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def progress(self, step: int) -> float:
+        p = step / self.steps
+        return max(p, self.elapsed() / self.budget) if self.time_bound else p
+
+    def mark(self, done: int) -> None:
+        """Called after step ``done`` has completed on the device."""
+        now = self.elapsed()
+        if done == 1:
+            self.first_step_s = now
+            return
+        per_step = (now - self.first_step_s) / (done - 1)
+        if self.first_step_s + per_step * (self.steps - 1) > self.budget:
+            self.time_bound = True
+
+
+@contextlib.contextmanager
+def deterministic(on: bool):
+    """Deterministic kernels inside the block when ``on`` (``torch.use_deterministic_algorithms``
+    with ``warn_only=False``: with warnings only, FlashAttention's backward stays
+    non-deterministic); the previous setting is restored after it.
+
+    Raises:
+        RuntimeError: an op without a deterministic implementation ran; the message says to pass
+            ``--no-deterministic``.
+    """
+    prev = (torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled())
+    if not on:
+        yield
+        return
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    try:
+        yield
+    except RuntimeError as e:
+        if "deterministic" in str(e):
+            raise RuntimeError(f"{e}\n(train_small_qwen3.py: rerun with --no-deterministic)") \
+                from e
+        raise
+    finally:
+        torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    a = p.add_argument
+    a("--texts", default=str(DEFAULT_TEXTS), help=f"folder of .txt files ({DEFAULT_TEXTS})")
+    a("--tokenizer", default=str(DEFAULT_TOKENIZER_DIR), help="folder with tokenizer.json")
+    a("--out", default=str(DEFAULT_OUT), help="checkpoint folder to write")
+    a("--report", default=None, help="also write the JSON lines to this file")
+    a("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a("--seed", type=int, default=0)
+    a("--steps", type=int, default=1000)
+    a("--minutes", type=float, default=4.0, help="wall-clock cap on the training loop")
+    a("--batch", type=int, default=8, help="rows per step")
+    a("--seq", type=int, default=2048, help="tokens per row")
+    a("--lr", type=float, default=2e-3, help="peak learning rate")
+    a("--warmup", type=float, default=0.05, help="warmup, a fraction of the run")
+    a("--weight-decay", type=float, default=0.1)
+    a("--repeat-frac", type=float, default=0.1, help="share of rows that repeat a window")
+    a("--ce-chunk", type=int, default=DEFAULT_CHUNK, help="rows per cross-entropy chunk")
+    a("--compile", action="store_true", help="torch.compile the model's forward")
+    a("--deterministic", action=argparse.BooleanOptionalAction, default=True)
+    a("--log-every", type=int, default=50)
+    a("--eval-every", type=int, default=200, help="held-out loss every N steps (0: off)")
+    a("--eval-tokens", type=int, default=16384, help="held-out tokens per progress eval")
+    a("--heldout-tokens", type=int, default=0, help="held-out tokens of the final eval (0: all)")
+    a("--induction-passages", type=int, default=32)
+    a("--induction-length", type=int, default=200)
+    a("--copy-samples", type=int, default=16)
+    a("--check-tokens", type=int, default=64, help="prompt tokens of the load check")
+    for name, default in (("hidden", 512), ("layers", 8), ("heads", 8), ("kv-heads", 4),
+                          ("head-dim", 64), ("intermediate", 1536)):
+        a(f"--{name}", type=int, default=default)
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.batch < 1 or args.seq < 2 or args.minutes <= 0:
+        p.error("--steps, --batch must be >= 1, --seq >= 2 and --minutes > 0")
+    if not 0 <= args.repeat_frac <= 1 or not 0 < args.warmup < 1:
+        p.error("--repeat-frac must be in [0, 1] and --warmup in (0, 1)")
+    args.log_every = max(1, args.log_every)
+    return args
+
+
+def main(argv=None) -> list[dict]:
+    """Run the benchmark; returns the JSON records it printed."""
+    args = parse_args(argv)
+    dev = torch.device(args.device)
+    if args.deterministic:  # read when cuBLAS makes its handle: set before the first matmul
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    records: list[dict] = []
+    report = open(args.report, "w") if args.report else None  # noqa: SIM115
+
+    def emit(rec: dict) -> None:
+        records.append(rec)
+        line = json.dumps(rec)
+        print(line, flush=True)
+        if report:
+            report.write(line + "\n")
+            report.flush()
+
+    try:
+        run(args, dev, emit)
+    finally:
+        if report:
+            report.close()
+    return records
+
+
+def run(args, dev: torch.device, emit) -> None:
+    """Tokenize, train, save, evaluate (``main`` after its setup)."""
+    try:
+        cfg = small_config(hidden_size=args.hidden, num_hidden_layers=args.layers,
+                           num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                           head_dim=args.head_dim, intermediate_size=args.intermediate)
+        tok = Qwen3Tokenizer.from_folder(args.tokenizer)
+        train_ids = token_stream(train_texts(args.texts), tok)
+        held = held_out_texts(args.texts)
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"train_small_qwen3.py: error: {e}")
+    held_ids = token_stream(held, tok)
+    emit(run_info(dev))
+    model = build_model(cfg, args.seed).to(dev)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied
+    n_params = sum(p.numel() for p in model.parameters())
+    data = torch.tensor(train_ids, dtype=torch.int64, device=dev)
+    emit({"what": "config", "params": n_params, "train_tokens": len(train_ids),
+          "heldout_tokens": len(held_ids), **{k: cfg[k] for k in (
+              "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "intermediate_size", "vocab_size")},
+          **{k: getattr(args, k) for k in ("seq", "batch", "steps", "minutes", "lr", "warmup",
+                                           "weight_decay", "repeat_frac", "seed", "compile",
+                                           "deterministic")}})
+    with deterministic(args.deterministic):
+        emit(train(model, data, args, held_ids, emit))
+    model.eval().requires_grad_(False)
+    out = save_checkpoint(model, cfg, args.out, args.tokenizer)
+    emit({"what": "saved", "path": str(out), "bytes": sum(
+        f.stat().st_size for f in out.glob("*.safetensors"))})
+    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    with amp:
+        emit(heldout_loss(model, held_ids, args.seq, max_tokens=args.heldout_tokens or None))
+        emit(induction(model, held_ids, args.induction_length, args.induction_passages))
+        emit(copy_eval(model, copy_samples(held, tok, args.copy_samples)))
+    emit(load_check(model, out, held_ids[:args.check_tokens]))
+
+
+if __name__ == "__main__":
+    main()
