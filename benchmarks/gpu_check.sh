@@ -15,6 +15,9 @@
 #              prefill progress bar is in long128k.tty)
 #   train      train the small Qwen3 (benchmarks/train_small_qwen3.py, ~4 min) into $SMALL
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
+#   spec       speculative decoding on the trained model's held-out chapters, with and without
+#              (benchmarks/speculative.py; SPEC_ARGS adds flags)
+#   spec8b     the same on the random 8B ($CKPT) with a Pride and Prejudice excerpt: the cost
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +82,14 @@ for what in "$@"; do
            echo "train rc=$?"; grep -v train_progress "$OUT/train_small.log" | tail -n 12 ;;
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \
               ${KL_ARGS:-} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
+    spec) python3 benchmarks/speculative.py --ckpt "$SMALL" --held-out --texts "$SHARED/data/texts" \
+            ${SPEC_ARGS:-} 2>&1 | tee "$OUT/speculative.jsonl" | grep -v '"text": "held' ;;
+    spec8b)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      head -c 40000 "$SHARED/data/texts/pride_and_prejudice.txt" > /tmp/pp40k.txt
+      python3 benchmarks/speculative.py --ckpt "$CKPT" --text /tmp/pp40k.txt --ctx 16k \
+          ${SPEC8B_ARGS:-} 2>&1 | tee "$OUT/speculative_8b.jsonl" ;;
     *) echo "unknown step $what" >&2; exit 2 ;;
   esac
 done

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+sys.path.insert(0, str(HERE.parent))
 
 from infer import Engine, EngineConfig, SamplingParams  # noqa: E402
 from infer.config import parse_ctx  # noqa: E402
@@ -54,7 +54,7 @@ def commit() -> str:
 
 def texts(args) -> list[tuple[str, str]]:
     if args.held_out:
-        from train_small_qwen3 import held_out_texts
+        from benchmarks.heldout_texts import held_out_texts
 
         folder = args.texts or Path(os.environ.get("INFER_SHARED", "../shared")) / "data/texts"
         return [(f"held_out_{i}", t) for i, t in enumerate(held_out_texts(folder))]
