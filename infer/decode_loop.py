@@ -179,7 +179,7 @@ def _verify(runner, ticket: int, pool, sessions: Sequence[Session], drafters: li
         s, ctl = sessions[i], drafters[i].control
         room = draft_budget(s.num_cached, stats[i].new_tokens + 1, ctx, sp.max_new_tokens)
         wanted[i] = ctl.next_k(min(room, budget))
-        d = drafters[i].propose(s._ids + [toks[i]], wanted[i])
+        d = drafters[i].propose(s._ids, toks[i], wanted[i])
         budget -= len(d)
         plan[i] = (toks[i], d)
     results = verify(runner, ticket, pool, sessions, plan, sp.greedy)

@@ -160,18 +160,19 @@ class GraphRunner:
         raise ValueError(f"{num_rows} rows in one step, but this engine's steps hold at most "
                          f"{self.max_rows} (max_batch {self.max_batch})")
 
-    def prepare(self, params: SamplingParams, num_seqs: int) -> None:
-        """Capture the step of ``num_seqs`` sequences for ``params`` now, if it is not captured
-        yet (``begin`` would capture it otherwise). Called while a prefill runs on the device,
-        so that the capture's host work (kernel loading and compiling, recording) overlaps it:
-        capturing never waits for the device. Does nothing without capture.
+    def prepare(self, params: SamplingParams, num_rows: int, verify: bool = False) -> None:
+        """Capture the step of ``num_rows`` rows for ``params`` (a sampled verify step with
+        ``verify``) now, if it is not captured yet (``begin`` and ``step`` would capture it
+        otherwise). Called while a prefill runs on the device, so that the capture's host work
+        (kernel loading and compiling, recording) overlaps it: capturing never waits for the
+        device. Does nothing without capture; never between ``begin`` and a batch's end.
 
         Raises:
-            ValueError: more sequences than ``max_batch``.
+            ValueError: more rows than ``max_rows``.
         """
         if self.capture:
             self._params = params
-            self._graph(self.bucket_for(num_seqs), False)
+            self._graph(self.bucket_for(num_rows), verify)
 
     def begin(self, params: SamplingParams, pages: Sequence[list[int]]
               ) -> tuple[int, torch.Generator | None, torch.Tensor | None]:

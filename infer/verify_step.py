@@ -44,15 +44,18 @@ class Drafter:
 
     control: DraftControl = field(default_factory=DraftControl)
     lookup: PromptLookup | None = None
-    known: int = 0  # tokens of the sequence given to ``lookup``
+    known: int = 0  # cached ids given to ``lookup`` (then the token fed after them)
 
-    def propose(self, sequence: list[int], k: int) -> list[int]:
-        """Up to ``k`` drafts continuing ``sequence`` (the cached ids and the token to feed)."""
+    def propose(self, cached: list[int], token: int, k: int) -> list[int]:
+        """Up to ``k`` drafts continuing ``cached + [token]`` (the session's cached ids, which
+        only grow during a reply, and the token to feed next: it is cached by the next call,
+        so the index holds ``cached[:known] + [token]`` and takes only what came since)."""
         if self.lookup is None:
-            self.lookup = PromptLookup(sequence)
+            self.lookup = PromptLookup(cached)
         else:
-            self.lookup.extend(sequence[self.known:])
-        self.known = len(sequence)
+            self.lookup.extend(cached[self.known + 1:])
+        self.lookup.extend([token])
+        self.known = len(cached)
         return self.lookup.propose(k) if k > 0 else []
 
 
