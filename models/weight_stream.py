@@ -159,7 +159,15 @@ def copy_tensors(copies: Sequence[TensorCopy], device: torch.device | str, *,
     if not batches:
         return [True] * len(copies)
     cuda = device.type == "cuda"
-    n = max(1, min(buffers, len(batches)))
+    # NOTE: the events and copies use the current stream of `device`, the destinations' device
+    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
+        return _copy(copies, batches, device, max(1, min(buffers, len(batches))))
+
+
+def _copy(copies: Sequence[TensorCopy], batches: list[_Batch], device: torch.device, n: int
+          ) -> list[bool]:
+    """``copy_tensors`` after the plan, with ``n`` buffers (see the module docstring)."""
+    cuda = device.type == "cuda"
     size = max(b.nbytes for b in batches)
     host = [_host_buffer(size, pin=cuda) for _ in range(n)]
     fences = [torch.cuda.Event() if cuda else None for _ in range(n)]
