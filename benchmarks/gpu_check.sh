@@ -18,6 +18,12 @@
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
 #              (benchmarks/speculative.py; SPEC_ARGS adds flags)
 #   spec8b     the same on the random 8B ($CKPT) with a Pride and Prejudice excerpt: the cost
+#   load       weights to the GPU in GB/s against the read and H2D ceilings and two peers
+#              (benchmarks/load_weights.py, the 8B; LOAD_ARGS=--sweep for the staging sizes),
+#              then the wall time of `infer generate` 8B, 64 tokens, twice (the first run may
+#              compile the Triton kernels: with an empty cache it is the cold-start figure)
+#   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
+#              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -90,6 +96,29 @@ for what in "$@"; do
       head -c 40000 "$SHARED/data/texts/pride_and_prejudice.txt" > /tmp/pp40k.txt
       python3 benchmarks/speculative.py --ckpt "$CKPT" --text /tmp/pp40k.txt --ctx 16k \
           ${SPEC8B_ARGS:-} 2>&1 | tee "$OUT/speculative_8b.jsonl" ;;
+    load)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      python3 benchmarks/load_weights.py --ckpt "$CKPT" ${LOAD_ARGS:-} 2> "$OUT/load_weights.err" \
+          | tee "$OUT/load_weights.jsonl"
+      for run in 1 2; do
+        t0=$(date +%s.%N)
+        python3 cli.py generate "$CKPT" Hello --max-new-tokens 64 --json \
+            > "$OUT/generate_$run.json" 2> "$OUT/generate_$run.err"
+        rc=$?; t1=$(date +%s.%N)
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({'what': 'generate_wall', 'run': int(sys.argv[2]), 'rc': int(sys.argv[3]), 'wall_s': round(float(sys.argv[5]) - float(sys.argv[4]), 2), 'load_s': d.get('load_s'), 'ttft_s': d.get('ttft_s'), 'new_tokens': d.get('new_tokens')}))" \
+            "$OUT/generate_$run.json" "$run" "$rc" "$t0" "$t1" | tee -a "$OUT/load_weights.jsonl" \
+            || tail -n 3 "$OUT/generate_$run.err"
+      done ;;
+    profile)
+      for size in 8b 0.6b; do
+        ck=/tmp/qwen3-$size-random; [ "$size" = 8b ] && ck=$CKPT
+        [ -f "$ck/config.json" ] || python3 -m models.random_checkpoint --size $size --out "$ck" \
+            --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+        python3 benchmarks/profile_decode.py --ckpt "$ck" --ctx "${PROFILE_CTX:-4096,32768}" \
+            --kv bf16,int8 2> "$OUT/profile_decode_$size.err" > "$OUT/profile_decode_$size.jsonl"
+        echo "profile $size rc=$?"; grep '"what": "step"' "$OUT/profile_decode_$size.jsonl"
+      done ;;
     *) echo "unknown step $what" >&2; exit 2 ;;
   esac
 done

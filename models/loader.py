@@ -7,10 +7,14 @@ Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``
 3. Read only the safetensors headers and check every name, shape and dtype against the model
    before any weight memory is allocated: missing and unexpected tensors are errors naming them.
 4. Build the model on the ``meta`` device, materialize it empty on the target device in the run
-   dtype, then copy the tensors in one at a time (a fused ``qkv_proj``/``gate_up_proj`` receives
-   each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host memory holds
-   one tensor at a time, never a second copy of the model. Each tensor is checked for inf/NaN
-   after the copy, on its device (non-finite weights would give garbage text with exit 0).
+   dtype, then copy every tensor straight into its place (a fused ``qkv_proj``/``gate_up_proj``
+   receives each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host
+   memory never holds a second copy of the model. On the CPU the tensors are read one at a time
+   (``safe_open``); on CUDA ``models/weight_stream.py`` reads the files into a few pinned staging
+   buffers on reader threads while the previous buffers' host-to-device copies run (the casts to
+   the run dtype on the GPU): the same bytes, bit for bit, at the rate of the page cache.
+   Each tensor is checked for inf/NaN after the copy, on its device (non-finite weights would
+   give garbage text with exit 0); the first one in load order is named.
 
 Tied embeddings are an explicit branch: with ``tie_word_embeddings`` and no ``lm_head.weight``
 stored, lm_head shares the embedding matrix; a stored ``lm_head.weight`` is always used.
@@ -19,6 +23,7 @@ stored, lm_head shares the embedding matrix; a stored ``lm_head.weight`` is alwa
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -27,6 +32,7 @@ from safetensors import safe_open
 from models.config import Qwen3Config
 from models.dtypes import SAFETENSORS_DTYPES, TORCH_DTYPES
 from models.qwen3 import Qwen3ForCausalLM
+from models.weight_stream import TensorCopy, copy_tensors, tensor_offsets
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -184,17 +190,54 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         model.tie_weights()  # to_empty gave lm_head its own storage
     params = dict(model.named_parameters())
     with torch.no_grad():
-        for path in dict.fromkeys(p for p, _, _ in stored.values()):
-            with safe_open(path, framework="pt") as f:
-                for name, (file, _, _) in stored.items():
-                    if file == path:
-                        pname, lo, hi = targets[name]
-                        src = f.get_tensor(name)
-                        dst = params[pname][lo:hi]
-                        dst.copy_(src)
-                        if not _all_finite(dst):
-                            raise ValueError(_non_finite_message(name, file, src, dst.dtype))
+        if _staged(torch.device(device)):
+            _copy_staged(stored, targets, params, torch.device(device))
+        else:
+            _copy_plain(stored, targets, params)
     return model.eval().requires_grad_(False)
+
+
+def _staged(device: torch.device) -> bool:
+    """Whether the weights go through ``models.weight_stream``'s pinned staging buffers (CUDA),
+    or tensor by tensor (the CPU, where there is no host-to-device copy to overlap)."""
+    return device.type == "cuda"
+
+
+def _copy_plain(stored: dict, targets: dict, params: dict) -> None:
+    """One tensor at a time: read it (``safe_open``), copy it into its place, check it."""
+    for path in dict.fromkeys(p for p, _, _ in stored.values()):
+        with safe_open(path, framework="pt") as f:
+            for name, (file, _, _) in stored.items():
+                if file == path:
+                    pname, lo, hi = targets[name]
+                    src = f.get_tensor(name)
+                    dst = params[pname][lo:hi]
+                    dst.copy_(src)
+                    if not _all_finite(dst):
+                        raise ValueError(_non_finite_message(name, file, src, dst.dtype))
+
+
+def _copy_staged(stored: dict, targets: dict, params: dict, device: torch.device) -> None:
+    """Every tensor read into pinned buffers and copied straight into its place (fused rows
+    included) by ``models.weight_stream.copy_tensors``; the first non-finite one in load order
+    (the plain path's) is re-read to word the error."""
+    files = dict.fromkeys(p for p, _, _ in stored.values())
+    offsets = {path: tensor_offsets(path) for path in files}
+    copies = []
+    for name, (file, shape, st_dtype) in stored.items():
+        pname, lo, hi = targets[name]
+        dtype = SAFETENSORS_DTYPES[st_dtype]
+        begin, end = offsets[file][name]
+        if end - begin != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"cannot read {file}: tensor {name}'s data takes {end - begin} "
+                             f"bytes, but its shape {list(shape)} needs "
+                             f"{math.prod(shape) * dtype.itemsize}: the file is corrupt")
+        copies.append(TensorCopy(name, file, begin, end - begin, dtype, params[pname][lo:hi]))
+    for c, finite in zip(copies, copy_tensors(copies, device), strict=True):
+        if not finite:
+            with safe_open(c.file, framework="pt") as f:
+                src = f.get_tensor(c.name)
+            raise ValueError(_non_finite_message(c.name, c.file, src, c.out.dtype))
 
 
 _CHECK_CHUNK = 1 << 24  # elements per finiteness check: bounds its temporary bool tensor
