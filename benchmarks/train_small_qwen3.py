@@ -11,8 +11,9 @@ chapter heading on, is held out; ``held_out_texts`` is that split), about 1.03M 
 
 Training: AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to
 10 % of the peak, gradient clipping at 1.0, bfloat16 autocast on CUDA, rows of ``--seq`` tokens
-drawn at random offsets of the token stream, a ``--repeat-frac`` share of the rows (default 0.1)
-a window followed by itself (teaches in-context copying; the evaluation's passages are held out),
+drawn at random offsets of the token stream, a ``--repeat-frac`` share of the rows (default 0.25)
+random tokens followed by themselves (``sample_batch``: teaches in-context copying, which the
+text alone, 1M tokens seen many times over, does not; the evaluation's passages are held out),
 cross-entropy through the lm_head in row chunks (``benchmarks/linear_cross_entropy.py``: the
 [tokens, 151936] logits never exist whole). The schedule follows ``step / steps``; only when
 the measured speed projects past ``--minutes`` does it switch to ``max(step / steps, elapsed /
@@ -83,14 +84,18 @@ def lr_at(progress: float, peak: float, warmup: float, floor: float = 0.1) -> fl
 def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
                  repeat_frac: float) -> torch.Tensor:
     """int64 [batch, seq + 1] rows of ``data`` (int64 [N], on the training device) at random
-    offsets drawn from ``gen`` (CPU); the first ``round(repeat_frac * batch)`` rows are a window
-    of ``ceil((seq + 1) / 2)`` tokens followed by itself."""
+    offsets drawn from ``gen`` (CPU); the first ``round(repeat_frac * batch)`` rows are
+    ``ceil((seq + 1) / 2)`` tokens drawn one by one from random positions of ``data`` (real
+    token frequencies, no sentence to remember) followed by the same tokens again: only copying
+    from the context predicts their second half, whereas a repeated window of the training text
+    can be predicted from memory (a model trained that way memorized and did not copy)."""
     n_rep = int(repeat_frac * batch + 0.5)
     half = (seq + 2) // 2
     offsets = torch.randint(0, data.numel() - seq - 1, (batch,), generator=gen)
     idx = offsets[:, None] + torch.arange(seq + 1)  # (batch, seq + 1)
     if n_rep:
-        idx[:n_rep] = offsets[:n_rep, None] + (torch.arange(seq + 1) % half)
+        noise = torch.randint(0, data.numel(), (n_rep, half), generator=gen)
+        idx[:n_rep] = noise[:, torch.arange(seq + 1) % half]
     return data[idx.to(data.device)]
 
 
@@ -227,7 +232,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--lr", type=float, default=2e-3, help="peak learning rate")
     a("--warmup", type=float, default=0.05, help="warmup, a fraction of the run")
     a("--weight-decay", type=float, default=0.1)
-    a("--repeat-frac", type=float, default=0.1, help="share of rows that repeat a window")
+    a("--repeat-frac", type=float, default=0.25,
+      help="share of rows that are random tokens repeated (copying)")
     a("--ce-chunk", type=int, default=DEFAULT_CHUNK, help="rows per cross-entropy chunk")
     a("--compile", action="store_true", help="torch.compile the model's forward")
     a("--deterministic", action=argparse.BooleanOptionalAction, default=True)

@@ -127,6 +127,7 @@ def test_schedule_and_batches():
     again = sample_batch(data, torch.Generator().manual_seed(0), 4, 9, 0.5)
     assert rows.shape == (4, 10) and torch.equal(rows, again)
     assert torch.equal(rows[0, :5], rows[0, 5:]) and torch.equal(rows[1, :5], rows[1, 5:])
+    assert not torch.equal(rows[0, :5], rows[0, 0] + torch.arange(5))  # not a text window
     assert torch.equal(rows[2], rows[2, 0] + torch.arange(10))  # a plain window
 
 
