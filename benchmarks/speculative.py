@@ -45,6 +45,9 @@ from models.tokenizer import Qwen3Tokenizer  # noqa: E402
 
 
 def commit() -> str:
+    """$INFER_COMMIT (set by the device runs: the copy there may carry a stale .git), else git."""
+    if os.environ.get("INFER_COMMIT"):
+        return os.environ["INFER_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
