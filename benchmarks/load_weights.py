@@ -5,10 +5,12 @@ Prints one JSON line per measurement (GB = 1e9 bytes of safetensors data per sec
 - ``read``: the host ceiling: every file read into pinned buffers by the loader's reader threads,
   nothing copied on (``models.weight_stream``'s reads alone);
 - ``h2d``: the bus ceiling: one pinned buffer copied to the device again and again;
-- ``load``: ``models.loader.load_model`` as infer runs it (CUDA: the staged copy; meta model,
-  allocation, header checks, finiteness checks included), median of ``--reps``;
+- ``load``: ``models.loader.load_model`` through the staged copy (``INFER_STAGED_LOAD=1``; meta
+  model, allocation, header checks, finiteness checks included), median of ``--reps``;
 - ``load_plain``: the peer, the loader's one-tensor-at-a-time path (``safe_open`` +
-  ``copy_``), as it loaded on CUDA before the staged copy;
+  ``copy_``), its default. One untimed load first (the caching allocator then holds the
+  model's memory for every timed load alike: the first load of a process also pays
+  ``cudaMalloc``), then the two alternate, so that neither gains from going second;
 - ``load_file``: the second peer, safetensors' own ``load_file(path, device=...)`` per file
   (the tensors alone, no model);
 - with ``--sweep``, ``load`` again for each staging size x buffer count.
@@ -163,14 +165,19 @@ def _measure(args, folder: Path, files: list[Path], nbytes: int, device: torch.d
         emit({"what": what, **extra, "s": round(s, 3), "gb_per_s": round(nbytes / s / 1e9, 2),
               "runs_s": [round(t, 3) for t in times]})
 
-    report("load", time_load(folder, device, dtype, args.reps))
+    time_load(folder, device, dtype, 1)  # untimed: the allocator's first cudaMalloc
+    staged = loader._staged
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for _ in range(args.reps):
+            for path in ((True,) if args.no_peers else (True, False)):
+                loader._staged = lambda d, path=path: path
+                times[path] += time_load(folder, device, dtype, 1)
+    finally:
+        loader._staged = staged
+    report("load", times[True])
     if not args.no_peers:
-        staged = loader._staged
-        loader._staged = lambda d: False
-        try:
-            report("load_plain", time_load(folder, device, dtype, max(1, args.reps - 1)))
-        finally:
-            loader._staged = staged
+        report("load_plain", times[False])
         report("load_file", time_load_file(files, device, max(1, args.reps - 1)))
     if args.sweep:
         default = (weight_stream.CHUNK_BYTES, weight_stream.BUFFERS)

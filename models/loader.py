@@ -9,10 +9,12 @@ Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``
 4. Build the model on the ``meta`` device, materialize it empty on the target device in the run
    dtype, then copy every tensor straight into its place (a fused ``qkv_proj``/``gate_up_proj``
    receives each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host
-   memory never holds a second copy of the model. On the CPU the tensors are read one at a time
-   (``safe_open``); on CUDA ``models/weight_stream.py`` reads the files into a few pinned staging
-   buffers on reader threads while the previous buffers' host-to-device copies run (the casts to
-   the run dtype on the GPU): the same bytes, bit for bit, at the rate of the page cache.
+   memory never holds a second copy of the model. The tensors are read one at a time
+   (``safe_open``) and copied into place. With ``INFER_STAGED_LOAD=1`` on CUDA,
+   ``models/weight_stream.py`` reads the files into a few pinned staging buffers on reader
+   threads while the previous buffers' host-to-device copies run (the casts to the run dtype on
+   the GPU): the same bytes, bit for bit. It is opt-in until an A/B shows it faster: its one
+   measurement so far was not (BENCHMARKS.md, "Start-up").
    Each tensor is checked for inf/NaN after the copy, on its device (non-finite weights would
    give garbage text with exit 0); the first one in load order is named.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -198,9 +201,10 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
 
 
 def _staged(device: torch.device) -> bool:
-    """Whether the weights go through ``models.weight_stream``'s pinned staging buffers (CUDA),
-    or tensor by tensor (the CPU, where there is no host-to-device copy to overlap)."""
-    return device.type == "cuda"
+    """Whether the weights go through ``models.weight_stream``'s pinned staging buffers (CUDA
+    with ``INFER_STAGED_LOAD=1``), or tensor by tensor (the default, and always on the CPU,
+    where there is no host-to-device copy to overlap)."""
+    return device.type == "cuda" and os.environ.get("INFER_STAGED_LOAD") == "1"
 
 
 def _copy_plain(stored: dict, targets: dict, params: dict) -> None:
