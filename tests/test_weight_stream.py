@@ -210,3 +210,32 @@ def test_offsets_match_safetensors(tiny_ckpt_factory):
         assert end - begin == t.numel() * t.element_size() == \
             header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
         assert raw[begin:end] == t.contiguous().view(torch.uint8).numpy().tobytes(), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stored", ["float32", "bfloat16"])
+@pytest.mark.parametrize("run", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("chunk,buffers", [(None, None), (4096, 3), (8, 1)])
+def test_gpu_staged_load_equals_the_cpu_load(tiny_ckpt_factory, monkeypatch, stored, run, chunk,
+                                             buffers):
+    """On CUDA (pinned buffers, async copies, casts on the device): the CPU's parameters."""
+    folder = tiny_ckpt_factory(**SMALL, tie=False, shards=2, dtype=stored)
+    want = load_model(folder, dtype=run)
+    if chunk is not None:
+        monkeypatch.setattr(weight_stream, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(weight_stream, "BUFFERS", buffers)
+    got = load_model(folder, device="cuda", dtype=run)
+    assert got.model.embed_tokens.weight.is_cuda
+    _same_parameters(got.cpu(), want)
+
+
+@pytest.mark.gpu
+def test_gpu_staged_load_names_a_non_finite_tensor(tiny_ckpt_factory, tmp_path):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_ckpt_factory(**SMALL, tie=False, dtype="float16"), folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.1.mlp.up_proj.weight"][2, 2] = float("nan")
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(ValueError, match=r"^tensor model\.layers\.1\.mlp\.up_proj\.weight in "
+                                         r"model\.safetensors holds non-finite values"):
+        load_model(folder, device="cuda", dtype=torch.bfloat16)
