@@ -219,6 +219,7 @@ def test_offsets_match_safetensors(tiny_ckpt_factory):
 def test_gpu_staged_load_equals_the_cpu_load(tiny_ckpt_factory, monkeypatch, stored, run, chunk,
                                              buffers):
     """On CUDA (pinned buffers, async copies, casts on the device): the CPU's parameters."""
+    monkeypatch.setenv("INFER_STAGED_LOAD", "1")
     folder = tiny_ckpt_factory(**SMALL, tie=False, shards=2, dtype=stored)
     want = load_model(folder, dtype=run)
     if chunk is not None:
@@ -230,7 +231,8 @@ def test_gpu_staged_load_equals_the_cpu_load(tiny_ckpt_factory, monkeypatch, sto
 
 
 @pytest.mark.gpu
-def test_gpu_staged_load_names_a_non_finite_tensor(tiny_ckpt_factory, tmp_path):
+def test_gpu_staged_load_names_a_non_finite_tensor(tiny_ckpt_factory, tmp_path, monkeypatch):
+    monkeypatch.setenv("INFER_STAGED_LOAD", "1")
     folder = tmp_path / "ckpt"
     shutil.copytree(tiny_ckpt_factory(**SMALL, tie=False, dtype="float16"), folder)
     tensors = load_file(folder / "model.safetensors")
