@@ -214,3 +214,15 @@ def test_ctrl_c_during_a_long_prefill_ends_the_reply():
     assert session.num_cached == 2048  # the chunks that completed
     assert "2,048 of 10,000 tokens" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
     assert format_stats(reply.stats).endswith("interrupted during prefill")
+
+
+def test_stats_line_gives_the_drafts_when_the_reply_speculated():
+    stats = GenerationStats(prompt_tokens=900, new_tokens=64, ttft_s=0.2, decode_s=1.0,
+                            stop_reason="length")
+    assert "drafts" not in format_stats(stats)
+    stats.drafted, stats.accepted, stats.verify_steps = 120, 90, 20
+    line = format_stats(stats)
+    assert "drafts: 90 of 120 accepted, 4.5 per verify step" in line
+    assert line.endswith("stop: length")
+    d = stats.to_dict()
+    assert (d["drafted"], d["accepted"], d["mean_accepted"]) == (120, 90, 4.5)

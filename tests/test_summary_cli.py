@@ -44,6 +44,9 @@ def test_long_file_is_summarized_in_parts_json(tiny_ckpt, book):
     assert obj["stages"]["batch"] == len(parts)  # all parts fit in one batch
     assert obj["stages"]["map_prefill_s"] > 0 and obj["stages"]["map_decode_s"] > 0
     assert obj["prompt_tokens"] + obj["new_tokens"] <= 2048 and obj["new_tokens"] == 16
+    # summarize speculates by default (--speculate auto): every reply reports its drafts
+    assert all(0 <= p["accepted"] <= p["drafted"] for p in obj["parts"])
+    assert {"drafted", "accepted", "mean_accepted"} <= obj.keys()
 
 
 def test_long_file_shows_parts_then_streams_the_summary(tiny_ckpt, book):
