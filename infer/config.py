@@ -25,7 +25,7 @@ ATTENTION_KINDS = ("auto", "reference", "triton")
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
 MAX_BATCH = 16  # sequences in one decode step: the projections' GEMM is row-invariant up to 16
 
-_CTX_RE = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
+_CTX_RE = re.compile(r"^\s*([0-9]+)([kK]?)\s*$")  # ASCII digits; "32k", not "32 k"
 
 
 def parse_ctx(text: str | int) -> int:

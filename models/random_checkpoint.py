@@ -153,13 +153,18 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
         device: where to draw the random numbers; default CUDA when present, else CPU.
 
     Raises:
-        ValueError: unknown size or dtype, a missing config, a ``tokenizer`` folder without
+        ValueError: unknown size or dtype, ``shards``, ``num_hidden_layers`` or ``vocab_size``
+            below 1, a missing config, a ``tokenizer`` folder without
             ``tokenizer.json``, or an ``out_dir`` that is a file or cannot be created (raised
             before anything is written).
         OSError: writing the files failed (a full disk).
     """
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: choose one of {', '.join(TORCH_DTYPES)}")
+    for name, value in (("--shards", shards), ("--layers", num_hidden_layers),
+                        ("--vocab-size", vocab_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
     tdtype = TORCH_DTYPES[dtype]
     cfg = base_config(size, config_dir)
     cfg["torch_dtype"] = dtype

@@ -17,7 +17,8 @@ def test_parse_ctx(text, want):
     assert parse_ctx(text) == want
 
 
-@pytest.mark.parametrize("text", ["", "k", "32m", "-5", "0", "3.5k", "32 kb", "0k"])
+@pytest.mark.parametrize("text", ["", "k", "32m", "-5", "0", "3.5k", "32 kb", "0k", "4 k",
+                                  "\u0664\u0660\u0669\u0666"])  # Arabic-Indic 4096
 def test_parse_ctx_errors(text):
     with pytest.raises(ValueError, match="context size"):
         parse_ctx(text)

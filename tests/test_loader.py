@@ -277,6 +277,17 @@ def test_random_checkpoint_bad_tokenizer_is_one_line_and_writes_nothing(tmp_path
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flag", [["--layers", "0"], ["--shards", "0"], ["--vocab-size", "-1"]])
+def test_random_checkpoint_counts_below_one_are_refused(tmp_path, capsys, tokenizer_dir, flag):
+    out = tmp_path / "ckpt"
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(out), "--tokenizer", str(tokenizer_dir), "--device", "cpu", *flag])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"{flag[0]} must be at least 1, got {flag[1]}")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("where,needle", [
     ("file", "exists and is not a folder"), ("file/sub", "cannot create the folder"),
     ("/proc/x4", "cannot create the folder /proc/x4")])

@@ -294,3 +294,21 @@ def test_gpu_speculation_equals_plain_over_1000_tokens(gpu_model, kv_cache):
     spec = list(s.generate(prompt, sp, speculate=True))
     assert spec == plain and len(spec) == 1000
     assert s.stats.accepted > 0
+
+
+@pytest.mark.gpu
+def test_gpu_seeded_sampling_with_speculation_graphs_equal_eager(gpu_model, monkeypatch):
+    """Verify buckets captured in the middle of a reply leave the generator's stream as it was:
+    a seeded speculative reply is the same with graphs (first reply: captures happen; second:
+    none) as eagerly."""
+    monkeypatch.setattr(verify_step, "PromptLookup", TailLookup)
+    prompt = list(range(1000, 1040)) * 10
+    sp = SamplingParams(temperature=0.8, top_k=50, seed=5, max_new_tokens=96)
+    graphs = _gpu_engine(gpu_model, "bf16", ctx=2048)
+    eager = _gpu_engine(gpu_model, "bf16", ctx=2048, graphs=False)
+    runs = []
+    for eng in (graphs, graphs, eager):
+        s = eng.new_session()
+        runs.append(list(s.generate(prompt, sp, speculate=True)))
+        assert s.stats.verify_steps > 0
+    assert runs[0] == runs[1] == runs[2]
