@@ -246,9 +246,11 @@ def test_chat_runtime_failure_in_a_turn_exits_1_at_the_end(tiny_ckpt, monkeypatc
 
 def test_chat_commands_and_double_slash(tiny_ckpt, tok):
     result = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json",
-                    input="/stats extra\n/foo bar\n//etc/hosts\n/quit\nnot sent\n")
+                    input="/stats extra\n/foo bar\n//etc/hosts\n/STATS\n/Quit\nnot sent\n")
     assert result.exit_code == 0, result.output
     assert "/stats takes no argument" in result.stderr
+    assert "unknown command" not in result.stderr.replace("unknown command /foo", "")
+    assert "context: " in result.stderr  # /STATS is /stats
     assert "unknown command /foo" in result.stderr and "/quit" in result.stderr
     (reply,) = (json.loads(line) for line in result.stdout.splitlines())  # /quit ended the chat
     ids = tok.chat_ids([{"role": "user", "content": "/etc/hosts"}], enable_thinking=False)

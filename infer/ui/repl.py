@@ -68,12 +68,14 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             continue
         if _COMMAND.match(cmd):
             word, _, rest = cmd.partition(" ")
+            word = word.lower()  # /Stats, /EXIT: the same commands
             if word not in CHAT_COMMANDS:
                 ui.warn(f"unknown command {word}: {CHAT_HELP}")
                 continue
             if rest.strip():
                 ui.warn(f"{word} takes no argument: {CHAT_HELP}")
                 continue
+            cmd = word
         elif cmd.startswith("//"):
             line = line.replace("/", "", 1)
         if cmd in ("/exit", "/quit"):
