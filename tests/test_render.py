@@ -67,6 +67,7 @@ class FakeSession:
 
     def generate(self, ids, sampling, **kw):
         self.on_prefill = kw.pop("on_prefill", None)
+        self.speculate = kw.pop("speculate")  # the view always says whether to speculate
         assert not kw
 
         def gen():
@@ -226,3 +227,9 @@ def test_stats_line_gives_the_drafts_when_the_reply_speculated():
     assert line.endswith("stop: length")
     d = stats.to_dict()
     assert (d["drafted"], d["accepted"], d["mean_accepted"]) == (120, 90, 4.5)
+
+
+def test_stats_line_of_a_one_token_reply_has_no_rate():
+    stats = GenerationStats(prompt_tokens=8, new_tokens=1, ttft_s=0.1, stop_reason="length")
+    line = format_stats(stats, ceiling=200.0)
+    assert "1 new token ·" in line and "tok/s" not in line and "ceiling" not in line

@@ -75,11 +75,14 @@ def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str
     reused = f" ({stats.reused_tokens:,} reused)" if chat else ""
     if stats.new_tokens == 0 and stats.stop_reason == "interrupted":
         return f"prompt {stats.prompt_tokens:,} tokens{reused} · interrupted during prefill"
-    tps = f"{stats.decode_tokens_per_s:.1f} tok/s decode"
+    tps = f" · {stats.decode_tokens_per_s:.1f} tok/s decode"
     if ceiling:
         tps += f" (ceiling {ceiling:.0f}, {100 * stats.decode_tokens_per_s / ceiling:.0f}%)"
-    return (f"prompt {stats.prompt_tokens:,} tokens{reused} · {stats.new_tokens:,} new tokens · "
-            f"first token {stats.ttft_s:.2f} s · {tps}{speculation_note(stats)} · "
+    if stats.new_tokens < 2:  # no decode rate after the first token
+        tps = ""
+    new = f"{stats.new_tokens:,} new token{'' if stats.new_tokens == 1 else 's'}"
+    return (f"prompt {stats.prompt_tokens:,} tokens{reused} · {new} · "
+            f"first token {stats.ttft_s:.2f} s{tps}{speculation_note(stats)} · "
             f"stop: {stats.stop_reason}")
 
 
