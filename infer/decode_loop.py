@@ -125,7 +125,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                                          stats, sp, ctx, n)
             elif feed and not ahead:  # no page was free: raises OutOfPages if still none
                 nxt_t = _feed(runner, ticket, fed_t, sessions, pos, feed, n, pool)
-            out = []
+            out, ends = [], {}
             for i in live:
                 if i in stopped:
                     continue
@@ -139,17 +139,26 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                 out.append((i, toks[i]))
                 for d in accepted.get(i, ()):
                     if d in stop_ids:  # a drafted stop id the target agreed with
-                        stats[i].stop_reason = "stop"
+                        ends[i] = "stop"  # set as the row's last token is yielded
                         feed.discard(i)
                         break
                     sessions[i]._ids.append(d)
                     stats[i].token_arrived(t0)
                     stats[i].new_tokens += 1
+                    stats[i].accepted += 1
                     out.append((i, d))
+            if spec:  # a finished reply gives back the pages of its rejected drafts
+                for i in live:
+                    if i not in feed:
+                        sessions[i]._truncate(sessions[i].num_cached)
             live = [i for i in live if i in feed]
             if live and host is None:
                 tok_t = nxt_t
-            yield from out
+            last = {i: k for k, (i, _) in enumerate(out)}
+            for k, (i, tok) in enumerate(out):
+                if last[i] == k and i in ends:
+                    stats[i].stop_reason = ends[i]
+                yield i, tok
     finally:
         for st in stats:
             if not st.stop_reason:
@@ -174,13 +183,19 @@ def _verify(runner, ticket: int, pool, sessions: Sequence[Session], drafters: li
     their token alone). Returns the next tokens per row (host; -1 where not fed) and, per row,
     the accepted drafts (the caller appends and yields them after the row's token)."""
     budget = runner.max_rows - len(feed)
+    free = pool.num_free_pages  # drafts take only pages the tokens themselves do not need
+    free -= sum(max(0, pool.pages_for(sessions[i].num_cached + 1) - len(sessions[i]._pages))
+                for i in feed)
     plan, wanted = {}, {}
     for i in sorted(feed):
         s, ctl = sessions[i], drafters[i].control
         room = draft_budget(s.num_cached, stats[i].new_tokens + 1, ctx, sp.max_new_tokens)
-        wanted[i] = ctl.next_k(min(room, budget))
+        held = max(len(s._pages), pool.pages_for(s.num_cached + 1))
+        room = min(room, (held + max(0, free)) * pool.page_size - s.num_cached - 1)
+        wanted[i] = ctl.next_k(max(0, min(room, budget)))
         d = drafters[i].propose(s._ids, toks[i], wanted[i])
         budget -= len(d)
+        free -= max(0, pool.pages_for(s.num_cached + 1 + len(d)) - held)
         plan[i] = (toks[i], d)
     results = verify(runner, ticket, pool, sessions, plan, sp.greedy)
     nxt = [NON_FINITE] * n
@@ -195,7 +210,6 @@ def _verify(runner, ticket: int, pool, sessions: Sequence[Session], drafters: li
             drafters[i].control.update(r.drafted, r.accepted)
         else:
             drafters[i].control.no_match()  # counts as a step that accepted nothing
-        stats[i].drafted += r.drafted
-        stats[i].accepted += r.accepted
+        stats[i].drafted += r.drafted  # accepted: counted as the drafts are kept (the caller)
         stats[i].verify_steps += int(r.drafted > 0)
     return nxt, accepted

@@ -101,15 +101,63 @@ def test_drafts_respect_context_and_token_budget(scripted):
 
 
 def test_a_stop_id_inside_accepted_drafts_ends_the_reply(scripted):
-    prompt = prompt_of(9, seed=3)
+    """The stop id is the 11th token, inside the second verify step's accepted drafts: the
+    reply is the 10 before it, its stop reason is set only as its last token is yielded (the
+    rule ``Summarizer`` reads), and only the drafts kept count as accepted."""
+    prompt = prompt_of(9, seed=4)
     plain = expected(prompt, 40)
-    stop = plain[12]  # the 13th token is a stop id: the reply is the 12 before it
-    first = plain.index(stop)
+    stop = plain[10]
+    assert plain.index(stop) == 10
     eng = mock_engine(stop=(stop,))
     s = eng.new_session()
-    got = list(s.generate(prompt, GREEDY.replace(max_new_tokens=40), speculate=True))
-    assert got == plain[:first] and s.stats.stop_reason == "stop"
+    got, reason_at = [], None
+    for _, tok in eng.generate_batch([(s, prompt)], GREEDY.replace(max_new_tokens=40),
+                                     speculate=True):
+        got.append(tok)
+        if s.stats.stop_reason and reason_at is None:
+            reason_at = len(got)
+    assert got == plain[:10] and s.stats.stop_reason == "stop"
+    assert reason_at == len(got)
     assert s.cached_ids == prompt + got  # the stop id is not cached
+    st = s.stats
+    assert 0 < st.accepted <= st.new_tokens - st.verify_steps  # one own token per step
+    assert s.num_pages == eng.pool.pages_for(s.num_cached)  # the draft pages went back
+
+
+def test_a_summary_part_ending_on_a_drafted_stop_is_reported_once_and_whole(scripted):
+    from infer.summarize import Summarizer
+
+    class Tok:
+        def count_tokens(self, texts):
+            return [1 for _ in texts]
+
+        def decode(self, toks, skip_special_tokens=True):
+            return " ".join(map(str, toks))
+
+    prompt = prompt_of(9, seed=4)
+    plain = expected(prompt, 40)
+    eng = mock_engine(stop=(plain[10],))
+    sm = Summarizer(eng, Tok(), split=None, sampling=GREEDY, part_tokens=40, speculate=True)
+    seen = []
+    out = sm._map(0, ["part"], [prompt], seen.append, None)
+    assert out == [" ".join(map(str, plain[:10]))]
+    assert [p.summary for p in seen] == out
+
+
+@pytest.mark.parametrize("speculate", [False, True])
+def test_drafts_take_only_pages_the_reply_does_not_need(scripted, speculate):
+    """One page free: the 8-token reply and its stop id fit in it, so drafting must not take
+    more (a plain reply never fails for want of a page its stop id does not need)."""
+    prompt = prompt_of(6, seed=0)
+    plain = expected(prompt, 40)
+    assert plain.index(plain[8]) == 8
+    eng = mock_engine(ctx=64, stop=(plain[8],))  # 5 pages of 16
+    other = eng.new_session()
+    list(other.generate(prompt_of(60, seed=9), GREEDY.replace(max_new_tokens=1)))
+    assert eng.pool.num_free_pages == 1
+    s = eng.new_session()
+    got = list(s.generate(prompt, GREEDY.replace(max_new_tokens=40), speculate=speculate))
+    assert got == plain[:8] and s.stats.stop_reason == "stop"
 
 
 def test_batch_speculates_per_sequence(scripted):
