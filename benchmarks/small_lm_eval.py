@@ -62,9 +62,11 @@ def heldout_loss(model, ids: list[int], seq: int, batch: int = 8,
 
 @torch.no_grad()
 def induction(model, ids: list[int], length: int = 200, passages: int = 32,
-              batch: int = 16) -> dict:
+              batch: int = 16, what: str = "induction") -> dict:
     """Loss on a passage's first and second occurrence in ``[p, p]``, ``passages`` held-out
-    passages of ``length`` tokens at evenly spaced offsets of ``ids``."""
+    passages of ``length`` tokens at evenly spaced offsets of ``ids``. With ``ids`` shuffled
+    (``what="induction_random"``: tokens with no sentence to remember) it measures copying
+    alone, as the training's copying rows teach it."""
     if len(ids) < length:
         raise ValueError(f"{len(ids)} held-out tokens: fewer than one passage of {length}")
     t = torch.tensor(ids, dtype=torch.int64)
@@ -76,7 +78,7 @@ def induction(model, ids: list[int], length: int = 200, passages: int = 32,
         firsts.append(loss[:, :length - 1])  # predicts tokens 1..L-1 of the first copy
         seconds.append(loss[:, length:])  # the same tokens of the second copy
     first, second = float(torch.cat(firsts).mean()), float(torch.cat(seconds).mean())
-    return {"what": "induction", "passages": passages, "length": length,
+    return {"what": what, "passages": passages, "length": length,
             "first_loss": round(first, 4), "second_loss": round(second, 4),
             "ratio": round(second / first, 4)}
 

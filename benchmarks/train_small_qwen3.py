@@ -316,6 +316,10 @@ def run(args, dev: torch.device, emit) -> None:
     with amp:
         emit(heldout_loss(model, held_ids, args.seq, max_tokens=args.heldout_tokens or None))
         emit(induction(model, held_ids, args.induction_length, args.induction_passages))
+        shuffled = torch.tensor(held_ids)[torch.randperm(
+            len(held_ids), generator=torch.Generator().manual_seed(args.seed))].tolist()
+        emit(induction(model, shuffled, args.induction_length, args.induction_passages,
+                       what="induction_random"))
         emit(copy_eval(model, copy_samples(held, tok, args.copy_samples)))
     emit(load_check(model, out, held_ids[:args.check_tokens]))
 

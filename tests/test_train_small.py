@@ -183,8 +183,8 @@ def test_main_end_to_end(tmp_path, one_thread):
                            "--check-tokens", "24"])
     by = {r["what"]: r for r in records}
     assert [json.loads(line) for line in report.read_text().splitlines()] == records
-    assert {"device", "config", "train", "saved", "heldout_loss", "induction", "copy",
-            "load_check"} <= set(by)
+    assert {"device", "config", "train", "saved", "heldout_loss", "induction",
+            "induction_random", "copy", "load_check"} <= set(by)
     assert by["train"]["steps"] == 3 and by["heldout_loss"]["loss"] > 0
     assert by["induction"]["first_loss"] > 0 and by["induction"]["second_loss"] > 0
     assert 0 <= by["copy"]["token_match_frac"] <= 1 and by["copy"]["samples"] == 2
