@@ -19,6 +19,10 @@ Printed, one JSON line each:
   layer: the projections' share of a decode step, per layer.
 
 ``--rows`` (default 1) is the number of rows of x, the tokens of the step (1 to 16).
+``--split-k 2,4,8`` adds ``impl`` ``ours_split{s}`` lines for the plain projections: the default
+tiles with ``split_k = s`` (``kernels/gemv.py``'s split-K, not picked by default yet). Expected
+on the 0.6B's ``o_proj`` and ``down_proj`` (32 programs by default on 132 SMs): most of the way
+from about a third of the bandwidth towards the ~85-90 % the wide weights reach.
 
 Run: ``python3 benchmarks/gemv.py [--size 8b] [--layers 36] [--rows 1]`` (GPU only; ~1 minute).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +39,7 @@ import torch.nn.functional as F
 from benchmarks.timing import bench_graph_many, read_bandwidth
 from kernels.gemv import gemv, gemv_swiglu
 from kernels.silu_mul import silu_mul
+from kernels.tiles import gemv_tiles
 
 SIZES = {  # hidden, intermediate, q heads, kv heads, head_dim, vocab
     "0.6b": (1024, 3072, 16, 8, 128, 151936), "4b": (2560, 9728, 32, 8, 128, 151936),
@@ -51,7 +57,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--rep-ms", type=int, default=200)
     ap.add_argument("--rows", type=int, default=1, help="tokens of the step, 1 to 16")
+    ap.add_argument("--split-k", default="", help="split_k values to try, e.g. 2,4,8")
     args = ap.parse_args()
+    splits = [int(v) for v in args.split_k.split(",") if v]
     if not 1 <= args.rows <= 16:
         ap.error("--rows must be 1 to 16")
     if args.layers < 1 or args.rep_ms < 1:
@@ -79,8 +87,12 @@ def main() -> None:
     for name, (n, k) in shapes.items():
         ws, xi, y = weights[name], xs[name], ys[name]
         nbytes = n * k * 2
-        for impl, fn in (("ours", lambda w, xi=xi: gemv(xi, w)),
-                         ("cublas", lambda w, xi=xi, y=y: F.linear(xi, w, out=y))):
+        impls = [("ours", lambda w, xi=xi: gemv(xi, w)),
+                 ("cublas", lambda w, xi=xi, y=y: F.linear(xi, w, out=y))]
+        for sk in splits if name != "gate_up_proj" else ():
+            t = replace(gemv_tiles(dev, dt, n, k, False), split_k=sk)
+            impls.append((f"ours_split{sk}", lambda w, xi=xi, t=t: gemv(xi, w, tiles=t)))
+        for impl, fn in impls:
             us = per_layer([lambda w=w, fn=fn: fn(w) for w in ws], len(ws))
             emit({"what": "gemv", "proj": name, "impl": impl, "rows": m, "n": n, "k": k,
                   "layers": len(ws),

@@ -24,6 +24,12 @@ eager mode computes inside a short step is computed alone in graph mode, and bot
 same K/V. (Steps of more than 16 tokens go through cuBLAS and the prefill attention kernel, so
 results there do depend on how a prompt is chunked.)
 
+**Split-K** (``GemvTiles.split_k`` > 1, plain ``gemv`` only): program ``(j, s)`` walks the
+``s``-th of ``split_k`` equal runs of K-tiles for rows block ``j`` and stores its float32 sum in
+a ``[split_k, 16, N]`` workspace; ``_splitk_reduce_kernel`` adds the partials in the order
+``s = 0, 1, ...`` and rounds once. The summation order then depends on the weight's shape and
+the tiles only, so rows stay invariant and results deterministic (no atomics).
+
 ``gemv_swiglu`` is the MLP's gate/up projection with SwiGLU in its epilogue: each program computes
 the same ``BLOCK_N`` rows of the gate half and of the up half and writes ``silu(gate) * up``
 directly, with the numerics of ``F.linear`` then ``kernels/silu_mul.py`` (the projection rounded
@@ -59,6 +65,8 @@ def _gemv_kernel(
     SWIGLU: tl.constexpr,
     STAGES: tl.constexpr,
     DOT_PREC: tl.constexpr,  # "ieee" for float32 operands (no TF32), "tf32" (unused) otherwise
+    SPLIT_K: tl.constexpr = 1,  # > 1: y_ptr is the float32 [SPLIT_K, BLOCK_M, N] workspace
+    K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -71,7 +79,11 @@ def _gemv_kernel(
     up_tile = w_ptr + (rows_n + N)[:, None] * stride_wn + cols[None, :]  # SWIGLU: up rows
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+    k_lo, k_hi = 0, K
+    if SPLIT_K > 1:
+        k_lo = tl.program_id(1) * K_PER_SPLIT
+        k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_tile + k0, mask=in_m[:, None], other=0.0)
             w = tl.load(w_tile + k0)
@@ -90,8 +102,28 @@ def _gemv_kernel(
         acc = silu_mul_rounded(acc.to(dtype).to(tl.float32), acc_up.to(dtype).to(tl.float32),
                                dtype)
     out_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :], acc.to(dtype),
-             mask=in_m[:, None] & (out_n < N)[None, :])
+    if SPLIT_K > 1:  # the partial sum, in float32, for _splitk_reduce_kernel
+        part = y_ptr + tl.program_id(1) * BLOCK_M * N
+        tl.store(part + rows_m[:, None] * N + out_n[None, :], acc,
+                 mask=in_m[:, None] & (out_n < N)[None, :])
+    else:
+        tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :], acc.to(dtype),
+                 mask=in_m[:, None] & (out_n < N)[None, :])
+
+
+@triton.jit
+def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, stride_ym, SPLIT_K: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """y[m, n] = round(sum over s = 0, 1, ... of ws[s, m, n]): one program per BLOCK_N columns."""
+    rows_m = tl.arange(0, BLOCK_M)
+    out_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows_m < M)[:, None] & (out_n < N)[None, :]
+    offs = rows_m[:, None] * N + out_n[None, :]
+    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLIT_K):
+        acc += tl.load(ws_ptr + s * BLOCK_M * N + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :],
+             acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
@@ -122,11 +154,33 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
         return y.zero_()
     if tiles is None:
         tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
+    if tiles.split_k > 1 and not swiglu:
+        return _launch_split(x, weight, y, n, k, tiles)
     _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps)
+    return y
+
+
+def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int, k: int,
+                  tiles: GemvTiles) -> torch.Tensor:
+    """Split-K (module notes): the partial sums, then their fixed-order sum into ``y``."""
+    k_tiles = triton.cdiv(k, tiles.block_k)
+    splits = min(tiles.split_k, k_tiles)
+    per = triton.cdiv(k_tiles, splits) * tiles.block_k
+    splits = triton.cdiv(k, per)  # no empty split
+    ws = torch.empty((splits, MAX_ROWS, n), dtype=torch.float32, device=x.device)
+    _gemv_kernel[(triton.cdiv(n, tiles.block_n), splits)](
+        x, weight, ws, x.shape[0], n, k, x.stride(0), weight.stride(0), n,
+        BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        EVEN_K=k % per == 0,  # every split a whole number of full column blocks
+        SWIGLU=False, STAGES=tiles.num_stages,
+        DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", SPLIT_K=splits,
+        K_PER_SPLIT=per, num_warps=tiles.num_warps)
+    _splitk_reduce_kernel[(triton.cdiv(n, 128),)](
+        ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS, BLOCK_N=128)
     return y
 
 
@@ -138,7 +192,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, *, tiles: GemvTiles | None = Non
             contiguous, on the weight's device.
         weight: [N, K] in x's dtype, last dim contiguous (an ``nn.Linear`` weight).
         tiles: a ``kernels.tiles.GemvTiles``; None takes ``gemv_tiles`` for the weight (never a
-            function of M: row invariance).
+            function of M: row invariance); its ``split_k`` > 1 adds a float32 workspace of
+            ``split_k x 16 x N`` and a second kernel.
 
     Returns:
         A new [M, N] tensor in x's dtype: float32 accumulation, one rounding at the end; each row

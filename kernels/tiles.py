@@ -182,6 +182,10 @@ class GemvTiles:
         block_k: columns per iteration, a power of two >= 16.
         num_stages: weight tiles in flight (Triton's software pipeline).
         num_warps: Triton launch option.
+        split_k: programs along K per block of rows (1: none). More than 1 (plain ``gemv``
+            only) writes float32 partial sums that a second kernel adds in a fixed order: a
+            narrow weight then fills more SMs (an ``[1024, K]`` weight in blocks of 32 rows is
+            32 programs on an H200's 132 SMs). Not picked by ``gemv_tiles`` yet.
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -191,6 +195,7 @@ class GemvTiles:
     block_k: int
     num_stages: int
     num_warps: int = 4
+    split_k: int = 1
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)
@@ -199,6 +204,8 @@ class GemvTiles:
         if self.block_n < 16 or self.block_k < 16 or self.num_stages < 1:
             raise ValueError("block_n and block_k must be >= 16 (tensor-core dots), num_stages "
                              ">= 1")
+        if not isinstance(self.split_k, int) or self.split_k < 1:
+            raise ValueError(f"split_k must be an integer >= 1, got {self.split_k!r}")
 
 
 def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
