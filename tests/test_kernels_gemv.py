@@ -381,3 +381,24 @@ def test_gpu_gemv_swiglu_bf16_8b_gate_up():
           f"silu_mul {err_torch:.3g})")
     assert err <= 1.5 * err_torch + 1e-3
     assert torch.equal(gemv_swiglu(x[3:4], w), got[3:4])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_gpu_gemv_rmsnorm_bf16_8b_shapes(swiglu):
+    """bfloat16, the 8B's qkv (6144 x 4096) and gate/up (2 x 12288 x 4096): the fused norm
+    against rmsnorm then the GEMV (the same roundings; only the sum of squares' order differs),
+    the new residual bit-equal, every row bit-identical alone and among 16."""
+    n, k = (24576, 4096) if swiglu else (6144, 4096)
+    x, w = _case(n, k, torch.bfloat16, device="cuda", m=16)
+    res = torch.randn_like(x)
+    g = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
+    fused, plain = (gemv_swiglu_rmsnorm, gemv_swiglu) if swiglu else (gemv_rmsnorm, gemv)
+    y, new = fused(x, w, g, 1e-6, res)
+    normed, want_res = rmsnorm(x, g, 1e-6, res)
+    want = plain(normed, w)
+    assert torch.equal(new, want_res)
+    assert (y.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    for i in (0, 7, 15):
+        yi, _ = fused(x[i:i + 1], w, g, 1e-6, res[i:i + 1])
+        assert torch.equal(yi, y[i:i + 1])
