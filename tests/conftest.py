@@ -86,6 +86,26 @@ def tiny_ckpt_factory(tmp_path_factory):
     return make
 
 
+@pytest.fixture(scope="module")
+def tiny_cpu(tiny_ckpt_factory):
+    """The tiny random Qwen3 loaded on the CPU in float32 (one per test module)."""
+    from models.loader import load_model
+
+    return load_model(tiny_ckpt_factory(), device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def gpu_qwen3_4l(tiny_ckpt_factory):
+    """A 4-layer Qwen3-0.6B-shaped random model in bfloat16 on the GPU (GPU tests only)."""
+    from models.loader import load_model
+
+    model = load_model(tiny_ckpt_factory(size="0.6b", num_hidden_layers=4, dtype="bfloat16"),
+                       device="cuda", dtype=torch.bfloat16)
+    yield model
+    del model
+    torch.cuda.empty_cache()
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tiny_ckpt_factory, tokenizer_dir) -> Path:
     """A tiny tied float32 Qwen3 checkpoint (vocab 151936) with the real tokenizer files."""

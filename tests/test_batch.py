@@ -132,13 +132,6 @@ def test_on_prefill_names_the_request():
 NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
 
 
-@pytest.fixture(scope="module")
-def tiny_cpu(tiny_ckpt_factory):
-    from models.loader import load_model
-
-    return load_model(tiny_ckpt_factory(), device="cpu", dtype=torch.float32)
-
-
 def random_ids(n: int, seed: int) -> list[int]:
     return torch.randint(0, 151669, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
@@ -164,23 +157,12 @@ def test_batch_equals_alone_on_tiny_qwen3(tiny_cpu, attention, kv_cache, presenc
 # ---------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture(scope="module")
-def gpu_model(tiny_ckpt_factory):
-    from models.loader import load_model
-
-    model = load_model(tiny_ckpt_factory(size="0.6b", num_hidden_layers=4, dtype="bfloat16"),
-                       device="cuda", dtype=torch.bfloat16)
-    yield model
-    del model
-    torch.cuda.empty_cache()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_gpu_batched_graphs_equal_single_decode(gpu_model, kv_cache):
+def test_gpu_batched_graphs_equal_single_decode(gpu_qwen3_4l, kv_cache):
     cfg = EngineConfig("unused", ctx=1024, kv_cache=kv_cache, page_size=16, device="cuda",
                        attention="triton", max_batch=16)
-    eng = Engine(cfg, model=gpu_model, tokenizer=NO_STOP)
+    eng = Engine(cfg, model=gpu_qwen3_4l, tokenizer=NO_STOP)
     sp = GREEDY.replace(max_new_tokens=64)
     prompts = [random_ids(40 + 37 * i, seed=i) for i in range(11)]  # bucket 16
     single = [list(eng.new_session().generate(p, sp)) for p in prompts]
@@ -191,7 +173,7 @@ def test_gpu_batched_graphs_equal_single_decode(gpu_model, kv_cache):
     assert two == single[:2]
     assert eng.graph_runner().num_graphs == 3  # buckets 1, 16 and 2
     sp_s = SamplingParams(temperature=0.8, top_k=50, seed=3, max_new_tokens=32)
-    eager = Engine(cfg.__class__(**{**cfg.__dict__, "cuda_graphs": False}), model=gpu_model,
+    eager = Engine(cfg.__class__(**{**cfg.__dict__, "cuda_graphs": False}), model=gpu_qwen3_4l,
                    tokenizer=NO_STOP)
     sampled = [collect(e.generate_batch([(e.new_session(), p) for p in prompts[:5]], sp_s), 5)
                for e in (eng, eager)]

@@ -198,13 +198,6 @@ def test_runner_context_full_and_two_sessions():
         next(ga)
 
 
-@pytest.fixture(scope="module")
-def tiny_cpu(tiny_ckpt_factory):
-    from models.loader import load_model
-
-    return load_model(tiny_ckpt_factory(), device="cpu", dtype=torch.float32)
-
-
 @pytest.mark.parametrize("sp", [GREEDY, GREEDY.replace(presence_penalty=2.0),
                                 SAMPLED.replace(seed=3)], ids=["greedy", "presence", "sampled"])
 def test_runner_matches_eager_on_tiny_qwen3(tiny_cpu, sp):

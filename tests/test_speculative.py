@@ -203,13 +203,6 @@ def test_presence_penalty_turns_speculation_off(scripted):
 NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
 
 
-@pytest.fixture(scope="module")
-def tiny_cpu(tiny_ckpt_factory):
-    from models.loader import load_model
-
-    return load_model(tiny_ckpt_factory(), device="cpu", dtype=torch.float32)
-
-
 def _tiny_engine(tiny_cpu, kv_cache="bf16", attention="reference"):
     cfg = EngineConfig("unused", ctx=256, page_size=16, device="cpu", attention=attention,
                        kv_cache=kv_cache)
@@ -289,17 +282,6 @@ def test_non_finite_logits_raise(scripted, speculate):
 # ---------------------------------------------------------------------------- GPU
 
 
-@pytest.fixture(scope="module")
-def gpu_model(tiny_ckpt_factory):
-    from models.loader import load_model
-
-    model = load_model(tiny_ckpt_factory(size="0.6b", num_hidden_layers=4, dtype="bfloat16"),
-                       device="cuda", dtype=torch.bfloat16)
-    yield model
-    del model
-    torch.cuda.empty_cache()
-
-
 def _gpu_engine(model, kv_cache, ctx=8192, graphs=True):
     cfg = EngineConfig("unused", ctx=ctx, kv_cache=kv_cache, page_size=64, device="cuda",
                        attention="triton", cuda_graphs=graphs)
@@ -309,10 +291,10 @@ def _gpu_engine(model, kv_cache, ctx=8192, graphs=True):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 @pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
-def test_gpu_verify_rows_equal_one_row_steps(gpu_model, kv_cache, graphs):
+def test_gpu_verify_rows_equal_one_row_steps(gpu_qwen3_4l, kv_cache, graphs):
     """Row t of a k+1-row verify step gives the logits of the one-row step at its position, bit
     for bit, for every verify bucket, across a page boundary (position 3000 + t)."""
-    eng = _gpu_engine(gpu_model, kv_cache, graphs=graphs)
+    eng = _gpu_engine(gpu_qwen3_4l, kv_cache, graphs=graphs)
     s = eng.new_session()
     prompt = torch.randint(0, 151669, (3000,), generator=torch.Generator().manual_seed(0))
     list(s.generate(prompt.tolist(), GREEDY.replace(max_new_tokens=1)))
@@ -332,8 +314,8 @@ def test_gpu_verify_rows_equal_one_row_steps(gpu_model, kv_cache, graphs):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_gpu_speculation_equals_plain_over_1000_tokens(gpu_model, kv_cache):
-    eng = _gpu_engine(gpu_model, kv_cache)
+def test_gpu_speculation_equals_plain_over_1000_tokens(gpu_qwen3_4l, kv_cache):
+    eng = _gpu_engine(gpu_qwen3_4l, kv_cache)
     phrase = torch.randint(0, 151669, (40,), generator=torch.Generator().manual_seed(2)).tolist()
     prompt = phrase * 50  # 2000 tokens that repeat: drafts to accept
     sp = GREEDY.replace(max_new_tokens=1000)
@@ -345,15 +327,15 @@ def test_gpu_speculation_equals_plain_over_1000_tokens(gpu_model, kv_cache):
 
 
 @pytest.mark.gpu
-def test_gpu_seeded_sampling_with_speculation_graphs_equal_eager(gpu_model, monkeypatch):
+def test_gpu_seeded_sampling_with_speculation_graphs_equal_eager(gpu_qwen3_4l, monkeypatch):
     """Verify buckets captured in the middle of a reply leave the generator's stream as it was:
     a seeded speculative reply is the same with graphs (first reply: captures happen; second:
     none) as eagerly."""
     monkeypatch.setattr(verify_step, "PromptLookup", TailLookup)
     prompt = list(range(1000, 1040)) * 10
     sp = SamplingParams(temperature=0.8, top_k=50, seed=5, max_new_tokens=96)
-    graphs = _gpu_engine(gpu_model, "bf16", ctx=2048)
-    eager = _gpu_engine(gpu_model, "bf16", ctx=2048, graphs=False)
+    graphs = _gpu_engine(gpu_qwen3_4l, "bf16", ctx=2048)
+    eager = _gpu_engine(gpu_qwen3_4l, "bf16", ctx=2048, graphs=False)
     runs = []
     for eng in (graphs, graphs, eager):
         s = eng.new_session()
