@@ -118,10 +118,8 @@ class DraftControl:
       ``start_k``. C starts at ``min_cooldown`` and doubles on each cool-down up to
       ``max_cooldown``; any verify step that accepts a draft resets it to ``min_cooldown``.
 
-    Counters (for the stats): ``drafted`` and ``accepted`` draft tokens, ``verify_steps``.
-    ``mean_accepted`` = accepted / verify_steps (draft tokens kept per verify step, without the
-    correction/bonus token); ``tokens_per_step`` = mean_accepted + 1 (tokens emitted per verify
-    step, the correction/bonus token included).
+    The counts a reply reports (drafted, accepted, verify steps) are ``GenerationStats``'s:
+    the decode loop counts an accepted draft only once it is kept (not past a drafted stop id).
 
     Args:
         start_k: the first draft length, >= 1.
@@ -146,7 +144,6 @@ class DraftControl:
         self.cooldown_left = 0  # plain steps to take before drafting again
         self._cooldown = min_cooldown  # the next cool-down's length
         self._misses = 0  # consecutive verify steps with zero accepted
-        self.drafted = self.accepted = self.verify_steps = 0
 
     def next_k(self, max_k: int) -> int:
         """The draft length for the next step, at most ``max_k`` (the caller's room: context,
@@ -164,9 +161,6 @@ class DraftControl:
         if drafted < 1 or not 0 <= accepted <= drafted:
             raise ValueError(f"need 0 <= accepted <= drafted and drafted >= 1, got "
                              f"drafted={drafted}, accepted={accepted}")
-        self.drafted += drafted
-        self.accepted += accepted
-        self.verify_steps += 1
         if accepted == drafted:
             self.k = min(2 * self.k, self.max_k)
         else:
@@ -193,16 +187,6 @@ class DraftControl:
     def skip(self, steps: int) -> None:
         """Count ``steps`` plain (non-drafting) steps taken: they shorten the cool-down."""
         self.cooldown_left = max(0, self.cooldown_left - steps)
-
-    @property
-    def mean_accepted(self) -> float:
-        """Draft tokens accepted per verify step (0.0 before any), the bonus not counted."""
-        return self.accepted / self.verify_steps if self.verify_steps else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        """Tokens emitted per verify step: ``mean_accepted + 1`` (0.0 before any)."""
-        return self.mean_accepted + 1 if self.verify_steps else 0.0
 
 
 def accept_greedy(drafts: Sequence[int], targets: Sequence[int]) -> tuple[int, list[int]]:

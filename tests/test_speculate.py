@@ -124,14 +124,10 @@ def test_draft_control_grows_shrinks_and_caps():
     assert dc.next_k(100) == 1
     dc.update(2, 2)  # a shorter draft than k, all accepted
     assert dc.next_k(100) == 2
-    assert (dc.drafted, dc.accepted, dc.verify_steps) == (48, 32, 6)
-    assert dc.mean_accepted == pytest.approx(32 / 6)
-    assert dc.tokens_per_step == pytest.approx(32 / 6 + 1)
 
 
 def test_draft_control_cooldown_doubles_and_resets():
     dc = DraftControl(patience=3)
-    assert dc.mean_accepted == 0.0 and dc.tokens_per_step == 0.0
 
     def misses(times):
         for _ in range(times):
@@ -159,8 +155,6 @@ def test_draft_control_cooldown_doubles_and_resets():
     dc.skip(5)
     dc.skip(100)
     assert dc.cooldown_left == 0
-    assert dc.verify_steps == 2 + 1 + 3 + 8 * 3 + 1 + 3
-    assert dc.accepted == 3
 
 
 def test_draft_control_rejects_bad_input():
@@ -202,6 +196,5 @@ def test_draft_control_no_match_counts_towards_the_cooldown():
     assert dc.next_k(100) == 4 and dc.cooldown_left == 0
     dc.no_match()
     assert dc.next_k(100) == 0 and dc.cooldown_left == 16
-    assert (dc.drafted, dc.accepted, dc.verify_steps) == (0, 0, 0)  # not verify steps
     dc.skip(16)
     assert dc.next_k(100) == 4
