@@ -33,6 +33,7 @@ from benchmarks.train_small_qwen3 import (  # noqa: E402
     lr_at,
     main,
     parse_args,
+    repeat_frac_at,
     sample_batch,
     small_config,
     train,
@@ -117,6 +118,14 @@ def test_linear_cross_entropy_matches_plain_cross_entropy():
     torch.testing.assert_close(w.grad, w2.grad)
     per_row = token_losses(h.detach(), w.detach(), y, chunk=5)
     torch.testing.assert_close(per_row, F.cross_entropy(h2 @ w2.T, y, reduction="none").float())
+
+
+def test_copy_steps_come_first():
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(copy_steps=3, repeat_frac=0.25)
+    assert [repeat_frac_at(i, args) for i in range(5)] == [1.0, 1.0, 1.0, 0.25, 0.25]
+    assert repeat_frac_at(0, SimpleNamespace(copy_steps=0, repeat_frac=0.1)) == 0.1
 
 
 def test_schedule_and_batches():
