@@ -240,8 +240,8 @@ class GraphRunner:
         b = self.bufs
         verify = drafts is not None and not self._params.greedy
         bucket = self.bucket_for(len(rows))
-        if self.capture and (bucket, graph_key(self._params, verify)[0], verify) not in \
-                self._graphs and isinstance(tokens, torch.Tensor):
+        if self.capture and self._key(bucket, verify) not in self._graphs and \
+                isinstance(tokens, torch.Tensor):
             tokens = tokens.clone()  # capturing overwrites next_token
         cap = self._graph(bucket, verify)
         self._bucket = bucket
@@ -312,13 +312,16 @@ class GraphRunner:
 
     # ------------------------------------------------------------------ internals
 
+    def _key(self, bucket: int, verify: bool) -> GraphKey:
+        """The key of the captured step of ``bucket`` rows for the batch's parameters."""
+        return (bucket, *graph_key(self._params, verify))
+
     def _graph(self, bucket: int, verify: bool) -> Captured | None:
         """The captured step of ``bucket`` rows for the batch's parameters (captured now if new;
         the least recently used dropped past ``MAX_GRAPHS``); None when not capturing."""
         if not self.capture:
             return None
-        params, verify = graph_key(self._params, verify)
-        key = (bucket, params, verify)
+        key = self._key(bucket, verify)
         if key not in self._graphs:
             if len(self._graphs) >= MAX_GRAPHS:
                 self._graphs.popitem(last=False)
