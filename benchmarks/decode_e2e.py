@@ -11,6 +11,13 @@ at the mean number of cached positions during the decode, and the fraction of it
 
     PYTHONPATH=. python benchmarks/decode_e2e.py                       # 8b: 4k, 32k, 128k
     PYTHONPATH=. python benchmarks/decode_e2e.py --model DIR --lengths 4096 32768 --kv bf16
+    PYTHONPATH=. python benchmarks/decode_e2e.py --size 0.6b --lengths 4096 --kv bf16 \
+        --variants base,split_k --rounds 2 --eager-tokens 0      # an A/B, alternated
+
+``--variants`` builds one engine per variant in turn (``--rounds`` times, alternating, so that
+drift of the card hits every variant alike): ``split_k`` turns on ``kernels.tiles.GEMV_SPLIT_K``
+(split-K for narrow projections), ``fused_norm`` ``models.qwen3.FUSED_NORM_GEMV`` (RMSNorm in the
+next projection's prologue); ``+`` joins them. Each JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -27,6 +34,8 @@ from types import SimpleNamespace
 
 import torch
 
+import kernels.tiles
+import models.qwen3
 from infer import Engine, EngineConfig, SamplingParams
 from models.loader import load_model
 from models.random_checkpoint import SIZES, write_random_checkpoint
@@ -35,6 +44,29 @@ VOCAB_LIMIT = 151669  # Qwen3: ids above are padding, never sampled
 YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                          "original_max_position_embeddings": 32768},
         "max_position_embeddings": 131072}
+
+
+FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
+         "fused_norm": (models.qwen3, "FUSED_NORM_GEMV")}
+
+
+def parse_variants(text: str) -> list[str]:
+    """``base,split_k,fused_norm+split_k`` -> the names, each checked against ``FLAGS``."""
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    for name in names:
+        for part in name.split("+"):
+            if part != "base" and part not in FLAGS:
+                raise ValueError(f"unknown variant part {part!r} (base, {', '.join(FLAGS)})")
+    if not names:
+        raise ValueError("--variants is empty")
+    return names
+
+
+def set_variant(name: str) -> None:
+    """Set the module flags of ``FLAGS`` for variant ``name`` (all off for ``base``)."""
+    parts = set(name.split("+"))
+    for key, (module, attr) in FLAGS.items():
+        setattr(module, attr, key in parts)
 
 
 def checkpoint(args) -> Path:
@@ -109,7 +141,16 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--profile", action="store_true",
                     help="also profile graph decode at the shortest length (top kernels)")
+    ap.add_argument("--variants", default="base",
+                    help="comma-separated: base, split_k, fused_norm, joined with + (an A/B)")
+    ap.add_argument("--rounds", type=int, default=1, help="times each variant runs, alternating")
     args = ap.parse_args()
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as e:
+        ap.error(str(e))
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
     # the rate is timed from the first token to the last: one token gives no interval
     if args.tokens < 2 or args.eager_tokens == 1 or args.eager_tokens < 0:
         ap.error("--tokens must be >= 2 and --eager-tokens 0 (skip) or >= 2")
@@ -127,26 +168,32 @@ def main() -> None:
                         generator=torch.Generator().manual_seed(0)).tolist()
     tokenizer = SimpleNamespace(stop_ids=set(), vocab_limit=VOCAB_LIMIT)  # no early stop
     for kv in args.kv:
-        cfg = EngineConfig(str(folder), ctx=ctx, kv_cache=kv, page_size=args.page_size,
-                           device="cuda", attention="triton", cuda_graphs=True)
-        eng = Engine(cfg, model=model, tokenizer=tokenizer)
-        session = eng.new_session()
-        for graphs in (True, False):  # compile the kernels, capture the graph
-            eng.cuda_graphs = graphs
-            list(session.generate(ids[:64], SamplingParams(temperature=0.0, max_new_tokens=4)))
-        for n in lengths:
-            graph = measure(eng, session, ids[:n], True, args.tokens)
-            print(json.dumps(graph), flush=True)
-            if args.eager_tokens:
-                eager = measure(eng, session, ids[:n], False, args.eager_tokens)
-                eager["graph_speedup"] = round(graph["tokens_per_s"] / eager["tokens_per_s"], 2)
-                print(json.dumps(eager), flush=True)
-            if args.profile and n == lengths[0]:
-                profile(eng, session, ids[:n])
-        del session, eng
-        gc.collect()
-        torch.cuda.empty_cache()
-
+        for rnd in range(args.rounds):
+            for variant in variants:
+                set_variant(variant)
+                tag = {"variant": variant, "round": rnd}
+                cfg = EngineConfig(str(folder), ctx=ctx, kv_cache=kv, page_size=args.page_size,
+                                   device="cuda", attention="triton", cuda_graphs=True)
+                eng = Engine(cfg, model=model, tokenizer=tokenizer)
+                session = eng.new_session()
+                for graphs in (True, False):  # compile the kernels, capture the graph
+                    eng.cuda_graphs = graphs
+                    list(session.generate(ids[:64],
+                                          SamplingParams(temperature=0.0, max_new_tokens=4)))
+                for n in lengths:
+                    graph = measure(eng, session, ids[:n], True, args.tokens) | tag
+                    print(json.dumps(graph), flush=True)
+                    if args.eager_tokens:
+                        eager = measure(eng, session, ids[:n], False, args.eager_tokens) | tag
+                        eager["graph_speedup"] = round(graph["tokens_per_s"]
+                                                       / eager["tokens_per_s"], 2)
+                        print(json.dumps(eager), flush=True)
+                    if args.profile and n == lengths[0]:
+                        profile(eng, session, ids[:n])
+                del session, eng
+                gc.collect()
+                torch.cuda.empty_cache()
+    set_variant("base")
 
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@
 #   long128k   a ~115k-token summarize at --ctx 128k with INT8, on a pseudo-terminal (the
 #              prefill progress bar is in long128k.tty)
 #   train      train the small Qwen3 (benchmarks/train_small_qwen3.py, ~4 min) into $SMALL
+#   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
 #              (benchmarks/speculative.py; SPEC_ARGS adds flags)
@@ -86,6 +87,8 @@ for what in "$@"; do
              --tokenizer "$SHARED/data/qwen3-tokenizer" --out "$SMALL" ${TRAIN_ARGS:-} \
              --report "$OUT/train_small.jsonl" > "$OUT/train_small.log" 2>&1
            echo "train rc=$?"; grep -v train_progress "$OUT/train_small.log" | tail -n 12 ;;
+    trained) INFER_TRAINED_MODEL=$SMALL python3 -m pytest -q -m gpu -p no:cacheprovider \
+               tests/test_trained_gpu.py 2>&1 | tee "$OUT/trained_tests.log" | tail -n 3 ;;
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \
               ${KL_ARGS:-} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
     spec) python3 benchmarks/speculative.py --ckpt "$SMALL" --held-out --texts "$SHARED/data/texts" \

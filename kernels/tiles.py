@@ -20,7 +20,11 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from kernels.device import capability
+from kernels.device import capability, sm_count
+
+# Whether ``gemv_tiles`` picks split-K for narrow weights (``gemv_split_k``); off until the
+# decode A/B in BENCHMARKS.md ("Decode projections") says it pays end to end.
+GEMV_SPLIT_K = False
 
 
 def _pow2(name: str, value: int) -> None:
@@ -185,7 +189,8 @@ class GemvTiles:
         split_k: programs along K per block of rows (1: none). More than 1 (plain ``gemv``
             only) writes float32 partial sums that a second kernel adds in a fixed order: a
             narrow weight then fills more SMs (an ``[1024, K]`` weight in blocks of 32 rows is
-            32 programs on an H200's 132 SMs). Not picked by ``gemv_tiles`` yet.
+            32 programs on an H200's 132 SMs). ``gemv_tiles`` picks it (``gemv_split_k``)
+            when ``GEMV_SPLIT_K`` is set.
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -228,7 +233,28 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     else:
         block_n, block_k, stages = 32, 256, 5
     elem_bytes = torch.empty((), dtype=dtype).element_size()
-    return GemvTiles(block_n, block_k // max(1, elem_bytes // 2), stages)
+    block_k //= max(1, elem_bytes // 2)
+    split = 1
+    if GEMV_SPLIT_K and not swiglu:
+        split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device))
+    return GemvTiles(block_n, block_k, stages, split_k=split)
+
+
+def gemv_split_k(row_blocks: int, k_tiles: int, sms: int, max_split: int = 8,
+                 min_tiles: int = 2) -> int:
+    """The split-K factor for a weight of ``row_blocks`` program rows and ``k_tiles`` column
+    tiles on a GPU of ``sms`` SMs: doubled while the doubled program count still fits in one wave
+    (``<= sms``), up to ``max_split``, each split keeping ``min_tiles`` tiles or more (a shorter
+    run cannot fill the software pipeline). 1 when the weight fills half the GPU or more (an
+    8B's 128 programs of ``o_proj``); 4 for a 0.6B's ``o_proj`` (32 programs on 132 SMs).
+
+    A function of the weight and the device alone, never of the rows (row invariance).
+    """
+    split = 1
+    while (row_blocks * split * 2 <= sms and split * 2 <= max_split
+           and k_tiles >= 2 * split * min_tiles):
+        split *= 2
+    return split
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from kernels import reference as ref
 from kernels.gemv import gemv, gemv_swiglu
 from kernels.gemv_norm import gemv_rmsnorm, gemv_swiglu_rmsnorm
 from kernels.rmsnorm import rmsnorm
-from kernels.tiles import GemvTiles
+from kernels.tiles import GemvTiles, gemv_split_k
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3)}
 
@@ -160,6 +160,20 @@ def test_gemv_split_k_every_column_once_and_rows_invariant():
         assert torch.equal(gemv(xi[i:i + 1], wi, tiles=tiles), together[i:i + 1])
     with pytest.raises(ValueError, match="split_k"):
         GemvTiles(block_n=16, block_k=16, num_stages=1, split_k=0)
+
+
+@pytest.mark.parametrize("blocks,k_tiles,sms,want", [
+    (32, 8, 132, 4),     # 0.6B o_proj: 32 programs -> 128, two tiles per split
+    (32, 12, 132, 4),    # 0.6B down_proj
+    (128, 16, 132, 1),   # 8B o_proj already fills the GPU
+    (66, 64, 132, 2),    # doubled exactly to one wave
+    (32, 3, 132, 1),     # too few tiles for two per split
+    (1, 1000, 132, 8),   # max_split caps it
+])
+def test_gemv_split_k_policy(blocks, k_tiles, sms, want):
+    got = gemv_split_k(blocks, k_tiles, sms)
+    assert got == want
+    assert blocks * got <= max(sms, blocks) and k_tiles >= 2 * got or got == 1
 
 
 def test_gemv_rejects_bad_inputs():
