@@ -15,9 +15,10 @@ at the mean number of cached positions during the decode, and the fraction of it
         --variants base,split_k --rounds 2 --eager-tokens 0      # an A/B, alternated
 
 ``--variants`` builds one engine per variant in turn (``--rounds`` times, alternating, so that
-drift of the card hits every variant alike): ``split_k`` turns on ``kernels.tiles.GEMV_SPLIT_K``
-(split-K for narrow projections), ``fused_norm`` ``models.qwen3.FUSED_NORM_GEMV`` (RMSNorm in the
-next projection's prologue); ``+`` joins them. Each JSON line names its variant and round.
+drift of the card hits every variant alike): ``default`` runs the flags as shipped, ``base`` with
+all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
+projections), ``fused_norm`` with only ``models.qwen3.FUSED_NORM_GEMV`` (RMSNorm in the next
+projection's prologue); ``+`` joins them. Each JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -48,6 +49,7 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_norm": (models.qwen3, "FUSED_NORM_GEMV")}
+SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 
 def parse_variants(text: str) -> list[str]:
@@ -55,18 +57,20 @@ def parse_variants(text: str) -> list[str]:
     names = [v.strip() for v in text.split(",") if v.strip()]
     for name in names:
         for part in name.split("+"):
-            if part != "base" and part not in FLAGS:
-                raise ValueError(f"unknown variant part {part!r} (base, {', '.join(FLAGS)})")
+            if part not in ("base", "default") and part not in FLAGS:
+                raise ValueError(f"unknown variant part {part!r} (default, base, "
+                                 f"{', '.join(FLAGS)})")
     if not names:
         raise ValueError("--variants is empty")
     return names
 
 
 def set_variant(name: str) -> None:
-    """Set the module flags of ``FLAGS`` for variant ``name`` (all off for ``base``)."""
+    """Set the module flags of ``FLAGS`` for variant ``name`` (all off for ``base``, as
+    shipped for ``default``)."""
     parts = set(name.split("+"))
     for key, (module, attr) in FLAGS.items():
-        setattr(module, attr, key in parts)
+        setattr(module, attr, SHIPPED[key] if "default" in parts else key in parts)
 
 
 def checkpoint(args) -> Path:
@@ -141,8 +145,9 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--profile", action="store_true",
                     help="also profile graph decode at the shortest length (top kernels)")
-    ap.add_argument("--variants", default="base",
-                    help="comma-separated: base, split_k, fused_norm, joined with + (an A/B)")
+    ap.add_argument("--variants", default="default",
+                    help="comma-separated: default, base, split_k, fused_norm, joined with + "
+                    "(an A/B)")
     ap.add_argument("--rounds", type=int, default=1, help="times each variant runs, alternating")
     args = ap.parse_args()
     try:
@@ -193,7 +198,7 @@ def main() -> None:
                 del session, eng
                 gc.collect()
                 torch.cuda.empty_cache()
-    set_variant("base")
+    set_variant("default")
 
 if __name__ == "__main__":
     main()

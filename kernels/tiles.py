@@ -22,9 +22,9 @@ import triton
 
 from kernels.device import capability, sm_count
 
-# Whether ``gemv_tiles`` picks split-K for narrow weights (``gemv_split_k``); off until the
-# decode A/B in BENCHMARKS.md ("Decode projections") says it pays end to end.
-GEMV_SPLIT_K = False
+# Whether ``gemv_tiles`` picks split-K for narrow weights (``gemv_split_k``): on (the decode A/B
+# in BENCHMARKS.md, "Split-K for narrow projections"); ``benchmarks/decode_e2e.py`` turns it off.
+GEMV_SPLIT_K = True
 
 
 def _pow2(name: str, value: int) -> None:

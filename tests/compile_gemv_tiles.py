@@ -45,6 +45,7 @@ def main() -> None:
     else:
         extra.update(res_ptr=None, g_ptr=None, res_out_ptr=None, stride_rm=None, eps=None)
     device._capability = lambda index: (9, 0)  # any GPU: the tiles do not depend on it
+    device._sm_count = lambda index: 132  # an H200 (the split-K pick; the tile is the same)
     done: dict[tuple, int] = {}  # shapes with the same constexprs compile to the same kernel
     for arch in (80, 90):
         for dt, dtype in DTYPES.items():
