@@ -82,20 +82,28 @@ def lr_at(progress: float, peak: float, warmup: float, floor: float = 0.1) -> fl
 
 
 def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
-                 repeat_frac: float) -> torch.Tensor:
+                 repeat_frac: float, min_period: int = 16) -> torch.Tensor:
     """int64 [batch, seq + 1] rows of ``data`` (int64 [N], on the training device) at random
-    offsets drawn from ``gen`` (CPU); the first ``round(repeat_frac * batch)`` rows are
-    ``ceil((seq + 1) / 2)`` tokens drawn one by one from random positions of ``data`` (real
-    token frequencies, no sentence to remember) followed by the same tokens again: only copying
-    from the context predicts their second half, whereas a repeated window of the training text
-    can be predicted from memory (a model trained that way memorized and did not copy)."""
+    offsets drawn from ``gen`` (CPU); the first ``round(repeat_frac * batch)`` rows are copying
+    rows: ``P`` tokens drawn one by one from random positions of ``data`` (real token
+    frequencies, no sentence to remember), repeated to fill the row, with ``P`` drawn per row
+    from ``min_period .. ceil((seq + 1) / 2)`` (so at least two copies).
+
+    Only copying from the context predicts a copying row past its first period, whereas a
+    repeated window of the training text can be predicted from memory (a model trained that way
+    memorized and did not copy). The period varies per row because with one fixed period a
+    model learns to read the token that far back (a relative-position shortcut: on a passage
+    repeated at another distance it is confidently wrong) instead of an induction head that
+    finds the earlier occurrence of the current token."""
     n_rep = int(repeat_frac * batch + 0.5)
     half = (seq + 2) // 2
     offsets = torch.randint(0, data.numel() - seq - 1, (batch,), generator=gen)
     idx = offsets[:, None] + torch.arange(seq + 1)  # (batch, seq + 1)
     if n_rep:
+        lo = min(min_period, half)
+        periods = torch.randint(lo, half + 1, (n_rep, 1), generator=gen)
         noise = torch.randint(0, data.numel(), (n_rep, half), generator=gen)
-        idx[:n_rep] = noise[:, torch.arange(seq + 1) % half]
+        idx[:n_rep] = noise.gather(1, torch.arange(seq + 1)[None, :] % periods)
     return data[idx.to(data.device)]
 
 

@@ -138,6 +138,16 @@ def test_schedule_and_batches():
     assert torch.equal(rows[0, :5], rows[0, 5:]) and torch.equal(rows[1, :5], rows[1, 5:])
     assert not torch.equal(rows[0, :5], rows[0, 0] + torch.arange(5))  # not a text window
     assert torch.equal(rows[2], rows[2, 0] + torch.arange(10))  # a plain window
+    # longer rows: each copying row repeats with its own period, 16 .. half the row
+    rows = sample_batch(data, torch.Generator().manual_seed(1), 64, 199, 0.5)
+    periods = set()
+    for row in rows[:32]:
+        p = next(p for p in range(1, 101) if torch.equal(row[p:], row[:-p]))
+        assert 16 <= p <= 100
+        periods.add(p)
+    assert len(periods) > 8  # not one fixed distance to copy from
+    for row in rows[32:]:
+        assert torch.equal(row, row[0] + torch.arange(200))
 
 
 def test_trained_model_loads_with_the_same_logits(trained):
