@@ -16,7 +16,9 @@ positions ``T - window .. T - 1`` get float32 logits (``compute_logits``, the to
 two argmaxes agree; per cache, the mean NLL of the actual next tokens.
 
 One JSON line per target (after the device line): ``mean_kl``, ``p99_kl``, ``max_kl`` (nats),
-``top1_agree`` (fraction), ``nll_bf16``, ``nll_int8``. NOTE: a model trained on rows of 2048
+``top1_agree`` (fraction), ``nll_bf16``, ``nll_int8``. Then one ``kv_channels`` line: the BF16
+pool's keys and values over all prefilled positions, per layer, outlier-channel ratios and the
+INT8 rounding error (``benchmarks/kv_outliers.py``). NOTE: a model trained on rows of 2048
 tokens has never seen positions near 32k; its NLL line says how well it still predicts there.
 Seconds on a GPU for the small model; runs on the CPU with tiny sizes (the tests).
 """
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks.heldout_texts import held_out_texts, token_stream  # noqa: E402
+from benchmarks.kv_outliers import channel_stats  # noqa: E402
 from benchmarks.run_info import run_info  # noqa: E402
 from infer import Engine, EngineConfig  # noqa: E402
 from infer.meta import build_meta, grow_pages  # noqa: E402
@@ -171,6 +174,12 @@ def run_kl(folder, positions: list[int], *, texts=DEFAULT_TEXTS, window: int = 5
     for r in records:
         r["nll_" + caches[0]], r["nll_" + caches[1]] = r.pop("nll_ref"), r.pop("nll_test")
         out.append({**extra, **r})
+    if ref.engine.pool.kv_dtype == "bf16":
+        layers = channel_stats(ref.engine.pool, ref.pages, ref.cached)
+        out.append({"what": "kv_channels", "positions": ref.cached, "model": str(folder),
+                    "max_k_outlier": max(x["k_outlier"] for x in layers),
+                    "max_v_outlier": max(x["v_outlier"] for x in layers),
+                    "layers": layers})
     return out
 
 

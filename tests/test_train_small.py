@@ -215,7 +215,10 @@ def test_int8_kl_on_the_trained_model(trained):
     _, _, out, _, _ = trained
     records = int8_kl.run_kl(out, [64, 112], window=16, chunk=40, device="cpu",
                              page_size=16)
+    *records, channels = records
     assert [r["positions"] for r in records] == [64, 112]
+    assert channels["what"] == "kv_channels" and channels["positions"] == 112
+    assert len(channels["layers"]) == 2 and channels["max_k_outlier"] >= 1.0
     for r in records:
         assert r["what"] == "int8_kl" and r["attention"] == "reference" and r["rows"] == 16
         assert 0 <= r["mean_kl"] <= r["p99_kl"] <= r["max_kl"]
