@@ -17,8 +17,7 @@ at the mean number of cached positions during the decode, and the fraction of it
 ``--variants`` builds one engine per variant in turn (``--rounds`` times, alternating, so that
 drift of the card hits every variant alike): ``default`` runs the flags as shipped, ``base`` with
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
-projections), ``fused_norm`` with only ``models.qwen3.FUSED_NORM_GEMV`` (RMSNorm in the next
-projection's prologue); ``+`` joins them. Each JSON line names its variant and round.
+projections); ``+`` joins them. Each JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -36,7 +35,6 @@ from types import SimpleNamespace
 import torch
 
 import kernels.tiles
-import models.qwen3
 from infer import Engine, EngineConfig, SamplingParams
 from models.loader import load_model
 from models.random_checkpoint import SIZES, write_random_checkpoint
@@ -47,13 +45,12 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
         "max_position_embeddings": 131072}
 
 
-FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
-         "fused_norm": (models.qwen3, "FUSED_NORM_GEMV")}
+FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 
 def parse_variants(text: str) -> list[str]:
-    """``base,split_k,fused_norm+split_k`` -> the names, each checked against ``FLAGS``."""
+    """``base,split_k`` -> the names, each checked against ``FLAGS``."""
     names = [v.strip() for v in text.split(",") if v.strip()]
     for name in names:
         for part in name.split("+"):
@@ -146,8 +143,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="also profile graph decode at the shortest length (top kernels)")
     ap.add_argument("--variants", default="default",
-                    help="comma-separated: default, base, split_k, fused_norm, joined with + "
-                    "(an A/B)")
+                    help="comma-separated: default, base, split_k, joined with + (an A/B)")
     ap.add_argument("--rounds", type=int, default=1, help="times each variant runs, alternating")
     args = ap.parse_args()
     try:

@@ -36,9 +36,6 @@ directly, with the numerics of ``F.linear`` then ``kernels/silu_mul.py`` (the pr
 to the model dtype, then a rounding after silu and after the product). The ``[T, 2I]`` projection
 output never exists.
 
-``NORM`` (off by default; the code above compiles as without it) folds the RMSNorm before the
-projection, with its residual add, into a prologue: ``kernels/gemv_norm.py`` has its launchers.
-
 Tiling after the split-K-free "skinny GEMM" of decode kernels in llama.cpp (``mul_mat_vec``) and
 vLLM; the gate/up epilogue follows vLLM's ``silu_and_mul`` numerics. SwiGLU: Shazeer 2020.
 """
@@ -70,13 +67,6 @@ def _gemv_kernel(
     DOT_PREC: tl.constexpr,  # "ieee" for float32 operands (no TF32), "tf32" (unused) otherwise
     SPLIT_K: tl.constexpr = 1,  # > 1: y_ptr is the float32 [SPLIT_K, BLOCK_M, N] workspace
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
-    res_ptr=None,  # [M, K] model dtype, the residual stream (HAS_RESIDUAL), last dim contiguous
-    g_ptr=None,  # [K] model dtype, the RMSNorm weight (NORM)
-    res_out_ptr=None,  # [M, K] model dtype, contiguous: x + residual (HAS_RESIDUAL)
-    stride_rm=None,  # the residual's row stride (HAS_RESIDUAL)
-    eps=None,  # float32 (NORM)
-    NORM: tl.constexpr = False,  # x is RMSNorm'ed (of x + residual) first: gemv_norm.py
-    HAS_RESIDUAL: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -93,23 +83,6 @@ def _gemv_kernel(
     if SPLIT_K > 1:
         k_lo = tl.program_id(1) * K_PER_SPLIT
         k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    if NORM:  # the prologue: rstd of each row of s = x + residual, over the whole of K
-        ndt = x_ptr.dtype.element_ty  # the model dtype (y_ptr is float32 with split-K)
-        if HAS_RESIDUAL:
-            r_tile = res_ptr + rows_m[:, None] * stride_rm + cols[None, :]
-        first = (pid == 0) & (tl.program_id(1) == 0)  # the one program that stores s
-        ss = tl.zeros([BLOCK_M], tl.float32)
-        for k0 in tl.range(0, K, BLOCK_K):
-            mask = in_m[:, None] & (k0 + cols < K)[None, :]
-            s = tl.load(x_tile + k0, mask=mask, other=0.0)
-            if HAS_RESIDUAL:  # kernels/rmsnorm.py: added in float32, rounded to the model dtype
-                s = (s.to(tl.float32) + tl.load(r_tile + k0, mask=mask, other=0.0)
-                     .to(tl.float32)).to(ndt)
-                tl.store(res_out_ptr + rows_m[:, None] * K + (k0 + cols)[None, :], s,
-                         mask=mask & first)
-            s = s.to(tl.float32)
-            ss += tl.sum(s * s, axis=1)
-        rstd = tl.math.rsqrt(ss / K + eps)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_tile + k0, mask=in_m[:, None], other=0.0)
@@ -118,19 +91,6 @@ def _gemv_kernel(
             in_k = k0 + cols < K
             x = tl.load(x_tile + k0, mask=in_m[:, None] & in_k[None, :], other=0.0)
             w = tl.load(w_tile + k0, mask=in_k[None, :], other=0.0)
-        if NORM:  # s again, then kernels/rmsnorm.py's two roundings
-            if HAS_RESIDUAL:
-                if EVEN_K:
-                    r = tl.load(r_tile + k0, mask=in_m[:, None], other=0.0)
-                else:
-                    r = tl.load(r_tile + k0, mask=in_m[:, None] & in_k[None, :], other=0.0)
-                x = (x.to(tl.float32) + r.to(tl.float32)).to(ndt)
-            if EVEN_K:
-                g = tl.load(g_ptr + k0 + cols)
-            else:
-                g = tl.load(g_ptr + k0 + cols, mask=in_k, other=0.0)
-            x = (x.to(tl.float32) * rstd[:, None]).to(ndt).to(tl.float32)
-            x = (g.to(tl.float32)[None, :] * x).to(ndt)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PREC)
         if SWIGLU:
             if EVEN_K:
@@ -186,8 +146,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[in
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
-            tiles: GemvTiles | None, norm: dict | None = None) -> torch.Tensor:
-    """``norm``: the NORM prologue's kernel arguments (``kernels/gemv_norm.py``), or None."""
+            tiles: GemvTiles | None) -> torch.Tensor:
     y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if n == 0 or x.shape[0] == 0:
         return y
@@ -196,18 +155,17 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
     if tiles is None:
         tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
     if tiles.split_k > 1 and not swiglu:
-        return _launch_split(x, weight, y, n, k, tiles, norm)
+        return _launch_split(x, weight, y, n, k, tiles)
     _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
-        DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        **(norm or {}))
+        DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps)
     return y
 
 
 def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int, k: int,
-                  tiles: GemvTiles, norm: dict | None = None) -> torch.Tensor:
+                  tiles: GemvTiles) -> torch.Tensor:
     """Split-K (module notes): the partial sums, then their fixed-order sum into ``y``."""
     k_tiles = triton.cdiv(k, tiles.block_k)
     splits = min(tiles.split_k, k_tiles)
@@ -220,7 +178,7 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int
         EVEN_K=k % per == 0,  # every split a whole number of full column blocks
         SWIGLU=False, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", SPLIT_K=splits,
-        K_PER_SPLIT=per, num_warps=tiles.num_warps, **(norm or {}))
+        K_PER_SPLIT=per, num_warps=tiles.num_warps)
     _splitk_reduce_kernel[(triton.cdiv(n, 128),)](
         ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS, BLOCK_N=128)
     return y

@@ -20,9 +20,7 @@ layer: ``kernels/rmsnorm.py`` (fused residual add + RMSNorm, vLLM's residual flo
 takes the previous sublayer's output and the stream before it), ``kernels/qk_norm_rope.py`` and
 ``kernels/silu_mul.py`` (the MLP's silu(gate) * up). A step of 1 to 16 tokens (decode) runs its
 projections and the lm_head through ``kernels/gemv.py`` instead of cuBLAS, with silu(gate) * up
-in the gate/up projection's epilogue; longer steps use cuBLAS. With ``FUSED_NORM_GEMV`` such a
-step also folds each layer's two add + RMSNorms into the prologue of the qkv and gate/up GEMVs
-(``kernels/gemv_norm.py``): the normalized rows are never stored.
+in the gate/up projection's epilogue; longer steps use cuBLAS.
 They follow the same numerics step by step (each rounding to the model dtype included); only the
 float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32 ``exp`` and
 division). The CPU path is the torch code below, unchanged.
@@ -38,7 +36,6 @@ from torch import nn
 
 from kernels import reference
 from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
-from kernels.gemv_norm import gemv_rmsnorm, gemv_swiglu_rmsnorm
 from kernels.qk_norm_rope import qk_norm_rope
 from kernels.rmsnorm import rmsnorm
 from kernels.silu_mul import silu_mul
@@ -47,9 +44,6 @@ from models.rope import RotaryEmbedding, apply_rope
 
 # Use the fused Triton kernels for CUDA tensors (False: always the torch path).
 FUSED_KERNELS = True
-# Fused path, steps of 1 to 16 tokens: RMSNorm in the qkv and gate/up GEMVs' prologue
-# (kernels/gemv_norm.py). Off until measured on a GPU.
-FUSED_NORM_GEMV = False
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
 
@@ -102,15 +96,12 @@ class Qwen3Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return self.o_proj(self._attend(q, k, v, attn, meta))
 
-    def forward_fused(self, x: torch.Tensor | None, positions: torch.Tensor,
-                      rotary: RotaryEmbedding, attn: AttnFn | None, meta,
-                      qkv: torch.Tensor | None = None) -> torch.Tensor:
-        """CUDA path: q/k-norm and RoPE in one kernel. x: [T, hidden] (the normalized rows), or
-        with ``qkv`` given, its qkv projection [T, q + 2 kv] (the norm fused into it); positions
-        int64 [T]."""
-        q, k, v = self._split_qkv(_project(self.qkv_proj, x) if qkv is None else qkv)
+    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
+                      attn: AttnFn | None, meta) -> torch.Tensor:
+        """CUDA path: q/k-norm and RoPE in one kernel. x: [T, hidden]; positions int64 [T]."""
+        q, k, v = self._split_qkv(_project(self.qkv_proj, x))
         q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
-                            positions, rotary.inv_freq(q.device), rotary.attention_factor)
+                            positions, rotary.inv_freq(x.device), rotary.attention_factor)
         return _project(self.o_proj, self._attend(q, k, v, attn, meta))
 
     def _split_qkv(self, qkv: torch.Tensor):
@@ -165,14 +156,6 @@ class Qwen3DecoderLayer(nn.Module):
         ``residual`` the stream before adding it (None at the first layer, where ``h`` is the
         embedding). Returns (this MLP's output, the stream before adding it)."""
         norm, eps = self.input_layernorm, self.input_layernorm.eps
-        if FUSED_NORM_GEMV and _gemv_rows(h):  # both norms in the next GEMV's prologue
-            qkv, new = gemv_rmsnorm(h, self.self_attn.qkv_proj.weight, norm.weight, eps, residual)
-            residual = h if residual is None else new
-            h = self.self_attn.forward_fused(None, positions, rotary, attn, meta, qkv=qkv)
-            act, residual = gemv_swiglu_rmsnorm(h, self.mlp.gate_up_proj.weight,
-                                                self.post_attention_layernorm.weight, eps,
-                                                residual)
-            return gemv(act, self.mlp.down_proj.weight), residual
         if residual is None:
             residual, h = h, rmsnorm(h, norm.weight, eps)
         else:

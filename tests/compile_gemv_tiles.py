@@ -2,13 +2,11 @@
 CPU; run as a script (the test suite runs under TRITON_INTERPRET=1, where kernels cannot be
 compiled):
 
-    python3 tests/compile_gemv_tiles.py         # one JSON line per case
-    python3 tests/compile_gemv_tiles.py --norm  # the same with RMSNorm + residual in the prologue
+    python3 tests/compile_gemv_tiles.py      # one JSON line per case
 
 For each (dtype, weight shape, SwiGLU) case at the Qwen3-0.6B/8B/14B projection shapes, the tiles
 ``kernels.tiles.gemv_tiles`` picks on a GPU and the shared memory the compiled kernel needs
 (``metadata.shared``, bytes). A CTA may use 232448 bytes on an H100/H200 and 166912 on an A100.
-With ``--norm``: the ``NORM`` kernel of ``kernels/gemv_norm.py`` (with a residual) instead.
 """
 
 from __future__ import annotations
@@ -36,14 +34,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def main() -> None:
-    norm = "--norm" in sys.argv[1:]
     types = {name: "i32" for name in ("M", "N", "K", "stride_xm", "stride_wn", "stride_ym")}
-    # NORM off: its arguments stay None, so constexprs and no kernel parameters (as in gemv)
-    extra = dict(SPLIT_K=1, K_PER_SPLIT=0, NORM=norm, HAS_RESIDUAL=norm)
-    if norm:
-        types.update(stride_rm="i32", eps="fp32")
-    else:
-        extra.update(res_ptr=None, g_ptr=None, res_out_ptr=None, stride_rm=None, eps=None)
     device._capability = lambda index: (9, 0)  # any GPU: the tiles do not depend on it
     device._sm_count = lambda index: 132  # an H200 (the split-K pick; the tile is the same)
     done: dict[tuple, int] = {}  # shapes with the same constexprs compile to the same kernel
@@ -54,17 +45,15 @@ def main() -> None:
                 bn, bk, stages = t.block_n, t.block_k, t.num_stages
                 key = (arch, dt, bn, bk, stages, k % bk == 0, swiglu)
                 if key not in done:
-                    ptr = {p: f"*{dt}" for p in ("x_ptr", "w_ptr", "y_ptr", "res_ptr", "g_ptr",
-                                                 "res_out_ptr")}
+                    ptr = {p: f"*{dt}" for p in ("x_ptr", "w_ptr", "y_ptr")}
                     kernel = compile_for(gemv._gemv_kernel, dict(
                         BLOCK_M=gemv.MAX_ROWS, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=k % bk == 0,
                         SWIGLU=swiglu, STAGES=stages, DOT_PREC="ieee" if dt == "fp32" else "tf32",
-                        **extra),
+                        SPLIT_K=1, K_PER_SPLIT=0),
                         arch, types={**types, **ptr}, num_warps=t.num_warps, num_stages=stages)
                     done[key] = kernel.metadata.shared
                 print(json.dumps({"arch": arch, "dtype": dt, "n": n, "k": k, "swiglu": swiglu,
-                                  "norm": norm, "tiles": [bn, bk, stages],
-                                  "shared": done[key]}), flush=True)
+                                  "tiles": [bn, bk, stages], "shared": done[key]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,9 @@ CPU (Triton interpreter): float32 and float16; 1 to 16 rows; K below, at and pas
 per program (clamped tail rows); strided rows; row invariance; ``gemv_swiglu`` against
 ``reference.silu_mul`` of ``reference.linear``, with each rounding checked; empty shapes; bad
 input. The model wiring (steps of 1, 5, 16 tokens through the GEMVs, 17 through cuBLAS) against
-the torch path. ``gemv_rmsnorm``/``gemv_swiglu_rmsnorm`` (RMSNorm in the prologue) against
-``rmsnorm`` then the GEMV and the reference, with and without residual, split-K, exact rows; the
-model with ``FUSED_NORM_GEMV`` on against it off. GPU (``-m gpu``): bfloat16 at the Qwen3-8B
-shapes, error against a float64 reference no worse than cuBLAS's (printed), every row
-bit-identical alone and among 16; float32 in full precision; ``gemv_swiglu`` at the 8B width.
+the torch path. GPU (``-m gpu``): bfloat16 at the Qwen3-8B shapes, error against a float64
+reference no worse than cuBLAS's (printed), every row bit-identical alone and among 16; float32
+in full precision; ``gemv_swiglu`` at the 8B width.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ import torch.nn.functional as F
 
 from kernels import reference as ref
 from kernels.gemv import gemv, gemv_swiglu
-from kernels.gemv_norm import gemv_rmsnorm, gemv_swiglu_rmsnorm
-from kernels.rmsnorm import rmsnorm
 from kernels.tiles import GemvTiles, gemv_split_k
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-3, atol=2e-3)}
@@ -214,135 +210,6 @@ def test_fused_decode_step_through_gemv_matches_torch_path(tiny_ckpt_factory, to
                                    model.compute_logits(plain[-1:]), rtol=1e-4, atol=1e-4)
 
 
-# ---------------------------------------------------------------- RMSNorm in the prologue
-
-def _norm_case(m, k, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x, r = torch.randn(m, k, generator=g).to(dtype), torch.randn(m, k, generator=g).to(dtype)
-    return x, r, (1 + torch.randn(k, generator=g) / 4).to(dtype)
-
-
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("m,n,k", [(1, 5, 7), (3, 9, 64), (16, 37, 100), (2, 40, 200)])
-@pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("swiglu", [False, True])
-def test_gemv_rmsnorm_matches_rmsnorm_then_gemv(dtype, m, n, k, residual, swiglu):
-    """The result is the GEMV of rmsnorm's rows up to the sum-of-squares order (one column block
-    or several, with and without a tail); the new residual is rmsnorm's, bit for bit."""
-    x, r, g = _norm_case(m, k, dtype)
-    _, w = _case(2 * n if swiglu else n, k, dtype, seed=1)
-    r = r if residual else None
-    fused, plain = (gemv_swiglu_rmsnorm, gemv_swiglu) if swiglu else (gemv_rmsnorm, gemv)
-    got, new = fused(x, w, g, 1e-6, r)
-    assert got.shape == (m, n) and got.dtype == dtype
-    h = rmsnorm(x, g, 1e-6, r)
-    if residual:
-        h, want_new = h
-        assert new.shape == (m, k) and new.is_contiguous() and torch.equal(new, want_new)
-    else:
-        assert new is None
-    torch.testing.assert_close(got, plain(h, w), **TOL[dtype])
-    lin = ref.linear(ref.rms_norm(x, g, 1e-6, r)[0] if residual else ref.rms_norm(x, g, 1e-6), w)
-    torch.testing.assert_close(got, ref.silu_mul(lin) if swiglu else lin, **TOL[dtype])
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("m,n,k,split", [(1, 40, 200, 2), (16, 37, 100, 3), (2, 130, 33, 2)])
-@pytest.mark.parametrize("residual", [False, True])
-def test_gemv_rmsnorm_split_k(dtype, m, n, k, split, residual):
-    """Split-K: every split computes rstd over all of K; only split 0 of program 0 stores the
-    new residual."""
-    x, r, g = _norm_case(m, k, dtype)
-    _, w = _case(n, k, dtype, seed=1)
-    r = r if residual else None
-    tiles = GemvTiles(block_n=16, block_k=16, num_stages=1, split_k=split)
-    got, new = gemv_rmsnorm(x, w, g, 1e-5, r, tiles=tiles)
-    h = rmsnorm(x, g, 1e-5, r)
-    if residual:
-        h, want_new = h
-        assert torch.equal(new, want_new)
-    torch.testing.assert_close(got, gemv(h, w, tiles=tiles), **TOL[dtype])
-
-
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
-@pytest.mark.parametrize("swiglu,split", [(False, 1), (False, 3), (True, 1)])  # SwiGLU: no split-K
-def test_gemv_rmsnorm_rows_exact_and_invariant(swiglu, split):
-    # exact values (see the row-invariance test above): each row of s = x + residual is
-    # +-2^p_i (p_i its own), so rstd is 2^-p_i exactly (eps = 2^-40 is lost in rounding the
-    # mean of squares, >= 2^-6; it keeps the zero padding rows finite), the normalized rows are
-    # +-g with small integers g, and every product and sum is exact in any order. A row that
-    # used another row's rstd, its residual or a wrong column block fails the exact check.
-    gen = torch.Generator().manual_seed(0)
-    m, k = 16, 150
-    scale = 2.0 ** torch.arange(-3, 13).float()[:, None]  # row i: 2^(i - 3)
-    s = torch.where(torch.rand(m, k, generator=gen) < 0.5, -1.0, 1.0) * scale
-    r = torch.randint(-4, 5, (m, k), generator=gen).float()
-    x = s - r  # exact: x + r == s
-    g = torch.randint(1, 5, (k,), generator=gen).float()
-    w = torch.randint(-4, 5, (60 if swiglu else 30, k), generator=gen).float()
-    tiles = GemvTiles(block_n=16, block_k=32, num_stages=1, split_k=split)
-    fn = gemv_swiglu_rmsnorm if swiglu else gemv_rmsnorm
-    eps = 2.0 ** -40
-    together, new = fn(x, w, g, eps, r, tiles=tiles)
-    assert torch.equal(new, s)
-    normed = torch.sign(s) * g  # exact
-    if not swiglu:
-        assert torch.equal(together, normed @ w.T)
-    for i in (0, 7, 15):
-        alone, new_i = fn(x[i:i + 1], w, g, eps, r[i:i + 1], tiles=tiles)
-        assert torch.equal(alone, together[i:i + 1]) and torch.equal(new_i, s[i:i + 1])
-
-
-def test_gemv_rmsnorm_empty_shapes_and_bad_inputs():
-    x, r, g = _norm_case(2, 8, torch.float32)
-    y, new = gemv_rmsnorm(x, torch.randn(0, 8), g, 1e-6, r)  # no program ran: the add still
-    assert y.shape == (2, 0) and torch.equal(new, x + r)
-    y, new = gemv_rmsnorm(x[:0], torch.randn(4, 8), g, 1e-6, r[:0])
-    assert y.shape == (0, 4) and new.shape == (0, 8)
-    w = torch.randn(4, 8)
-    with pytest.raises(ValueError, match="norm_weight must be"):
-        gemv_rmsnorm(x, w, torch.randn(7), 1e-6)
-    with pytest.raises(ValueError, match="norm_weight must be"):
-        gemv_rmsnorm(x, w, g.half(), 1e-6)
-    with pytest.raises(ValueError, match="contiguous"):
-        gemv_rmsnorm(x, w, torch.randn(16)[::2], 1e-6)
-    with pytest.raises(ValueError, match="residual must match"):
-        gemv_rmsnorm(x, w, g, 1e-6, r[:1])
-    with pytest.raises(ValueError, match="residual must match"):
-        gemv_rmsnorm(x, w, g, 1e-6, r.half())
-    with pytest.raises(ValueError, match="residual needs a contiguous"):
-        gemv_rmsnorm(x, w, g, 1e-6, torch.randn(8, 2).T)
-    with pytest.raises(ValueError, match="M <= 16"):
-        gemv_rmsnorm(torch.randn(17, 8), w, g, 1e-6)
-    with pytest.raises(ValueError, match="even row count"):
-        gemv_swiglu_rmsnorm(x, torch.randn(5, 8), g, 1e-6, r)
-
-
-@pytest.mark.parametrize("tokens", [1, 5, 16, 17])
-def test_fused_norm_gemv_switch_matches_it_off(tiny_ckpt_factory, monkeypatch, tokens):
-    """``FUSED_NORM_GEMV`` on: up to 16 tokens run both norms of each layer in the qkv and
-    gate/up GEMVs' prologue (17 take rmsnorm and cuBLAS); the hidden states equal the switch
-    off (and the torch path) up to the summation order."""
-    from models import qwen3
-    from models.loader import load_model
-
-    model = load_model(tiny_ckpt_factory(vocab_size=512), device="cpu", dtype=torch.float32)
-    ids, pos = torch.randint(0, 512, (tokens,)), torch.arange(tokens) + 40
-    calls = []
-    monkeypatch.setattr(qwen3, "gemv_rmsnorm",
-                        lambda *a, **kw: calls.append(1) or gemv_rmsnorm(*a, **kw))
-    with torch.no_grad():
-        emb = model.model.embed_tokens(ids)
-        off = model._forward_fused(emb, pos, None, None)
-        assert not calls
-        monkeypatch.setattr(qwen3, "FUSED_NORM_GEMV", True)
-        on = model._forward_fused(emb, pos, None, None)
-        assert len(calls) == (model.config.num_hidden_layers if tokens <= 16 else 0)
-        torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(on, model.forward(ids, pos), rtol=1e-4, atol=1e-4)
-
-
 # ---------------------------------------------------------------------------- GPU
 
 SHAPES_8B = {"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "gate_up_proj": (24576, 4096),
@@ -395,27 +262,6 @@ def test_gpu_gemv_swiglu_bf16_8b_gate_up():
           f"silu_mul {err_torch:.3g})")
     assert err <= 1.5 * err_torch + 1e-3
     assert torch.equal(gemv_swiglu(x[3:4], w), got[3:4])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("swiglu", [False, True])
-def test_gpu_gemv_rmsnorm_bf16_8b_shapes(swiglu):
-    """bfloat16, the 8B's qkv (6144 x 4096) and gate/up (2 x 12288 x 4096): the fused norm
-    against rmsnorm then the GEMV (the same roundings; only the sum of squares' order differs),
-    the new residual bit-equal, every row bit-identical alone and among 16."""
-    n, k = (24576, 4096) if swiglu else (6144, 4096)
-    x, w = _case(n, k, torch.bfloat16, device="cuda", m=16)
-    res = torch.randn_like(x)
-    g = (1 + 0.1 * torch.randn(k, device="cuda")).to(torch.bfloat16)
-    fused, plain = (gemv_swiglu_rmsnorm, gemv_swiglu) if swiglu else (gemv_rmsnorm, gemv)
-    y, new = fused(x, w, g, 1e-6, res)
-    normed, want_res = rmsnorm(x, g, 1e-6, res)
-    want = plain(normed, w)
-    assert torch.equal(new, want_res)
-    assert (y.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
-    for i in (0, 7, 15):
-        yi, _ = fused(x[i:i + 1], w, g, 1e-6, res[i:i + 1])
-        assert torch.equal(yi, y[i:i + 1])
 
 
 @pytest.mark.gpu
