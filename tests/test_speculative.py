@@ -342,3 +342,23 @@ def test_gpu_seeded_sampling_with_speculation_graphs_equal_eager(gpu_qwen3_4l, m
         runs.append(list(s.generate(prompt, sp, speculate=True)))
         assert s.stats.verify_steps > 0
     assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_batch_speculation_equals_each_reply_alone(gpu_qwen3_4l, kv_cache):
+    """Three repetitive prompts decoded as one batch with speculation (drafts of several
+    sequences share the step's 16 rows) give each the tokens of its plain reply alone."""
+    eng = _gpu_engine(gpu_qwen3_4l, kv_cache)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps
+               for n, reps in ((30, 20), (45, 12), (17, 40))]
+    sp = GREEDY.replace(max_new_tokens=300)
+    alone = [list(eng.new_session().generate(p, sp)) for p in prompts]
+    sessions = [eng.new_session() for _ in prompts]
+    out: list[list[int]] = [[] for _ in prompts]
+    for i, tok in eng.generate_batch(list(zip(sessions, prompts, strict=True)), sp,
+                                     speculate=True):
+        out[i].append(tok)
+    assert out == alone
+    assert sum(s.stats.accepted for s in sessions) > 0
