@@ -203,9 +203,9 @@ def test_presence_penalty_turns_speculation_off(scripted):
 NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
 
 
-def _tiny_engine(tiny_cpu, kv_cache="bf16", attention="reference"):
-    cfg = EngineConfig("unused", ctx=256, page_size=16, device="cpu", attention=attention,
-                       kv_cache=kv_cache)
+def _tiny_engine(tiny_cpu, kv_cache="bf16", attention="reference", ctx=256, max_batch=1):
+    cfg = EngineConfig("unused", ctx=ctx, page_size=16, device="cpu", attention=attention,
+                       kv_cache=kv_cache, max_batch=max_batch)
     return Engine(cfg, model=tiny_cpu, tokenizer=NO_STOP)
 
 
@@ -220,6 +220,23 @@ def test_tiny_qwen3_greedy_with_speculation_equals_without(tiny_cpu, kv_cache):
     spec = list(s.generate(prompt, sp, speculate=True))
     assert spec == plain
     assert s.stats.verify_steps > 0 and s.stats.accepted > 0
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_tiny_qwen3_batch_with_speculation_equals_each_reply_alone(tiny_cpu, kv_cache):
+    eng = _tiny_engine(tiny_cpu, kv_cache, ctx=512, max_batch=4)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps
+               for n, reps in ((9, 6), (13, 4), (5, 10))]
+    sp = GREEDY.replace(max_new_tokens=60)
+    alone = [list(eng.new_session().generate(p, sp)) for p in prompts]
+    sessions = [eng.new_session() for _ in prompts]
+    out: list[list[int]] = [[] for _ in prompts]
+    for i, tok in eng.generate_batch(list(zip(sessions, prompts, strict=True)), sp,
+                                     speculate=True):
+        out[i].append(tok)
+    assert out == alone
+    assert all(s.stats.accepted > 0 for s in sessions)
 
 
 class TailLookup:
@@ -282,9 +299,9 @@ def test_non_finite_logits_raise(scripted, speculate):
 # ---------------------------------------------------------------------------- GPU
 
 
-def _gpu_engine(model, kv_cache, ctx=8192, graphs=True):
+def _gpu_engine(model, kv_cache, ctx=8192, graphs=True, max_batch=1):
     cfg = EngineConfig("unused", ctx=ctx, kv_cache=kv_cache, page_size=64, device="cuda",
-                       attention="triton", cuda_graphs=graphs)
+                       attention="triton", cuda_graphs=graphs, max_batch=max_batch)
     return Engine(cfg, model=model, tokenizer=NO_STOP)
 
 
@@ -349,7 +366,7 @@ def test_gpu_seeded_sampling_with_speculation_graphs_equal_eager(gpu_qwen3_4l, m
 def test_gpu_batch_speculation_equals_each_reply_alone(gpu_qwen3_4l, kv_cache):
     """Three repetitive prompts decoded as one batch with speculation (drafts of several
     sequences share the step's 16 rows) give each the tokens of its plain reply alone."""
-    eng = _gpu_engine(gpu_qwen3_4l, kv_cache)
+    eng = _gpu_engine(gpu_qwen3_4l, kv_cache, max_batch=4)
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps
                for n, reps in ((30, 20), (45, 12), (17, 40))]
