@@ -13,7 +13,7 @@
 #              time (--batch 1); BOOK_KV picks the caches, BOOK_SEQ=0 skips the sequential run
 #   long128k   a ~115k-token summarize at --ctx 128k with INT8, on a pseudo-terminal (the
 #              prefill progress bar is in long128k.tty)
-#   train      train the small Qwen3 (benchmarks/train_small_qwen3.py, ~4 min) into $SMALL
+#   train      train the small Qwen3 (benchmarks/train_small_qwen3.py, ~5 min) into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
