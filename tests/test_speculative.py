@@ -222,19 +222,26 @@ def test_tiny_qwen3_greedy_with_speculation_equals_without(tiny_cpu, kv_cache):
     assert s.stats.verify_steps > 0 and s.stats.accepted > 0
 
 
-@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_tiny_qwen3_batch_with_speculation_equals_each_reply_alone(tiny_cpu, kv_cache):
-    eng = _tiny_engine(tiny_cpu, kv_cache, ctx=512, max_batch=4)
+def batch_and_alone(eng, shapes, new_tokens):
+    """Prompts of seeded random phrases (``(phrase length, repeats)`` each) decoded greedily
+    alone, then together as one speculative batch: ``(batch replies, alone replies,
+    the batch's sessions)``."""
     g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps
-               for n, reps in ((9, 6), (13, 4), (5, 10))]
-    sp = GREEDY.replace(max_new_tokens=60)
+    prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps for n, reps in shapes]
+    sp = GREEDY.replace(max_new_tokens=new_tokens)
     alone = [list(eng.new_session().generate(p, sp)) for p in prompts]
     sessions = [eng.new_session() for _ in prompts]
     out: list[list[int]] = [[] for _ in prompts]
     for i, tok in eng.generate_batch(list(zip(sessions, prompts, strict=True)), sp,
                                      speculate=True):
         out[i].append(tok)
+    return out, alone, sessions
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_tiny_qwen3_batch_with_speculation_equals_each_reply_alone(tiny_cpu, kv_cache):
+    eng = _tiny_engine(tiny_cpu, kv_cache, ctx=512, max_batch=4)
+    out, alone, sessions = batch_and_alone(eng, ((9, 6), (13, 4), (5, 10)), 60)
     assert out == alone
     assert all(s.stats.accepted > 0 for s in sessions)
 
@@ -367,15 +374,6 @@ def test_gpu_batch_speculation_equals_each_reply_alone(gpu_qwen3_4l, kv_cache):
     """Three repetitive prompts decoded as one batch with speculation (drafts of several
     sequences share the step's 16 rows) give each the tokens of its plain reply alone."""
     eng = _gpu_engine(gpu_qwen3_4l, kv_cache, max_batch=4)
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps
-               for n, reps in ((30, 20), (45, 12), (17, 40))]
-    sp = GREEDY.replace(max_new_tokens=300)
-    alone = [list(eng.new_session().generate(p, sp)) for p in prompts]
-    sessions = [eng.new_session() for _ in prompts]
-    out: list[list[int]] = [[] for _ in prompts]
-    for i, tok in eng.generate_batch(list(zip(sessions, prompts, strict=True)), sp,
-                                     speculate=True):
-        out[i].append(tok)
+    out, alone, sessions = batch_and_alone(eng, ((30, 20), (45, 12), (17, 40)), 300)
     assert out == alone
     assert sum(s.stats.accepted for s in sessions) > 0
