@@ -5,18 +5,16 @@ acceptance walk), the reply equals the reply without speculation token for token
 pages stay consistent after rejected drafts, stop ids and the context and token budgets hold
 inside accepted drafts, a batch speculates per sequence; on a tiny random Qwen3 fed repetitive
 text (so prompt lookup finds drafts the model accepts), greedy with speculation equals greedy
-without, and seeded sampling with speculation is reproducible. Non-finite logits raise
-``NonFiniteLogits``. GPU (``-m gpu``): the verify step's rows equal one-row steps bit for bit
-(BF16 and INT8, captured graphs), and a reply over 1000 tokens equals its non-speculative twin.
+without (alone and as a batch), and seeded sampling with speculation is reproducible.
+Non-finite logits raise ``NonFiniteLogits``. The GPU tests are in ``test_speculative_gpu.py``.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 from mock_engine import GREEDY, V, expected, mock_engine, prompt_of
+from spec_helpers import NO_STOP, TailLookup, batch_and_alone
 
 import infer.verify_step as verify_step
 from infer import Engine, EngineConfig, SamplingParams
@@ -200,9 +198,6 @@ def test_presence_penalty_turns_speculation_off(scripted):
 
 # ---------------------------------------------------------------------------- tiny Qwen3
 
-NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
-
-
 def _tiny_engine(tiny_cpu, kv_cache="bf16", attention="reference", ctx=256, max_batch=1):
     cfg = EngineConfig("unused", ctx=ctx, page_size=16, device="cpu", attention=attention,
                        kv_cache=kv_cache, max_batch=max_batch)
@@ -222,42 +217,12 @@ def test_tiny_qwen3_greedy_with_speculation_equals_without(tiny_cpu, kv_cache):
     assert s.stats.verify_steps > 0 and s.stats.accepted > 0
 
 
-def batch_and_alone(eng, shapes, new_tokens):
-    """Prompts of seeded random phrases (``(phrase length, repeats)`` each) decoded greedily
-    alone, then together as one speculative batch: ``(batch replies, alone replies,
-    the batch's sessions)``."""
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps for n, reps in shapes]
-    sp = GREEDY.replace(max_new_tokens=new_tokens)
-    alone = [list(eng.new_session().generate(p, sp)) for p in prompts]
-    sessions = [eng.new_session() for _ in prompts]
-    out: list[list[int]] = [[] for _ in prompts]
-    for i, tok in eng.generate_batch(list(zip(sessions, prompts, strict=True)), sp,
-                                     speculate=True):
-        out[i].append(tok)
-    return out, alone, sessions
-
-
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 def test_tiny_qwen3_batch_with_speculation_equals_each_reply_alone(tiny_cpu, kv_cache):
     eng = _tiny_engine(tiny_cpu, kv_cache, ctx=512, max_batch=4)
     out, alone, sessions = batch_and_alone(eng, ((9, 6), (13, 4), (5, 10)), 60)
     assert out == alone
     assert all(s.stats.accepted > 0 for s in sessions)
-
-
-class TailLookup:
-    """Drafts the sequence's last k tokens again (always a draft; sampled replies of a random
-    model rarely repeat, so real lookups would find none)."""
-
-    def __init__(self, tokens):
-        self.seq = list(tokens)
-
-    def extend(self, tokens):
-        self.seq.extend(tokens)
-
-    def propose(self, k):
-        return self.seq[-k:] if k else []
 
 
 def test_tiny_qwen3_seeded_sampling_with_speculation_is_reproducible(tiny_cpu, monkeypatch):
@@ -301,79 +266,3 @@ def test_non_finite_logits_raise(scripted, speculate):
             got.append(tok)
     assert s.stats.stop_reason == "interrupted"
     assert got == expected(prompt_of(5), len(got))  # every token before the NaN was right
-
-
-# ---------------------------------------------------------------------------- GPU
-
-
-def _gpu_engine(model, kv_cache, ctx=8192, graphs=True, max_batch=1):
-    cfg = EngineConfig("unused", ctx=ctx, kv_cache=kv_cache, page_size=64, device="cuda",
-                       attention="triton", cuda_graphs=graphs, max_batch=max_batch)
-    return Engine(cfg, model=model, tokenizer=NO_STOP)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
-def test_gpu_verify_rows_equal_one_row_steps(gpu_qwen3_4l, kv_cache, graphs):
-    """Row t of a k+1-row verify step gives the logits of the one-row step at its position, bit
-    for bit, for every verify bucket, across a page boundary (position 3000 + t)."""
-    eng = _gpu_engine(gpu_qwen3_4l, kv_cache, graphs=graphs)
-    s = eng.new_session()
-    prompt = torch.randint(0, 151669, (3000,), generator=torch.Generator().manual_seed(0))
-    list(s.generate(prompt.tolist(), GREEDY.replace(max_new_tokens=1)))
-    runner = eng.graph_runner()
-    pos = s.num_cached
-    ticket, _, _ = runner.begin(GREEDY, [s._pages])
-    from infer.meta import grow_pages
-    grow_pages(eng.pool, s._pages, pos + 16)
-    fed = torch.randint(0, 151669, (16,), generator=torch.Generator().manual_seed(1)).tolist()
-    for width in (2, 4, 8, 16):
-        runner.step(ticket, fed[:width], [(s._pages, pos + t) for t in range(width)])
-        many = runner.logits[:width].clone()
-        for t in range(width):
-            runner.step(ticket, [fed[t]], [(s._pages, pos + t)])
-            assert torch.equal(runner.logits[0], many[t]), (width, t)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_gpu_speculation_equals_plain_over_1000_tokens(gpu_qwen3_4l, kv_cache):
-    eng = _gpu_engine(gpu_qwen3_4l, kv_cache)
-    phrase = torch.randint(0, 151669, (40,), generator=torch.Generator().manual_seed(2)).tolist()
-    prompt = phrase * 50  # 2000 tokens that repeat: drafts to accept
-    sp = GREEDY.replace(max_new_tokens=1000)
-    plain = list(eng.new_session().generate(prompt, sp))
-    s = eng.new_session()
-    spec = list(s.generate(prompt, sp, speculate=True))
-    assert spec == plain and len(spec) == 1000
-    assert s.stats.accepted > 0
-
-
-@pytest.mark.gpu
-def test_gpu_seeded_sampling_with_speculation_graphs_equal_eager(gpu_qwen3_4l, monkeypatch):
-    """Verify buckets captured in the middle of a reply leave the generator's stream as it was:
-    a seeded speculative reply is the same with graphs (first reply: captures happen; second:
-    none) as eagerly."""
-    monkeypatch.setattr(verify_step, "PromptLookup", TailLookup)
-    prompt = list(range(1000, 1040)) * 10
-    sp = SamplingParams(temperature=0.8, top_k=50, seed=5, max_new_tokens=96)
-    graphs = _gpu_engine(gpu_qwen3_4l, "bf16", ctx=2048)
-    eager = _gpu_engine(gpu_qwen3_4l, "bf16", ctx=2048, graphs=False)
-    runs = []
-    for eng in (graphs, graphs, eager):
-        s = eng.new_session()
-        runs.append(list(s.generate(prompt, sp, speculate=True)))
-        assert s.stats.verify_steps > 0
-    assert runs[0] == runs[1] == runs[2]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_gpu_batch_speculation_equals_each_reply_alone(gpu_qwen3_4l, kv_cache):
-    """Three repetitive prompts decoded as one batch with speculation (drafts of several
-    sequences share the step's 16 rows) give each the tokens of its plain reply alone."""
-    eng = _gpu_engine(gpu_qwen3_4l, kv_cache, max_batch=4)
-    out, alone, sessions = batch_and_alone(eng, ((30, 20), (45, 12), (17, 40)), 300)
-    assert out == alone
-    assert sum(s.stats.accepted for s in sessions) > 0
