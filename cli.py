@@ -195,6 +195,14 @@ def bench(
     lengths: Annotated[str | None, typer.Option(
         help="Prompt lengths, comma-separated: 4k,32k (default: 4k and the longest that fits "
              "in --ctx with --tokens).", show_default=False, rich_help_panel=ENGINE)] = None,
+    # bench's own switch: the other commands' --speculate auto|on|off (Options.speculate) is
+    # not among bench's shared flags, and a parameter may not be named like a shared field
+    speculative: Annotated[bool, typer.Option(
+        "--speculate/--no-speculate",
+        help="Also decode each length with prompt-lookup speculation: its tok/s, the speedup, "
+             "the drafts accepted, and whether the tokens are the same. The prompt is then a "
+             "repeated phrase, so that drafts exist; with random weights expect the cost, with "
+             "a trained model the gain.", rich_help_panel=ENGINE)] = False,
 ):
     """Measure prefill and decode speed of MODEL at long context against the decode ceiling
     (the GPU's read bandwidth over the bytes each token must read)."""
@@ -206,7 +214,8 @@ def bench(
         cfg, tok, plan = setup.prepare(ui, model)
         lens = parse_lengths(lengths, cfg.ctx, tokens, max_ctx=plan.max_ctx)
         engine, load_s = setup.load_engine(ui, cfg, tok)
-        results, interrupted = bench_view.measure(ui, engine, lens, tokens)
+        results, interrupted = bench_view.measure(ui, engine, lens, tokens,
+                                                  speculate=speculative)
         bench_view.show(ui, engine, load_s, results, interrupted)
         if interrupted:
             raise typer.Exit(130)

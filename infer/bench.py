@@ -11,6 +11,16 @@ at the mean number of cached positions during the decode. Untimed warm-up replie
 every kernel shape the lengths use and capture the decode graph (``warmup_lengths``), so that the
 first length does not pay for compilation in its time to first token.
 
+With ``speculate`` (``infer bench --speculate``) each length is then decoded a second time on a
+fresh session, with prompt-lookup speculation (``Session.generate(..., speculate=True)``), the
+same tokens, greedy and past stop tokens, and the result adds the speculative decode rate, the
+speedup over the plain decode, the drafts made and accepted, and whether the two greedy token
+sequences are identical (they must be; a difference is reported, not raised). Pseudo-random
+prompts give prompt lookup nothing to draft, so both decodes then take ``phrase_prompt``'s
+prompt instead: a pseudo-random phrase of ``PHRASE_TOKENS`` ids repeated to the length. With
+random weights expect the cost of the verify steps; with a trained model, the gain. The warm-up
+then also captures the step of every verify bucket and runs one speculative reply, untimed.
+
 Engine-side only: the table, its labels and the command's flow are ``infer/ui/bench_view.py``.
 """
 
@@ -35,6 +45,14 @@ class BenchResult:
         decode_tokens_per_s: tokens/s after the first token.
         ceiling_tokens_per_s: the decode ceiling at the mean cached length, None on a CPU.
         fraction_of_ceiling: decode_tokens_per_s / ceiling_tokens_per_s (None without a ceiling).
+
+    Measured with speculation only (None otherwise; ``to_dict`` then leaves them out, so the
+    record of a run without it keeps its shape):
+        spec_decode_tokens_per_s: tokens/s after the first token, speculating.
+        speedup: spec_decode_tokens_per_s / decode_tokens_per_s (0.0 if the latter is 0).
+        drafted, accepted: drafts verified and accepted in the speculative decode.
+        mean_accepted: drafts accepted per verify step (0.0 without verify steps).
+        identical: the greedy tokens with speculation equal those without.
     """
 
     prompt_tokens: int
@@ -44,9 +62,25 @@ class BenchResult:
     decode_tokens_per_s: float
     ceiling_tokens_per_s: float | None
     fraction_of_ceiling: float | None
+    spec_decode_tokens_per_s: float | None = None
+    speedup: float | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+    mean_accepted: float | None = None
+    identical: bool | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; the speculative ones only when measured."""
+        d = asdict(self)
+        if self.spec_decode_tokens_per_s is None:
+            for key in SPEC_FIELDS:
+                del d[key]
+        return d
+
+
+SPEC_FIELDS = ("spec_decode_tokens_per_s", "speedup", "drafted", "accepted", "mean_accepted",
+               "identical")
+PHRASE_TOKENS = 64  # the repeated phrase of the speculative bench's prompt
 
 
 def parse_lengths(text: str | None, ctx: int, tokens: int, max_ctx: int | None = None) -> list[int]:
@@ -96,6 +130,13 @@ def bench_prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
     return [rng.randrange(vocab) for _ in range(n)]
 
 
+def phrase_prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
+    """``n`` ids: ``bench_prompt(PHRASE_TOKENS, vocab, seed)`` repeated (the last copy cut), so
+    that prompt lookup finds drafts; the same for the same arguments."""
+    phrase = bench_prompt(PHRASE_TOKENS, vocab, seed)
+    return (phrase * -(-n // PHRASE_TOKENS))[:n]
+
+
 def warmup_lengths(lengths: list[int], chunk: int) -> list[int]:
     """Prompt lengths of the warm-up replies: between them they prefill every chunk shape that
     ``lengths`` prefill in chunks of ``chunk`` tokens, in a few chunks each.
@@ -110,41 +151,64 @@ def warmup_lengths(lengths: list[int], chunk: int) -> list[int]:
     return sorted({min(n, 2 * chunk + n % chunk) for n in lengths})
 
 
-def _reply(engine, ids: list[int], sampling: SamplingParams):
-    """Run one reply to ``ids`` on a fresh session (closed afterwards); return its stats."""
+def _reply(engine, ids: list[int], sampling: SamplingParams, speculate: bool = False):
+    """Run one reply to ``ids`` on a fresh session (closed afterwards); return ``(stats,
+    tokens)``."""
     session = engine.new_session()
     try:
-        for _ in session.generate(ids, sampling):
-            pass
-        return session.stats
+        out = list(session.generate(ids, sampling, speculate=speculate))
+        return session.stats, out
     finally:
         session.close()
 
 
-def run_bench(engine, lengths: list[int], tokens: int) -> Iterator[BenchResult]:
+def _spec_warmup(engine, prompt: list[int], sampling: SamplingParams) -> None:
+    """Untimed: capture the decode step of every row bucket a verify step may take (the runner
+    captures them lazily otherwise, in the middle of a timed decode; nothing without CUDA
+    graphs), then run one speculative reply, which compiles the verify path's kernel shapes."""
+    runner = engine.graph_runner()
+    for rows in runner.buckets:
+        runner.prepare(sampling, rows)
+    _reply(engine, prompt, sampling, speculate=True)
+
+
+def run_bench(engine, lengths: list[int], tokens: int, speculate: bool = False
+              ) -> Iterator[BenchResult]:
     """Yield one ``BenchResult`` per length (ascending as given), each on a fresh session.
 
     Args:
         engine: an ``infer.engine.Engine`` whose context holds ``max(lengths) + tokens``.
         lengths: prompt lengths in tokens.
         tokens: tokens to decode per length (>= 2), greedy, past stop tokens.
+        speculate: also decode each length with prompt-lookup speculation (the speculative
+            fields of ``BenchResult``); the prompt is then ``phrase_prompt``'s, for both decodes.
     """
     vocab = engine.tokenizer.vocab_limit or engine.model_config.vocab_size
-    prompt = bench_prompt(max(lengths), vocab)
+    prompt = (phrase_prompt if speculate else bench_prompt)(max(lengths), vocab)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
     # warm-up, not timed: compiles the kernels of every prefill shape and of a decode step and
     # captures the decode graph, which would otherwise land in the first length's figures
-    for n in warmup_lengths(lengths, engine.config.chunk):
+    warm = warmup_lengths(lengths, engine.config.chunk)
+    for n in warm:
         _reply(engine, prompt[:n], sampling.replace(max_new_tokens=2))
+    if speculate:
+        _spec_warmup(engine, prompt[:warm[0]], sampling)
     for n in lengths:
-        st = _reply(engine, prompt[:n], sampling)
+        st, plain = _reply(engine, prompt[:n], sampling)
         ceiling = engine.ceiling_tokens_per_s(n + st.new_tokens // 2)
         decode = st.decode_tokens_per_s
+        spec = {}
+        if speculate:
+            sst, fast = _reply(engine, prompt[:n], sampling, speculate=True)
+            rate = sst.decode_tokens_per_s
+            spec = dict(spec_decode_tokens_per_s=rate, speedup=rate / decode if decode else 0.0,
+                        drafted=sst.drafted, accepted=sst.accepted,
+                        mean_accepted=sst.mean_accepted, identical=fast == plain)
         yield BenchResult(
             prompt_tokens=n, new_tokens=st.new_tokens, ttft_s=st.ttft_s,
             prefill_tokens_per_s=n / st.ttft_s if st.ttft_s > 0 else 0.0,
             decode_tokens_per_s=decode, ceiling_tokens_per_s=ceiling,
-            fraction_of_ceiling=decode / ceiling if ceiling else None)
+            fraction_of_ceiling=decode / ceiling if ceiling else None, **spec)
 
 
 def cache_dtype(engine) -> str:

@@ -2,7 +2,10 @@
 
 ``measure`` runs ``infer.bench.run_bench`` under a status spinner and keeps the lengths measured
 before a Ctrl-C; ``show`` prints the rich table (``results_table``, titled with ``cache_label``)
-on stdout, or the ``--json`` object (``infer.ui.records.bench_record``). The measuring itself is
+on stdout, or the ``--json`` object (``infer.ui.records.bench_record``). With ``--speculate`` the
+table adds four columns (speculative tok/s, the speedup, drafts accepted / drafted, and whether
+the tokens are the same as without speculation; the JSON also has the mean accepted per verify
+step), and a length whose tokens differ is also named on stderr. The measuring itself is
 engine-side, in ``infer/bench.py``.
 """
 
@@ -24,27 +27,43 @@ def cache_label(engine) -> str:
     return f"{SHORT_NAMES.get(name, name)} cache"
 
 
+def _spec_cells(r: BenchResult) -> list[str]:
+    """The speculative columns of one row: tok/s, speedup, accepted/drafted, same tokens."""
+    if r.spec_decode_tokens_per_s is None:
+        return ["-"] * 4
+    return [f"{r.spec_decode_tokens_per_s:,.1f}", f"{r.speedup:.2f}x",
+            f"{r.accepted:,}/{r.drafted:,}", "yes" if r.identical else "[bold red]NO[/]"]
+
+
 def results_table(results: list[BenchResult], title: str) -> Table:
-    """A ``rich.table.Table`` of the results, one row per length (units in the headers)."""
+    """A ``rich.table.Table`` of the results, one row per length (units in the headers); the
+    speculative columns when any result has them."""
+    spec = any(r.spec_decode_tokens_per_s is not None for r in results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE)
-    for name in ("context", "TTFT s", "prefill tok/s", "decode tok/s", "ceiling tok/s",
-                 "of ceiling"):
+    names = ["context", "TTFT s", "prefill tok/s", "decode tok/s", "ceiling tok/s", "of ceiling"]
+    if spec:
+        names += ["spec tok/s", "speedup", "accepted", "same"]
+    for name in names:
         table.add_column(name, justify="right")
     for r in results:
         ceiling = f"{r.ceiling_tokens_per_s:,.1f}" if r.ceiling_tokens_per_s else "-"
         frac = f"{100 * r.fraction_of_ceiling:.0f} %" if r.fraction_of_ceiling else "-"
         table.add_row(f"{r.prompt_tokens:,}", f"{r.ttft_s:.3f}", f"{r.prefill_tokens_per_s:,.0f}",
-                      f"{r.decode_tokens_per_s:,.1f}", ceiling, frac)
+                      f"{r.decode_tokens_per_s:,.1f}", ceiling, frac,
+                      *(_spec_cells(r) if spec else ()))
     return table
 
 
-def measure(ui: UI, engine, lengths: list[int], tokens: int) -> tuple[list[BenchResult], bool]:
-    """Benchmark each length in turn. Returns ``(results, interrupted)``: a Ctrl-C stops the
-    run, says so on stderr and keeps the lengths already measured."""
-    results, runs = [], run_bench(engine, lengths, tokens)
+def measure(ui: UI, engine, lengths: list[int], tokens: int, speculate: bool = False
+            ) -> tuple[list[BenchResult], bool]:
+    """Benchmark each length in turn (``speculate``: also with speculation, ``run_bench``).
+    Returns ``(results, interrupted)``: a Ctrl-C stops the run, says so on stderr and keeps the
+    lengths already measured."""
+    results, runs = [], run_bench(engine, lengths, tokens, speculate=speculate)
+    again = ", then again speculating" if speculate else ""
     try:
         for n in lengths:
-            with ui.status(f"{n:,} tokens: prefill, then {tokens} decode steps ..."):
+            with ui.status(f"{n:,} tokens: prefill, then {tokens} decode steps{again} ..."):
                 results.append(next(runs))
     except KeyboardInterrupt:
         ui.err.print("[yellow]interrupted[/]")
@@ -54,7 +73,11 @@ def measure(ui: UI, engine, lengths: list[int], tokens: int) -> tuple[list[Bench
 
 def show(ui: UI, engine, load_s: float, results: list[BenchResult], interrupted: bool) -> None:
     """The JSON object on stdout with ``--json``; else the table on stdout (if any length was
-    measured)."""
+    measured). Either way, a length whose speculative tokens differ is named on stderr."""
+    differ = [r.prompt_tokens for r in results if r.identical is False]
+    if differ:
+        ui.warn(f"speculation changed the greedy tokens at "
+                f"{', '.join(f'{n:,}' for n in differ)} tokens of context")
     if ui.opts.json:
         ui.emit_json(bench_record(engine, load_s, results, interrupted))
     elif results:

@@ -10,7 +10,9 @@ command one ``Options`` built from them. No tensor math here; nothing here impor
 
 Groups (help panels): Engine (``--ctx`` .. ``--device``), Sampling (``--max-new-tokens`` ..
 ``--seed``), Output (``--think`` .. ``--debug``). ``bench`` takes the Engine flags, ``--json``
-(with its own help) and ``--debug`` only; the other fields of its ``Options`` keep their defaults.
+(with its own help) and ``--debug`` only; the other fields of its ``Options`` keep their defaults
+(its ``--speculate/--no-speculate`` is a switch of its own, declared in ``cli.py``, not the
+``speculate`` field here).
 """
 
 from __future__ import annotations

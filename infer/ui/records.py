@@ -5,7 +5,8 @@ cache_dtype, attention, cuda_graphs, page_size, load_s); ``reply_record`` adds o
 stats (generate, summarize, one line per reply in chat), ``bench_record`` the measured lengths.
 
 Numbers are rounded for people who read them: seconds (``*_s``) to the millisecond, rates
-(``*_per_s``) to 0.1, fractions to 0.001 (``rounded``); the measurements are not finer than that.
+(``*_per_s``) to 0.1, fractions and ``speedup`` to 0.001 (``rounded``); the measurements are not
+finer than that.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 def rounded(d: dict) -> dict:
     """A copy of ``d`` with its float values rounded by their key: ``*_per_s`` to 1 decimal,
-    ``*_s`` to 3 (milliseconds), ``fraction_*`` to 3; others (and None) unchanged."""
+    ``*_s`` to 3 (milliseconds), ``fraction_*`` and ``speedup`` to 3; others (and None)
+    unchanged."""
     out = {}
     for key, value in d.items():
         if isinstance(value, float):
             if key.endswith("_per_s"):
                 value = round(value, 1)
-            elif key.endswith("_s") or key.startswith("fraction_"):
+            elif key.endswith("_s") or key.startswith("fraction_") or key == "speedup":
                 value = round(value, 3)
         out[key] = value
     return out
@@ -43,6 +45,7 @@ def reply_record(command: str, engine, reply, load_s: float, **extra) -> dict:
 
 
 def bench_record(engine, load_s: float, results: list, interrupted: bool) -> dict:
-    """The object of ``infer bench``: ``results`` are ``infer.bench.BenchResult`` per length."""
+    """The object of ``infer bench``: ``results`` are ``infer.bench.BenchResult`` per length
+    (with ``--speculate`` each also has its speculative fields; without, they are absent)."""
     return {**engine_header("bench", engine, load_s), "interrupted": interrupted,
             "results": [rounded(r.to_dict()) for r in results]}
