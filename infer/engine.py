@@ -127,11 +127,25 @@ class Engine:
         self._bandwidth: float | None = None
         self.cuda_graphs = config.use_cuda_graphs
         self._runners: dict[bool, GraphRunner] = {}
+        self._capture_taken_s = 0.0
 
     @property
     def ctx(self) -> int:
         """Tokens one session can hold (prompt + replies over all turns)."""
         return self.config.ctx
+
+    @property
+    def graph_capture_s(self) -> float:
+        """Host seconds this engine has spent capturing CUDA graphs (``GraphRunner.capture_s``;
+        0.0 without graphs)."""
+        return sum(r.capture_s for r in self._runners.values())
+
+    def take_capture_s(self) -> float:
+        """The capture seconds since the previous call (the first call: since start-up), for a
+        UI that shows the capture time once and then only when new shapes are captured."""
+        total = self.graph_capture_s
+        new, self._capture_taken_s = total - self._capture_taken_s, total
+        return new
 
     def ceiling_tokens_per_s(self, num_cached: int, batch: int = 1) -> float | None:
         """Decode ceiling (tokens/s, all sequences together) of ``batch`` sequences with

@@ -47,6 +47,7 @@ decode step; STYLE.md rule 12.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -90,6 +91,13 @@ class GraphRunner:
     Use: ``ticket, gen, presence = runner.begin(params, pages_per_seq)`` once per batch of
     replies (after prefill; sample the first tokens eagerly with ``gen`` and ``presence``), then
     per step ``next_tokens = runner.step(ticket, tokens, rows)``. One batch at a time.
+
+    Attributes:
+        capture_s: host seconds spent capturing graphs so far (warm-up calls, which compile
+            the kernels on a first run, and recording; the device is not waited for, so most of
+            it overlaps a prefill when ``prepare`` runs during one). 0.0 without capture.
+        captures: graphs captured so far (a graph dropped past ``MAX_GRAPHS`` and captured
+            again counts twice).
     """
 
     def __init__(self, model, attn, *, vocab_size: int, page_size: int, max_pages: int,
@@ -126,6 +134,7 @@ class GraphRunner:
         self._out: tuple[torch.Tensor, torch.Tensor] | None = None
         self._rows = PageTableRows(self.bufs.page_table)
         self._ticket = 0
+        self.capture_s, self.captures = 0.0, 0
 
     @property
     def num_graphs(self) -> int:
@@ -325,7 +334,10 @@ class GraphRunner:
         if key not in self._graphs:
             if len(self._graphs) >= MAX_GRAPHS:
                 self._graphs.popitem(last=False)
+            t0 = time.perf_counter()
             self._graphs[key] = self._capture(*key)
+            self.capture_s += time.perf_counter() - t0
+            self.captures += 1
         self._graphs.move_to_end(key)
         cap = self._graphs[key]
         self._out = (cap.hidden, cap.logits)

@@ -13,7 +13,7 @@ from infer.fits import check_fits
 from infer.ui.console import UI
 from infer.ui.prepare import load_engine
 from infer.ui.records import reply_record
-from infer.ui.render import ReplyView, format_stats
+from infer.ui.render import ReplyView, capture_note, format_stats
 
 
 def chat_messages(system: str | None, user: str) -> list[dict]:
@@ -51,6 +51,7 @@ def reply_once(command: str, ui: UI, engine, load_s: float, ids: list[int], samp
     if ui.opts.json:
         ui.emit_json(reply_record(command, engine, reply, load_s, **extra))
     else:
-        ui.err.print(format_stats(reply.stats, ceiling=reply.ceiling) + stats_suffix, style="dim")
+        ui.err.print(format_stats(reply.stats, ceiling=reply.ceiling) + stats_suffix
+                     + capture_note(engine.take_capture_s()), style="dim")
     if reply.interrupted:
         raise typer.Exit(130)

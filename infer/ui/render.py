@@ -86,6 +86,12 @@ def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str
             f"stop: {stats.stop_reason}")
 
 
+def capture_note(seconds: float) -> str:
+    """`` · CUDA graphs captured in S s`` when ``seconds`` (``Engine.take_capture_s``: the
+    capture time since the last stats line) is at least 5 ms, else ""."""
+    return f" · CUDA graphs captured in {seconds:.2f} s" if seconds >= 0.005 else ""
+
+
 def speculation_note(stats) -> str:
     """`` · drafts: A of D accepted, M per verify step`` when the reply drafted, else ""."""
     if not stats.drafted:

@@ -20,7 +20,7 @@ from infer.ui.console import UI, OutputError, error_message
 from infer.ui.conversation import Conversation
 from infer.ui.prepare import user_text
 from infer.ui.records import reply_record
-from infer.ui.render import ReplyView, format_stats
+from infer.ui.render import ReplyView, capture_note, format_stats
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
              "(or /quit) quits, //text sends /text")
@@ -116,7 +116,8 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
         if o.json:
             ui.emit_json(reply_record("chat", engine, last, load_s))
         else:
-            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True), style="dim")
+            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True)
+                         + capture_note(engine.take_capture_s()), style="dim")
         if last.stats.stop_reason == "context":
             ui.warn(f"the context is full ({engine.ctx} tokens): /reset, or restart with a "
                     "larger --ctx")
