@@ -5,7 +5,8 @@ compiled):
     python3 tests/compile_gemv_tiles.py      # one JSON line per case
 
 For each (dtype, weight shape, SwiGLU) case at the Qwen3-0.6B/8B/14B projection shapes, the tiles
-``kernels.tiles.gemv_tiles`` picks on a GPU and the shared memory the compiled kernel needs
+``kernels.tiles.gemv_tiles`` picks on a GPU of 132 SMs (with its split-K factor: the split
+kernel, float32 partials, is what compiles then) and the shared memory the compiled kernel needs
 (``metadata.shared``, bytes). A CTA may use 232448 bytes on an H100/H200 and 166912 on an A100.
 """
 
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.pop("TRITON_INTERPRET", None)
 
 import torch  # noqa: E402
+import triton  # noqa: E402
 from compile_targets import compile_for  # noqa: E402
 
 from kernels import device, gemv  # noqa: E402
@@ -43,18 +45,24 @@ def main() -> None:
             for n, k, swiglu in SHAPES:
                 t = gemv_tiles(torch.device("cuda", 0), dtype, n, k, swiglu)
                 bn, bk, stages = t.block_n, t.block_k, t.num_stages
-                key = (arch, dt, bn, bk, stages, k % bk == 0, swiglu)
+                splits, per = 1, 0
+                if t.split_k > 1:  # as kernels/gemv.py's _launch_split sizes the runs
+                    per = triton.cdiv(triton.cdiv(k, bk), min(t.split_k, triton.cdiv(k, bk))) * bk
+                    splits = triton.cdiv(k, per)
+                even = k % (per or bk) == 0
+                key = (arch, dt, bn, bk, stages, even, swiglu, splits, per)
                 if key not in done:
-                    ptr = {p: f"*{dt}" for p in ("x_ptr", "w_ptr", "y_ptr")}
+                    ptr = {p: f"*{dt}" for p in ("x_ptr", "w_ptr")}
+                    ptr["y_ptr"] = "*fp32" if splits > 1 else f"*{dt}"  # split-K: the workspace
                     kernel = compile_for(gemv._gemv_kernel, dict(
-                        BLOCK_M=gemv.MAX_ROWS, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=k % bk == 0,
+                        BLOCK_M=gemv.MAX_ROWS, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=even,
                         SWIGLU=swiglu, STAGES=stages, DOT_PREC="ieee" if dt == "fp32" else "tf32",
-                        SPLIT_K=1, K_PER_SPLIT=0),
+                        SPLIT_K=splits, K_PER_SPLIT=per),
                         arch, types={**types, **ptr}, num_warps=t.num_warps, num_stages=stages)
                     done[key] = kernel.metadata.shared
                 print(json.dumps({"arch": arch, "dtype": dt, "n": n, "k": k, "swiglu": swiglu,
-                                  "tiles": [bn, bk, stages], "shared": done[key]}), flush=True)
-
+                                  "tiles": [bn, bk, stages], "split_k": splits,
+                                  "shared": done[key]}), flush=True)
 
 if __name__ == "__main__":
     main()

@@ -62,3 +62,6 @@ def test_gemv_default_tiles_fit_shared_memory():
     assert len(cases) == 2 * 3 * 14
     for c in cases:
         assert 0 < c["shared"] <= (232448 if c["arch"] == 90 else 166912), c
+    # split-K (on an H200's 132 SMs) for the 0.6B's narrow o_proj and down_proj only
+    split = {(c["n"], c["k"]) for c in cases if c["split_k"] > 1}
+    assert split == {(1024, 2048), (1024, 3072)}, split
