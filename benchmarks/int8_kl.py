@@ -201,7 +201,17 @@ def main(argv=None) -> list[dict]:
         p.error(f"--positions must be comma-separated integers, got {args.positions!r}")
     if not positions or args.window < 1 or args.chunk < 1:
         p.error("give at least one --positions, --window >= 1 and --chunk >= 1")
-    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as e:
+        p.error(f"--device: {e}")
+    if dev.type not in ("cpu", "cuda") or (dev.type == "cuda" and not torch.cuda.is_available()):
+        p.error(f"--device {dev}: this machine runs on cpu"
+                + (" or cuda" if torch.cuda.is_available() else " only (no CUDA GPU)"))
+    if args.attention == "triton" and dev.type != "cuda":
+        p.error("--attention triton needs --device cuda (the reference runs on the CPU)")
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        p.error(f"--report {args.report}: its folder does not exist")
     records = [run_info(dev)]
     print(json.dumps(records[0]), flush=True)
     try:

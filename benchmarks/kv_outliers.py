@@ -7,8 +7,8 @@ other channels of that head keep fewer levels. ``channel_stats`` reads one seque
 from a BF16 pool after its prefill and reports, per layer:
 
 - ``k_outlier`` / ``v_outlier``: the largest ratio, over KV heads, of the largest channel's RMS
-  (over positions) to the median channel's RMS; ~2-3 for Gaussian-like activations, 10 or more
-  for an outlier channel;
+  (over positions) to the median channel's RMS; 1.3-1.4 for random weights, 2-5 for most
+  layers of a trained model, 10 or more for an outlier channel;
 - ``k_int8_rel_err`` / ``v_int8_rel_err``: ``||x - dequant(quant(x))|| / ||x||`` over the
   layer's cached positions with the pool's scheme (symmetric, scale = absmax / 127 per token and
   KV head, round to nearest).
@@ -25,7 +25,8 @@ from infer.kv_pool import KVPool
 
 def cached(x: torch.Tensor, pages: list[int], n: int) -> torch.Tensor:
     """float32 [n, kv_heads, head_dim]: the first ``n`` positions of a sequence on ``pages``,
-    from a 16-bit pool tensor ``x`` [num_pages, kv_heads, page_size, head_dim]."""
+    from a floating-point pool tensor ``x`` [num_pages, kv_heads, page_size, head_dim] (a
+    ``"bf16"`` pool: bfloat16 on a GPU, float32 in the CPU tests)."""
     sel = x[torch.tensor(pages, device=x.device)]  # [P, H, page, D]
     return sel.permute(0, 2, 1, 3).reshape(-1, x.shape[1], x.shape[3])[:n].float()
 

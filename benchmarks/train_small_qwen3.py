@@ -271,6 +271,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--steps, --batch must be >= 1, --seq >= 2 and --minutes > 0")
     if not 0 <= args.repeat_frac <= 1 or not 0 < args.warmup < 1 or args.copy_steps < 0:
         p.error("--repeat-frac must be in [0, 1], --warmup in (0, 1), --copy-steps >= 0")
+    if not args.lr > 0 or args.weight_decay < 0:
+        p.error("--lr must be > 0 and --weight-decay >= 0")
+    if min(args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
+           args.intermediate) < 1 or args.heads % args.kv_heads:
+        p.error("--hidden, --layers, --heads, --kv-heads, --head-dim and --intermediate must be "
+                ">= 1, and --heads a multiple of --kv-heads (GQA groups)")
     args.log_every = max(1, args.log_every)
     return args
 

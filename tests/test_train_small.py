@@ -237,3 +237,25 @@ def test_int8_kl_same_cache_gives_zero(trained):
     (rec,) = int8_kl.compare(model, *runners, held[:65], [64], 24, 16, tok.vocab_limit)
     assert rec["max_kl"] == 0 and rec["top1_agree"] == 1.0 and rec["rows"] == 24
     assert int8_kl.chunk_bounds(10, 4, [5]) == [(0, 4), (4, 5), (5, 8), (8, 10)]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--lr", "-1"], "--lr must be > 0"),
+    (["--heads", "3"], "a multiple of --kv-heads"),
+    (["--kv-heads", "0"], "must be >= 1"),
+])
+def test_bad_training_arguments_are_one_line_usage_errors(argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--device", "bogus"], "--device"),
+    (["--attention", "triton", "--device", "cpu"], "needs --device cuda"),
+    (["--device", "cpu", "--report", "/nonexistent/dir/x.json"], "folder does not exist"),
+])
+def test_bad_int8_kl_arguments_are_one_line_usage_errors(tmp_path, argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        int8_kl.main(["--model", str(tmp_path), *argv])
+    assert e.value.code == 2 and needle in capsys.readouterr().err

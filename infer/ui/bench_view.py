@@ -81,6 +81,20 @@ def show(ui: UI, engine, load_s: float, results: list[BenchResult], interrupted:
     if ui.opts.json:
         ui.emit_json(bench_record(engine, load_s, results, interrupted))
     elif results:
-        ui.out.print(results_table(results, f"{engine.config.model}: {cache_label(engine)}, "
-                                            f"{engine.attention_kind} attention on "
-                                            f"{engine.device}"))
+        table = results_table(results, f"{engine.config.model}: {cache_label(engine)}, "
+                                       f"{engine.attention_kind} attention on {engine.device}")
+        print_unclipped(ui.out, table)
+
+
+def print_unclipped(console, table: Table) -> None:
+    """Print ``table`` at its natural width even where the console is narrower (a pipe is 80
+    columns; the speculative table needs ~120), so that no number is cut to "…": the lines
+    wrap on a narrow terminal instead."""
+    need = console.measure(table, options=console.options.update(max_width=10_000)).maximum
+    width = console.width
+    if need > width:
+        console.width = need
+    try:
+        console.print(table)
+    finally:
+        console.width = width
