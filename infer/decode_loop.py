@@ -99,6 +99,10 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             fed_t = tok_t if host is None else host
             if host is None:
                 runner.tokens_to_host(tok_t)  # before the next step overwrites them
+            # On a GPU the step ahead is queued behind the tokens read below; on the CPU it runs
+            # now, so the tokens' arrival is timed before it (else it counts in the time to first
+            # token and the decode rate misses a step)
+            early = time.perf_counter() if ahead and runner.device.type != "cuda" else None
             if ahead:
                 nxt_t = _feed(runner, ticket, fed_t, sessions, pos, feed, n, pool)
                 for i in feed if spec else ():
@@ -109,7 +113,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                 bad = sum(toks[i] == NON_FINITE for i in live)
                 raise NonFiniteLogits(f"{bad} of {len(live)} replies, at token "
                                       f"{min(stats[i].new_tokens for i in live) + 1}")
-            now = time.perf_counter()
+            now = early if early is not None else time.perf_counter()
             stopped = set()
             for i in live:
                 stats[i].token_arrived(t0, now)
