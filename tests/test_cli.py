@@ -62,9 +62,9 @@ def test_json_rounds_times_to_ms_and_rates_to_a_tenth(tiny_ckpt):
 
     assert rounded({"ttft_s": 0.22424760900003093, "decode_tokens_per_s": 177.04449,
                     "fraction_of_ceiling": 0.7812345, "ceiling_tokens_per_s": None,
-                    "new_tokens": 3}) == {
+                    "new_tokens": 3, "mean_accepted": 6.333333333333333}) == {
         "ttft_s": 0.224, "decode_tokens_per_s": 177.0, "fraction_of_ceiling": 0.781,
-        "ceiling_tokens_per_s": None, "new_tokens": 3}
+        "ceiling_tokens_per_s": None, "new_tokens": 3, "mean_accepted": 6.333}
 
 
 def test_generate_prompt_from_stdin_and_raw(tiny_ckpt, tok):

@@ -6,8 +6,8 @@ capturing CUDA graphs so far); ``reply_record`` adds one reply's text and
 stats (generate, summarize, one line per reply in chat), ``bench_record`` the measured lengths.
 
 Numbers are rounded for people who read them: seconds (``*_s``) to the millisecond, rates
-(``*_per_s``) to 0.1, fractions and ``speedup`` to 0.001 (``rounded``); the measurements are not
-finer than that.
+(``*_per_s``) to 0.1, fractions, ``speedup`` and ``mean_accepted`` to 0.001 (``rounded``); the
+measurements are not finer than that.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from __future__ import annotations
 
 def rounded(d: dict) -> dict:
     """A copy of ``d`` with its float values rounded by their key: ``*_per_s`` to 1 decimal,
-    ``*_s`` to 3 (milliseconds), ``fraction_*`` and ``speedup`` to 3; others (and None)
-    unchanged."""
+    ``*_s`` to 3 (milliseconds), ``fraction_*``, ``speedup`` and ``mean_accepted`` to 3; others
+    (and None) unchanged."""
     out = {}
     for key, value in d.items():
         if isinstance(value, float):
             if key.endswith("_per_s"):
                 value = round(value, 1)
-            elif key.endswith("_s") or key.startswith("fraction_") or key == "speedup":
+            elif key.endswith("_s") or key.startswith("fraction_") or key in ("speedup",
+                                                                              "mean_accepted"):
                 value = round(value, 3)
         out[key] = value
     return out
