@@ -221,6 +221,18 @@ def bench(
             raise typer.Exit(130)
 
 
+def _command_named(args: list[str]) -> str:
+    """``infer CMD`` for the first command name among ``args`` (a parser error, such as a flag
+    without its value, carries no context to name it), else ``infer``."""
+    import os
+
+    root = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    root = "infer" if not root or root.startswith("-") else root  # python -c: no name
+    names = typer.main.get_command(app).commands
+    sub = next((a for a in args if a in names), None)
+    return f"{root} {sub}" if sub else root
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``infer`` entry point: typer's app, with its usage errors as one line on stderr.
 
@@ -250,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         if type(e).__name__ == "NoArgsIsHelpError":  # `infer` alone: the help is shown already
             sys.exit(e.exit_code)
         ctx = getattr(e, "ctx", None)
-        where = ctx.command_path if ctx is not None else "infer"
+        where = ctx.command_path if ctx is not None else _command_named(args)
         # click 8.2+ words a bad enum choice "Value error, 'x' is not one of ...": drop the prefix
         text = " ".join(e.format_message().split()).replace("Value error, ", "")
         msg = text + f" (see {where} --help)"

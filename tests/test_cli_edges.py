@@ -55,6 +55,20 @@ def test_main_keeps_help_and_exit_codes(capsys, monkeypatch):
     assert info.value.code == 2
 
 
+@pytest.mark.parametrize("argv,where", [
+    (["bench", "M", "--speculate=on"], "infer bench --help"),  # a flag given a value
+    (["generate", "M", "hi", "--speculate"], "infer generate --help"),  # a value missing
+])
+def test_parser_errors_name_the_command(argv, where, capsys, monkeypatch):
+    import cli
+
+    monkeypatch.setattr("sys.argv", ["/usr/local/bin/infer"])
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and err[0].endswith(f"(see {where})"), err
+
+
 def test_pyproject_script_is_main():
     from pathlib import Path
 
