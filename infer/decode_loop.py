@@ -84,6 +84,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             tok_t = sample(logits, sp, gen, presence=seen, vocab_limit=runner.vocab_limit)
         host: list[int] | None = None  # the tokens to yield, when already on the host
         live = list(range(n))
+        synchronous = runner.device.type != "cuda"  # a launched step has run when it returns
         while live:
             runner.check_ticket(ticket)  # tok_t lives in the runner's buffers
             pos = {i: sessions[i].num_cached for i in live}
@@ -102,7 +103,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             # On a GPU the step ahead is queued behind the tokens read below; on the CPU it runs
             # now, so the tokens' arrival is timed before it (else it counts in the time to first
             # token and the decode rate misses a step)
-            early = time.perf_counter() if ahead and runner.device.type != "cuda" else None
+            early = time.perf_counter() if ahead and synchronous else None
             if ahead:
                 nxt_t = _feed(runner, ticket, fed_t, sessions, pos, feed, n, pool)
                 for i in feed if spec else ():

@@ -164,13 +164,18 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
     return y
 
 
+def split_runs(k: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """``(splits, columns per split)`` for split-K over ``k`` columns in ``block_k`` tiles: at
+    most ``split_k`` runs of whole tiles, the last one shorter, none empty."""
+    k_tiles = triton.cdiv(k, block_k)
+    per = triton.cdiv(k_tiles, min(split_k, k_tiles)) * block_k
+    return triton.cdiv(k, per), per
+
+
 def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int, k: int,
                   tiles: GemvTiles) -> torch.Tensor:
     """Split-K (module notes): the partial sums, then their fixed-order sum into ``y``."""
-    k_tiles = triton.cdiv(k, tiles.block_k)
-    splits = min(tiles.split_k, k_tiles)
-    per = triton.cdiv(k_tiles, splits) * tiles.block_k
-    splits = triton.cdiv(k, per)  # no empty split
+    splits, per = split_runs(k, tiles.block_k, tiles.split_k)
     ws = torch.empty((splits, MAX_ROWS, n), dtype=torch.float32, device=x.device)
     _gemv_kernel[(triton.cdiv(n, tiles.block_n), splits)](
         x, weight, ws, x.shape[0], n, k, x.stride(0), weight.stride(0), n,

@@ -21,7 +21,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.pop("TRITON_INTERPRET", None)
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 from compile_targets import compile_for  # noqa: E402
 
 from kernels import device, gemv  # noqa: E402
@@ -45,10 +44,7 @@ def main() -> None:
             for n, k, swiglu in SHAPES:
                 t = gemv_tiles(torch.device("cuda", 0), dtype, n, k, swiglu)
                 bn, bk, stages = t.block_n, t.block_k, t.num_stages
-                splits, per = 1, 0
-                if t.split_k > 1:  # as kernels/gemv.py's _launch_split sizes the runs
-                    per = triton.cdiv(triton.cdiv(k, bk), min(t.split_k, triton.cdiv(k, bk))) * bk
-                    splits = triton.cdiv(k, per)
+                splits, per = gemv.split_runs(k, bk, t.split_k) if t.split_k > 1 else (1, 0)
                 even = k % (per or bk) == 0
                 key = (arch, dt, bn, bk, stages, even, swiglu, splits, per)
                 if key not in done:
