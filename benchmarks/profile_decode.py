@@ -14,7 +14,12 @@ engine's ``GraphRunner``: captured CUDA graphs on CUDA, the same step eagerly el
   of the layer count, counted once per layer) and ``other_kernels`` (embedding, final norm,
   lm_head, sampling, copies); and the ceiling: ``bytes_per_step`` (weights without the
   embedding, plus the K/V and scales read), ``ceiling_us_per_step`` from
-  ``Engine.ceiling_tokens_per_s`` and ``fraction_of_ceiling``.
+  ``Engine.ceiling_tokens_per_s`` and ``fraction_of_ceiling``;
+- ``--rows R``: the step of a speculative verify step, R rows of the sequence at consecutive
+  positions; ``tokens_per_s`` and ``fraction_of_ceiling`` then count R tokens a step (every
+  draft accepted) against the single-token ceiling (above 1: faster than plain decode can be),
+  and ``sync_wall_us`` is the step with the host reading its tokens before the next (as a
+  verify step must; ``step_wall_us`` runs them back to back).
 
 Kernel names come from the CUDA kernel events that the profiler (CUPTI) records inside graph
 replays. If a graph replay shows fewer than one kernel per layer (copies only), the eager step
@@ -57,23 +62,36 @@ def _sync(device: torch.device) -> None:
 
 
 class DecodeSteps:
-    """Decode steps of one sequence through the engine's runner, fed back their own tokens
-    (no host sync per step). ``session`` holds the prefilled prompt; each step grows its pages
-    as ``infer/decode_loop.py`` does (its ids are not recorded: reset the session after)."""
+    """Decode steps of one sequence through the engine's runner, fed back their own tokens.
+    ``session`` holds the prefilled prompt; each step grows its pages as ``infer/decode_loop.py``
+    does (its ids are not recorded: reset the session after).
 
-    def __init__(self, eng: Engine, session, first_token: int):
-        self.eng, self.session = eng, session
+    With ``rows`` > 1 a step is a speculative verify step's layout (``infer/verify_step.py``):
+    ``rows`` one-query rows of the sequence at consecutive positions, fed the previous step's
+    ``rows`` tokens, and the next step starts ``rows`` positions on (every draft accepted).
+    With ``sync`` the host reads each step's tokens before it enqueues the next, as a verify
+    step must (the drafts continue them); without, steps run back to back."""
+
+    def __init__(self, eng: Engine, session, first_token: int, rows: int = 1,
+                 sync: bool = False):
+        self.eng, self.session, self.rows, self.sync = eng, session, rows, sync
         self.runner = eng.graph_runner()
         self.ticket, _, _ = self.runner.begin(SamplingParams(temperature=0.0),
                                               [session._pages])
         self.pos = session.num_cached
-        self.tok = torch.tensor([first_token], dtype=torch.int64, device=eng.device)
+        self.tok = torch.full((rows,), first_token, dtype=torch.int64, device=eng.device)
 
     def run(self, n: int) -> None:
+        pages = self.session._pages
         for _ in range(n):
-            grow_pages(self.eng.pool, self.session._pages, self.pos + 1)
-            self.tok = self.runner.step(self.ticket, self.tok, [(self.session._pages, self.pos)])
-            self.pos += 1
+            grow_pages(self.eng.pool, pages, self.pos + self.rows)
+            rows = [(pages, self.pos + r) for r in range(self.rows)]
+            if self.sync:
+                self.runner.tokens_to_host(self.runner.step(self.ticket, self.tok, rows))
+                self.tok = self.runner.host_tokens(self.rows)
+            else:
+                self.tok = self.runner.step(self.ticket, self.tok, rows)
+            self.pos += self.rows
 
 
 def step_wall_us(steps: DecodeSteps, n: int) -> float:
@@ -149,25 +167,31 @@ def summarize(events: list, n: int, layers: int, cuda: bool) -> tuple[list[dict]
                      "other_kernels": round(total - per_layer * layers, 2)}
 
 
-def profile_one(eng: Engine, ids: list[int], ctx: int, steps: int, warmup: int) -> list[dict]:
-    """The records of one (cache dtype, context) point: kernels first, then the step line."""
+def profile_one(eng: Engine, ids: list[int], ctx: int, steps: int, warmup: int,
+                rows: int = 1) -> list[dict]:
+    """The records of one (cache dtype, context, rows) point: kernels first, then the step line
+    (``sync_wall_us``: the same steps with the host reading each one's tokens first)."""
     cuda = eng.device.type == "cuda"
     mc = eng.model_config
     session = eng.new_session()
     first = list(session.generate(ids[:ctx], SamplingParams(temperature=0.0, max_new_tokens=1)))
     graphs = eng.cuda_graphs and cuda
-    base = {"kv_cache": eng.config.kv_cache, "ctx": ctx, "steps": steps,
+    base = {"kv_cache": eng.config.kv_cache, "ctx": ctx, "rows": rows, "steps": steps,
             "activity": "cuda" if cuda else "cpu"}
-    run = DecodeSteps(eng, session, first[0])
+    run = DecodeSteps(eng, session, first[0], rows, sync=True)
     run.run(warmup)  # compile, capture, allocate
-    mean_cached = run.pos + steps // 2  # during the timed steps
+    t0 = time.perf_counter()
+    run.run(steps)
+    sync_wall = (time.perf_counter() - t0) * 1e6 / steps
+    run = DecodeSteps(eng, session, first[0], rows)
+    mean_cached = run.pos + rows * steps // 2  # during the timed steps
     wall = step_wall_us(run, steps)
     events = profiled_events(run, steps, cuda)
     mode, note = ("graph" if graphs else "eager"), None
     if cuda and graphs and not _has_step_kernels(events, steps, mc.num_hidden_layers):
         eng.cuda_graphs = False
         try:
-            run = DecodeSteps(eng, session, first[0])
+            run = DecodeSteps(eng, session, first[0], rows)
             run.run(warmup)
             events = profiled_events(run, steps, cuda)
         finally:
@@ -176,21 +200,22 @@ def profile_one(eng: Engine, ids: list[int], ctx: int, steps: int, warmup: int) 
     kernels, totals = summarize(events, steps, mc.num_hidden_layers, cuda)
     session.reset()
     dtype_bytes = torch.finfo(eng.dtype).bits // 8
-    nbytes = mc.weight_bytes_per_token(dtype_bytes) + mean_cached * eng.pool.bytes_per_position
+    nbytes = mc.weight_bytes_per_token(dtype_bytes) + \
+        rows * mean_cached * eng.pool.bytes_per_position  # each row reads its whole context
     ceiling = eng.ceiling_tokens_per_s(mean_cached)
     ceiling_us = None if ceiling is None else 1e6 / ceiling
     out = [{"what": "kernel", **base, "mode": mode, **k} for k in kernels]
     out.append({"what": "step", **base, "mode": mode, "timed_mode": "graph" if graphs else "eager",
                 "kernel_names": bool(kernels), "note": note,
                 "layers": mc.num_hidden_layers, "mean_cached": mean_cached,
-                "step_wall_us": round(wall, 2), **totals,
+                "step_wall_us": round(wall, 2), "sync_wall_us": round(sync_wall, 2), **totals,
                 "gap_us": round(wall - totals["gpu_busy_us"], 2),
                 "gap_fraction": round(1 - totals["gpu_busy_us"] / wall, 4),
-                "tokens_per_s": round(1e6 / wall, 2), "bytes_per_step": nbytes,
+                "tokens_per_s": round(rows * 1e6 / wall, 2), "bytes_per_step": nbytes,
                 "ceiling_tokens_per_s": None if ceiling is None else round(ceiling, 2),
                 "ceiling_us_per_step": None if ceiling_us is None else round(ceiling_us, 2),
-                "fraction_of_ceiling": None if ceiling_us is None else round(ceiling_us / wall,
-                                                                              4)})
+                "fraction_of_ceiling": None if ceiling_us is None
+                else round(rows * ceiling_us / wall, 4)})
     return out
 
 
@@ -204,14 +229,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--page-size", type=int, default=64)
+    ap.add_argument("--rows", default="1", help="rows per step, comma-separated (1..16; > 1: "
+                    "a verify step's layout, one sequence at consecutive positions)")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be >= 1")
+    try:
+        row_counts = [int(x) for x in args.rows.split(",")]
+    except ValueError:
+        ap.error(f"--rows takes comma-separated integers, got {args.rows!r}")
+    if not all(1 <= r <= 16 for r in row_counts):
+        ap.error(f"--rows must be 1..16, got {args.rows}")
     lengths = sorted(int(x) for x in args.ctx.split(","))
     kvs = [x.strip() for x in args.kv.split(",")]
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    ctx = lengths[-1] + 2 * (args.steps + args.warmup) + args.page_size
+    ctx = lengths[-1] + 3 * max(row_counts) * (args.steps + args.warmup) + args.page_size
     cfg0 = EngineConfig(args.ckpt, ctx=ctx, device=args.device, page_size=args.page_size,
                         attention="triton" if cuda else "reference", cuda_graphs=cuda)
     mc = plan_context(read_config(args.ckpt), ctx).config  # YaRN past the native length
@@ -226,8 +259,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(json.dumps(records[0]), flush=True)
     for kv in kvs:
         eng = Engine(replace(cfg0, kv_cache=kv), model=model, tokenizer=tokenizer)
-        for n in lengths:
-            for rec in profile_one(eng, ids, n, args.steps, args.warmup):
+        for n, rows in ((n, r) for n in lengths for r in row_counts):
+            for rec in profile_one(eng, ids, n, args.steps, args.warmup, rows):
                 print(json.dumps(rec), flush=True)
                 records.append(rec)
         del eng

@@ -8,14 +8,15 @@ import json
 
 import pytest
 
-STEP_KEYS = {"what", "kv_cache", "ctx", "steps", "activity", "mode", "timed_mode",
+STEP_KEYS = {"what", "kv_cache", "ctx", "rows", "steps", "sync_wall_us", "activity", "mode",
+             "timed_mode",
              "kernel_names", "note", "layers", "mean_cached", "step_wall_us", "gpu_busy_us",
              "kernel_sum_us", "gpu_span_us", "kernels_per_step", "kernels_per_layer",
              "per_layer_kernels", "other_kernels", "gap_us", "gap_fraction", "tokens_per_s",
              "bytes_per_step", "ceiling_tokens_per_s", "ceiling_us_per_step",
              "fraction_of_ceiling"}
-KERNEL_KEYS = {"what", "kv_cache", "ctx", "steps", "activity", "mode", "name", "us_per_step",
-               "calls_per_step", "share_of_busy"}
+KERNEL_KEYS = {"what", "kv_cache", "ctx", "rows", "steps", "activity", "mode", "name",
+               "us_per_step", "calls_per_step", "share_of_busy"}
 
 
 def _lines(capsys) -> list[dict]:
@@ -52,6 +53,33 @@ def test_profile_decode_runs_on_the_cpu(tiny_ckpt_factory, capsys):
         assert any("linear" in k["name"] or "mm" in k["name"] for k in kernels)
     bytes_bf16 = {r["ctx"]: r["bytes_per_step"] for r in steps if r["kv_cache"] == "bf16"}
     assert bytes_bf16[40] > bytes_bf16[20]  # more cache read at the longer context
+
+
+def test_profile_decode_times_the_verify_layout(tiny_ckpt_factory, capsys):
+    """--rows 1,4: the same point with a 4-row verify step (one sequence, 4 consecutive
+    positions per step), which writes 4 positions a step and so reads more cache."""
+    from benchmarks.profile_decode import main
+
+    folder = tiny_ckpt_factory(vocab_size=512)
+    records = main(["--ckpt", str(folder), "--ctx", "24", "--kv", "bf16", "--steps", "3",
+                    "--warmup", "1", "--device", "cpu", "--page-size", "16", "--rows", "1,4"])
+    steps = {r["rows"]: r for r in records if r["what"] == "step"}
+    assert sorted(steps) == [1, 4]
+    assert steps[4]["mean_cached"] == 24 + 4 * 3 // 2  # the prompt, then 4 positions a step
+    assert steps[1]["mean_cached"] == 24 + 3 // 2
+    assert all(s["sync_wall_us"] > 0 for s in steps.values())
+    per_pos = (steps[4]["bytes_per_step"] - steps[1]["bytes_per_step"]) / (4 * 30 - 25)
+    assert per_pos > 0 and per_pos == int(per_pos)  # each row reads its whole context
+    assert steps[4]["tokens_per_s"] == pytest.approx(4e6 / steps[4]["step_wall_us"], rel=1e-3)
+
+
+@pytest.mark.parametrize("rows", ["0", "17", "x"])
+def test_profile_decode_rejects_bad_rows(tiny_ckpt_factory, rows):
+    from benchmarks.profile_decode import main
+
+    with pytest.raises(SystemExit):
+        main(["--ckpt", str(tiny_ckpt_factory(vocab_size=512)), "--rows", rows,
+              "--device", "cpu"])
 
 
 def test_profile_decode_rejects_zero_steps(tiny_ckpt_factory):
