@@ -16,9 +16,15 @@ import torch
 from infer.kv_pool import KVPool
 from infer.meta import AttnMeta
 from kernels import reference
-from kernels.decode_attention import DecodeWorkspace, decode_attention, default_num_splits
+from kernels.decode_attention import (
+    DecodeWorkspace,
+    decode_attention,
+    default_num_splits,
+    slab_capacity,
+)
 from kernels.prefill_attention import prefill_attention
 from kernels.store_kv import store_kv
+from kernels.tiles import decode_tiles
 
 # Steps of up to this many new tokens per sequence take the split-KV decode kernel (GQA-packed
 # rows: n * group <= 16 * group); longer steps (prefill chunks) take the prefill kernel.
@@ -71,6 +77,12 @@ class TritonAttention:
             a sequence's attention is bit for bit the same whatever the batch it decodes in
             (CUDA-graph friendly too).
         group: the GQA group (query heads per KV head); sizes the workspace rows.
+
+    Attributes:
+        slab_tokens: the most consecutive one-query rows of a sequence the decode kernel attends
+            in one program (``AttnMeta.slab_rows``; ``kernels.decode_attention.slab_capacity``).
+        slab_block_n: the decode tiles' key block; a slab inside one such block of positions
+            gives each row exactly its one-row result.
     """
 
     def __init__(self, pool: KVPool, sm_scale: float | None = None, max_batch: int = 1,
@@ -81,6 +93,9 @@ class TritonAttention:
         self.num_splits = num_splits or default_num_splits(1, pool.kv_heads, pool.device,
                                                            kv_dtype)
         self.group = group
+        self.slab_tokens = slab_capacity(group)
+        self.slab_block_n = decode_tiles(pool.device, kv_dtype, page_size=pool.page_size,
+                                         rows=group).block_n
         self.workspace = DecodeWorkspace.allocate(
             max_batch, pool.kv_heads, MAX_DECODE_QUERIES * group, self.num_splits,
             pool.head_dim, pool.device)
@@ -95,7 +110,8 @@ class TritonAttention:
             return decode_attention(
                 q, cache.k, cache.v, meta.seq_lens, meta.page_table, num_queries=n,
                 sm_scale=self.sm_scale, k_scale=cache.k_scale, v_scale=cache.v_scale,
-                num_splits=self.num_splits, workspace=self.workspace)
+                num_splits=self.num_splits, workspace=self.workspace,
+                slab_rows=meta.slab_rows if n == 1 else None)
         return prefill_attention(
             q, cache.k, cache.v, meta.seq_lens, meta.query_start_loc, meta.page_table,
             max_query_len=n, sm_scale=self.sm_scale, k_scale=cache.k_scale,

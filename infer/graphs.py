@@ -14,10 +14,11 @@ page bookkeeping (``infer/decode_loop.py``).
 Static buffers, sized once for ``max_batch`` rows (a graph of bucket ``b`` uses the first ``b``)::
 
     host (pinned)            device (addresses baked into the graphs)
-    host_step [5, Bmax] ---> step [5, Bmax] int64: positions | slots | seq_lens | fed ids (host
-                                                    tokens) | drafts (sampled verify), per row
-                             seq_lens [Bmax] int32   (written in the step from step[2])
-    tokens fed -----------> input_ids [Bmax] int64  (a device tensor, or step[3])
+    host_step [6, Bmax] ---> step [6, Bmax] int64: positions | slots | seq_lens | slab rows |
+                                                    fed ids (host tokens) | drafts (sampled
+                                                    verify), per row
+                             lens [2, Bmax] int32    (seq_lens | slab rows, from step[2:4])
+    tokens fed -----------> input_ids [Bmax] int64  (a device tensor, or step[4])
                              page_table [Bmax, max_pages] int32 (new pages copied as they come)
                              presence [Bmax, vocab] bool (tokens generated in each reply)
                              next_token [Bmax] int64 ---> host_tokens [2, Bmax] (pinned)
@@ -25,9 +26,13 @@ Static buffers, sized once for ``max_batch`` rows (a graph of bucket ``b`` uses 
 
 A row without a live sequence (a bucket's padding, or a reply that ended while others go on) is
 a padding row: seq_len 0 and slot -1 (``infer/meta.py``), so it stores nothing and attends to
-nothing. The decode kernels' grid depends only on the bucket (``kernels/decode_attention.py``),
-never on the context length, so one graph serves every length. Replay = write the host staging
-buffer, one copy, ``replay()``; the only host sync per step is reading the sampled ids.
+nothing. Consecutive rows of one sequence at consecutive positions inside one key block of the
+decode tiles (a verify step's) form a slab that the decode kernel attends in one program
+(``AttnMeta.slab_rows``, ``meta.plan_slabs``): its keys are read once, and each row's result is
+still that of a one-row step, bit for bit. The decode kernels' grid depends only on the bucket
+(``kernels/decode_attention.py``), never on the context length, so one graph serves every
+length. Replay = write the host staging buffer, one copy, ``replay()``; the only host sync per
+step is reading the sampled ids.
 
 Buckets are 1, 2, 4, 8 ... up to ``max_rows`` (at most 16: the projections' GEMM is row-invariant
 for up to 16 rows, and the split count is fixed per engine, so a sequence's tokens are the same
@@ -55,7 +60,7 @@ import torch
 
 from infer.config import MAX_BATCH, SamplingParams
 from infer.graph_capture import Captured, capture_step
-from infer.meta import plan_step
+from infer.meta import plan_slabs, plan_step
 from infer.sampling import resolve_seed, sample, verify_sample
 from infer.step_buffers import PageTableRows, StaticBuffers, batch_buckets, graph_key
 
@@ -133,6 +138,8 @@ class GraphRunner:
         self._gen: torch.Generator | None = None
         self._out: tuple[torch.Tensor, torch.Tensor] | None = None
         self._rows = PageTableRows(self.bufs.page_table)
+        self._slab_tokens = getattr(attn, "slab_tokens", 1)
+        self._slab_block = getattr(attn, "slab_block_n", 1)
         self._ticket = 0
         self.capture_s, self.captures = 0.0, 0
 
@@ -269,18 +276,19 @@ class GraphRunner:
         self._host[0, :bucket] = plan.positions
         self._host[1, :bucket] = plan.slots
         self._host[2, :bucket] = plan.seq_lens
+        self._host[3, :bucket] = plan_slabs(rows, bucket, self._slab_tokens, self._slab_block)
         host_ids = not isinstance(tokens, torch.Tensor)
         if host_ids:
-            self._host[3, :bucket] = 0
-            self._host[3, :len(tokens)] = tokens
+            self._host[4, :bucket] = 0
+            self._host[4, :len(tokens)] = tokens
         if verify:
-            self._host[4, :bucket] = -1
-            self._host[4, :len(drafts)] = drafts
+            self._host[5, :bucket] = -1
+            self._host[5, :len(drafts)] = drafts
         b.step.copy_(b.host_step, non_blocking=True)
         if self._copied is not None:
             self._copied.record()
         if host_ids:
-            b.input_ids[:bucket].copy_(b.step[3, :bucket])
+            b.input_ids[:bucket].copy_(b.step[4, :bucket])
         else:
             b.input_ids[:tokens.numel()].copy_(tokens.view(-1))
         if cap is not None:
@@ -321,6 +329,7 @@ class GraphRunner:
 
     # ------------------------------------------------------------------ internals
 
+
     def _key(self, bucket: int, verify: bool) -> GraphKey:
         """The key of the captured step of ``bucket`` rows for the batch's parameters."""
         return (bucket, *graph_key(self._params, verify))
@@ -352,13 +361,13 @@ class GraphRunner:
         presence = b.presence[:bucket] if params.presence_penalty else None
         if presence is not None:
             presence.scatter_(1, ids[:, None], True)  # the fed token was generated
-        b.seq_lens[:bucket].copy_(b.step[2, :bucket])
+        b.lens[:, :bucket].copy_(b.step[2:4, :bucket])
         meta = self._metas[bucket]
         hidden = self.model.forward(ids, meta.positions, self.attn, meta)
         logits = self.model.compute_logits(hidden)
         if verify:
             b.verify_out[:, :bucket].copy_(verify_sample(
-                logits, b.step[4, :bucket], params, gen, vocab_limit=self.vocab_limit))
+                logits, b.step[5, :bucket], params, gen, vocab_limit=self.vocab_limit))
         else:
             b.next_token[:bucket].copy_(sample(logits, params, gen, presence=presence,
                                                vocab_limit=self.vocab_limit))
@@ -374,7 +383,8 @@ class GraphRunner:
             b.step[0].zero_()
             b.step[1].fill_(-1)
             b.step[2].zero_()
-            b.step[4].fill_(-1)
+            b.step[3].fill_(1)
+            b.step[5].fill_(-1)
             b.input_ids.zero_()
             if self._stream is None:
                 self._stream = torch.cuda.Stream()

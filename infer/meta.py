@@ -53,6 +53,10 @@ class AttnMeta:
         max_query_len: host int, the largest ``n_b`` of the step (decides decode vs prefill).
         max_seq_len: host int, the largest ``seq_lens[b]`` (for references and bounds; kernels
             must not size their grid by it on the decode path).
+        slab_rows: int32 [B] or None, a one-token-per-row step only (the graph runner's): per
+            row, how many consecutive rows from it are one sequence's queries at consecutive
+            positions that the decode kernel attends together (0: covered by an earlier row;
+            ``kernels.decode_attention``'s ``slab_rows``). Backends without slabs ignore it.
     """
 
     positions: torch.Tensor
@@ -62,6 +66,7 @@ class AttnMeta:
     page_table: torch.Tensor
     max_query_len: int
     max_seq_len: int
+    slab_rows: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -155,6 +160,37 @@ def plan_step(seqs: Sequence[tuple[Sequence[int], int, int] | None], page_size: 
             plan.table.append(list(pages) + [pages[0] if pages else 0] * (width - len(pages)))
         plan.max_query_len = max(plan.max_query_len, new)
     return plan
+
+
+def plan_slabs(rows: Sequence[tuple[Sequence[int], int] | None], bucket: int,
+               slab_tokens: int, block_n: int) -> list[int]:
+    """``AttnMeta.slab_rows`` of a one-token-per-row step (the graph runner's).
+
+    Args:
+        rows: per row, ``(pages, position)`` (the pages list identifies the sequence) or None
+            (padding); rows past ``len(rows)`` up to ``bucket`` are padding.
+        bucket: the step's rows.
+        slab_tokens: the most rows one slab holds (the backend's ``slab_tokens``).
+        block_n: the decode tiles' key block (``slab_block_n``).
+
+    Returns:
+        Per row: the rows of the slab it starts (itself and the rows right after it that hold
+        the same pages list at the next positions, at most ``slab_tokens``, all inside one
+        ``block_n`` block of positions, so that each row's attention is its one-row result), 0
+        for a row an earlier slab covers, 1 for every other row (padding too).
+    """
+    out = [1] * bucket
+    lead = 0  # the row the current slab starts at
+    for r in range(1, len(rows)):
+        prev, cur, first = rows[r - 1], rows[r], rows[lead]
+        if prev is not None and cur is not None and cur[0] is prev[0] and \
+                cur[1] == prev[1] + 1 and r - lead < slab_tokens and \
+                cur[1] // block_n == first[1] // block_n:
+            out[lead] += 1
+            out[r] = 0
+        else:
+            lead = r
+    return out
 
 
 def build_meta(

@@ -44,10 +44,11 @@ class StaticBuffers:
 
     Attributes:
         input_ids: int64 [Bmax], the token fed to each row.
-        step: int64 [5, Bmax], per row: position, slot, seq_len, fed token (when the host
-            gives it: a verify step), draft to check (sampled verify steps; -1 none); one copy
-            from ``host_step``.
-        seq_lens: int32 [Bmax], written inside the step from ``step[2]``.
+        step: int64 [6, Bmax], per row: position, slot, seq_len, slab rows, fed token (when the
+            host gives it: a verify step), draft to check (sampled verify steps; -1 none); one
+            copy from ``host_step``.
+        lens: int32 [2, Bmax], written inside the step from ``step[2:4]`` (one copy):
+            ``seq_lens`` (row 0) and ``slab_rows`` (row 1: ``AttnMeta.slab_rows``).
         query_start_loc: int32 [Bmax + 1], always ``0, 1, ..., Bmax`` (one token per row).
         page_table: int32 [Bmax, max_pages], each row's page ids (entries past its length are
             stale but valid ids, never read).
@@ -55,14 +56,14 @@ class StaticBuffers:
         next_token: int64 [Bmax], the sampled tokens.
         verify_out: int64 [2, Bmax], a sampled verify step's tokens and acceptance flags
             (``infer.sampling.verify_sample``).
-        host_step: int64 [5, Bmax] on the host (pinned on CUDA), staging for ``step``.
+        host_step: int64 [6, Bmax] on the host (pinned on CUDA), staging for ``step``.
         host_tokens: int64 [2, Bmax] on the host (pinned on CUDA), where ``tokens_to_host``
             copies (one row, or both of ``verify_out``).
     """
 
     input_ids: torch.Tensor
     step: torch.Tensor
-    seq_lens: torch.Tensor
+    lens: torch.Tensor
     query_start_loc: torch.Tensor
     page_table: torch.Tensor
     presence: torch.Tensor
@@ -78,14 +79,14 @@ class StaticBuffers:
         i32 = dict(dtype=torch.int32, device=device)
         pin = device.type == "cuda"
         return cls(
-            input_ids=torch.zeros(max_batch, **i64), step=torch.zeros(5, max_batch, **i64),
-            seq_lens=torch.zeros(max_batch, **i32),
+            input_ids=torch.zeros(max_batch, **i64), step=torch.zeros(6, max_batch, **i64),
+            lens=torch.zeros(2, max_batch, **i32),
             query_start_loc=torch.arange(max_batch + 1, **i32),
             page_table=torch.zeros(max_batch, max_pages, **i32),
             presence=torch.zeros(max_batch, vocab_size, dtype=torch.bool, device=device),
             next_token=torch.zeros(max_batch, **i64),
             verify_out=torch.zeros(2, max_batch, **i64),
-            host_step=torch.zeros(5, max_batch, dtype=torch.int64, pin_memory=pin),
+            host_step=torch.zeros(6, max_batch, dtype=torch.int64, pin_memory=pin),
             host_tokens=torch.zeros(2, max_batch, dtype=torch.int64, pin_memory=pin))
 
     def meta(self, bucket: int, page_size: int) -> AttnMeta:
@@ -95,7 +96,13 @@ class StaticBuffers:
                         seq_lens=self.seq_lens[:bucket],
                         query_start_loc=self.query_start_loc[:bucket + 1],
                         page_table=self.page_table[:bucket], max_query_len=1,
-                        max_seq_len=self.page_table.shape[1] * page_size)
+                        max_seq_len=self.page_table.shape[1] * page_size,
+                        slab_rows=self.lens[1, :bucket])
+
+    @property
+    def seq_lens(self) -> torch.Tensor:
+        """int32 [Bmax], the rows' seq_lens (``lens[0]``)."""
+        return self.lens[0]
 
 
 class PageTableRows:

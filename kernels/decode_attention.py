@@ -11,6 +11,13 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
 - GQA packing: the ``n * group`` (query token, query head) pairs that share the KV head are the
   rows of one tile (row ``r = t * group + g``), padded to ``ROWS >= 16`` for the tensor-core dot;
   q is loaded once and each key/value tile once per group.
+- Slabs (``slab_rows``, a speculative verify step): each row of the step is one query with its
+  own ``seq_len``, and a program takes up to ``slab_capacity(group)`` consecutive rows of one
+  sequence into the padding of that same 16-row tile, so the sequence's keys are read once per
+  slab instead of once per row. Row invariance holds by construction: every operation on a row
+  (the dots, the masks, the online softmax, the conditional rescale's decision) reads only that
+  row, and a slab within one key block has the split bounds and the unmasked/masked block
+  boundary of each of its rows alone. Plain steps pass ``slab_rows`` 1, so both run one kernel.
 - Keys are walked ``BLOCK_N`` positions per iteration (one page, part of a page, or several pages
   gathered through the page table). Scores are float32, scaled by ``sm_scale * log2(e)`` and
   exponentiated with ``exp2`` (online softmax, FlashAttention-2). P is cast to the query dtype for
@@ -92,6 +99,7 @@ def _decode_split_kernel(
     v_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
     seq_lens_ptr,  # int32 [B]
     page_table_ptr,  # int32 [B, max_pages]
+    slab_ptr,  # int32 [B], rows per program (SLAB > 1 only)
     o_part_ptr,  # float32 [B, Hkv, NUM_SPLITS, NUM_QUERIES * GROUP, D]
     lse_ptr,  # float32 [B, Hkv, NUM_SPLITS, NUM_QUERIES * GROUP]
     qk_scale,  # sm_scale * log2(e)
@@ -102,6 +110,7 @@ def _decode_split_kernel(
     NUM_KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,
     NUM_QUERIES: tl.constexpr,
+    SLAB: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -120,23 +129,43 @@ def _decode_split_kernel(
     split = tl.program_id(1)
     b = (pid_bh // NUM_KV_HEADS).to(tl.int64)
     h = (pid_bh % NUM_KV_HEADS).to(tl.int64)
-    seq_len = tl.load(seq_lens_ptr + b)
 
     rows = tl.arange(0, ROWS)
     offs_d = tl.arange(0, HEAD_DIM)
     t = rows // GROUP  # query token of each row
-    row_valid = rows < NUM_QUERIES * GROUP
-    q_off = (b * NUM_QUERIES + t) * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
+    if SLAB > 1:
+        # slabs: rows b .. b + count - 1 of the step are one sequence's queries at consecutive
+        # positions, each with its own seq_len (and the same page table); 0: an earlier row's
+        # program covers row b
+        count = tl.load(slab_ptr + b)
+        if count == 0:
+            return
+        row_valid = (rows < SLAB * GROUP) & (t < count)
+        row_len = tl.load(seq_lens_ptr + b + t, mask=row_valid, other=0)
+        seq_len = tl.max(row_len, axis=0)
+        first = tl.load(seq_lens_ptr + b) - 1  # the first query's position
+        qpos = row_len - 1
+        q_row = b + t
+        out_row = (b + t) * stride_ob + (rows % GROUP) * stride_or
+        lse_row = (b + t) * stride_lb + rows % GROUP
+    else:
+        seq_len = tl.load(seq_lens_ptr + b)
+        row_valid = rows < NUM_QUERIES * GROUP
+        first = seq_len - NUM_QUERIES
+        qpos = first + t  # (ROWS,) position of each row's query
+        q_row = b * NUM_QUERIES + t
+        out_row = b * stride_ob + rows * stride_or
+        lse_row = b * stride_lb + rows
+    q_off = q_row * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_valid[:, None], other=0.0)
     if IS_INT8 and INT8_MAGIC != 0 and q.dtype != tl.float32:
         q = q.to(tl.float16)  # the codes become exact float16: dot in float16
-    qpos = seq_len - NUM_QUERIES + t  # (ROWS,) position of each row's query
 
     n_blocks = tl.cdiv(seq_len, BLOCK_N)
     start = split * n_blocks // NUM_SPLITS
     end = (split + 1) * n_blocks // NUM_SPLITS
     # blocks whose keys all precede the first query (keys of earlier steps): no mask needed
-    n_old = tl.maximum(seq_len - NUM_QUERIES, 0) // BLOCK_N
+    n_old = tl.maximum(first, 0) // BLOCK_N
 
     pt_row_ptr = page_table_ptr + b * stride_pt
     k_head_ptr = k_ptr + h * (PAGE_SIZE * HEAD_DIM)
@@ -167,10 +196,9 @@ def _decode_split_kernel(
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * _LN2,
                    float("-inf"))
-    o_base = o_part_ptr + b * stride_ob + h * stride_oh + split * stride_os
-    tl.store(o_base + rows[:, None] * stride_or + offs_d[None, :], o, mask=row_valid[:, None])
-    l_base = lse_ptr + b * stride_lb + h * stride_lh + split * stride_ls
-    tl.store(l_base + rows, lse, mask=row_valid)
+    o_base = o_part_ptr + h * stride_oh + split * stride_os
+    tl.store(o_base + out_row[:, None] + offs_d[None, :], o, mask=row_valid[:, None])
+    tl.store(lse_ptr + h * stride_lh + split * stride_ls + lse_row, lse, mask=row_valid)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -178,7 +206,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      sm_scale: float | None = None, k_scale: torch.Tensor | None = None,
                      v_scale: torch.Tensor | None = None, num_splits: int | None = None,
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
-                     tiles: DecodeTiles | None = None) -> torch.Tensor:
+                     tiles: DecodeTiles | None = None,
+                     slab_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -206,6 +235,16 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             whose P.V runs in float16 (``int8_magic`` 1, 2) needs ``256 * amax / 127 < 65504``
             for each value row, i.e. values below ~32k in magnitude; bfloat16 operands have no
             such limit.
+        slab_rows: contiguous int32 [B] (``num_queries`` 1 only), or None: slabs. Row ``b``'s
+            program then attends rows ``b .. b + slab_rows[b] - 1`` (at most
+            ``slab_capacity(group)``), which must be one sequence's queries at consecutive
+            positions (their own ``seq_lens``, the same page-table entries), and 0 marks a row
+            an earlier row's program covers (a padding row is its own slab: 1, seq_len 0). The
+            keys are then read once per slab, not once per row (a speculative verify step), and
+            each row's output is bit for bit what a step of that row alone computes (with
+            ``slab_rows`` 1) if all of the slab's positions lie in one key block (positions
+            ``j * tiles.block_n`` .. ``(j + 1) * tiles.block_n - 1``); otherwise it is still exact
+            attention, only not bit-identical.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -223,7 +262,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     o_part, lse, tiles = _stage1(
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
-        tiles=tiles)
+        tiles=tiles, slab_rows=slab_rows)
     if seq_lens.shape[0] == 0:
         return out
     return combine(o_part, lse, out, pdl=tiles.pdl)
@@ -236,8 +275,17 @@ def _decode_stage1(q, k_cache, v_cache, seq_lens, page_table, **kw):
     return _stage1(q, k_cache, v_cache, seq_lens, page_table, **kw)[:2]
 
 
+def slab_capacity(group: int) -> int:
+    """The most consecutive query rows of one sequence a slab program attends (``slab_rows``):
+    as many tokens as fit the one-row tile of ``group`` query heads (16 rows, or the next power
+    of two of ``group``), so a slab's tile is the one-row step's tile, padding filled. 1 means
+    no slabs (``group`` > 8)."""
+    return max(16, triton.next_power_of_2(group)) // group
+
+
 def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
-            k_scale=None, v_scale=None, num_splits=None, workspace=None, tiles=None):
+            k_scale=None, v_scale=None, num_splits=None, workspace=None, tiles=None,
+            slab_rows=None):
     """Stage 1's checks and launch; returns ``(o_part, lse, tiles used)``."""
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
@@ -275,6 +323,16 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
 
     group = q_heads // kv_heads
     rows = num_queries * group
+    slab = 1
+    if slab_rows is not None:
+        if num_queries != 1:
+            raise ValueError(f"slab_rows needs num_queries 1 (one query per row), got "
+                             f"{num_queries}")
+        if slab_rows.dtype != torch.int32 or slab_rows.shape != (batch,) or \
+                slab_rows.device != seq_lens.device:
+            raise ValueError(f"slab_rows must be int32 [{batch}] on {seq_lens.device}")
+        check_contiguous("decode_attention", slab_rows=slab_rows)
+        slab = slab_capacity(group)
     on_gpu = q.device.type == "cuda"
     if tiles is None:
         tiles = decode_tiles(q.device, k_cache.dtype, page_size=page_size, rows=rows)
@@ -300,11 +358,13 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
         return o_part, lse, tiles
 
     _decode_split_kernel[(batch * kv_heads, num_splits)](
-        q, k_cache, v_cache, k_scale, v_scale, seq_lens, page_table, o_part, lse,
+        q, k_cache, v_cache, k_scale, v_scale, seq_lens, page_table,
+        seq_lens if slab_rows is None else slab_rows, o_part, lse,
         sm_scale * _LOG2E, q.stride(0), q.stride(1), page_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), o_part.stride(3),
         lse.stride(0), lse.stride(1), lse.stride(2),
-        NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, HEAD_DIM=head_dim,
+        NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, SLAB=slab,
+        HEAD_DIM=head_dim,
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,

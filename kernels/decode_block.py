@@ -86,15 +86,18 @@ def _attend_block(acc, m_i, l_i, q, blk, seq_len, qpos,
     if MASKED:
         s = tl.where(pos[None, :] <= qpos[:, None], s, float("-inf"))
     if LAZY_RESCALE and not MASKED:
-        # rescale only when some row's max grew by more than 2^8 (FlashAttention-4's
-        # conditional rescaling): otherwise keep the stale max, so p <= 256 (exact in fp16/bf16
-        # range) and the acc rescale (ROWS x HEAD_DIM multiplies) is skipped
+        # a row rescales only when its max grew by more than 2^8 (FlashAttention-4's
+        # conditional rescaling): otherwise it keeps its stale max, so p <= 256 (exact in
+        # fp16/bf16 range); the acc rescale (ROWS x HEAD_DIM multiplies) runs only when some row
+        # needs it. NOTE: the decision is per row (a row's result never depends on the other rows
+        # of the tile), so a verify step's rows compute what one-row steps would, bit for bit
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        if tl.max(m_new - m_i, axis=0) > 8.0:
-            alpha = tl.exp2(m_i - m_new)
+        grow = m_new - m_i > 8.0
+        if tl.max(grow.to(tl.int32), axis=0) > 0:
+            alpha = tl.where(grow, tl.exp2(m_i - m_new), 1.0)
             acc = acc * alpha[:, None]
             l_i = l_i * alpha
-            m_i = m_new
+            m_i = tl.where(grow, m_new, m_i)
         p = tl.exp2(s - m_i[:, None])
         l_i = l_i + tl.sum(p, axis=1)
         m_new = m_i

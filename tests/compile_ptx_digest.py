@@ -101,9 +101,10 @@ def main() -> None:
         pdl = arch >= 90
         for kv, block_n, warps, magic, rows, splits in DECODE:
             types = {"q_ptr": "*bf16", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}",
-                     "seq_lens_ptr": "*i32", "page_table_ptr": "*i32"}
+                     "seq_lens_ptr": "*i32", "page_table_ptr": "*i32", "slab_ptr": "*i32"}
             emit(f"decode_{kv}_r{rows}_sm{arch}", compile_for(da._decode_split_kernel, dict(
-                NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=rows // 4, HEAD_DIM=128, PAGE_SIZE=64,
+                NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=rows // 4, SLAB=1, HEAD_DIM=128,
+                PAGE_SIZE=64,
                 BLOCK_N=block_n, ROWS=rows, NUM_SPLITS=splits, IS_INT8=kv == "i8",
                 INT8_MAGIC=magic, DOT_PREC="tf32", USE_PDL=pdl, LAZY_RESCALE=True), arch,
                 types=types, num_warps=warps, num_stages=2, launch_pdl=pdl))

@@ -25,14 +25,14 @@ from triton.compiler import ASTSource, compile  # noqa: E402
 
 from kernels import device  # noqa: E402
 from kernels.combine import _combine_kernel  # noqa: E402
-from kernels.decode_attention import _decode_split_kernel  # noqa: E402
+from kernels.decode_attention import _decode_split_kernel, slab_capacity  # noqa: E402
 from kernels.decode_plan import default_num_splits  # noqa: E402
 from kernels.store_kv import _store_kv_kernel  # noqa: E402
 from kernels.tiles import decode_tiles, store_tiles  # noqa: E402
 
 POINTERS = {"k_ptr": "*bf16", "v_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
             "q_ptr": "*bf16", "out_ptr": "*bf16", "seq_lens_ptr": "*i32",
-            "page_table_ptr": "*i32", "slot_ptr": "*i64"}
+            "page_table_ptr": "*i32", "slot_ptr": "*i64", "slab_ptr": "*i32"}
 
 
 def compile_for(kernel, constexprs: dict, arch: int, types: dict | None = None, **options):
@@ -63,8 +63,8 @@ def main() -> None:
     splits = default_num_splits(1, 8, gpu, torch.int8)
     POINTERS.update(k_ptr="*i8", v_ptr="*i8")  # stage 1 on an INT8 pool
     stage1 = compile_for(_decode_split_kernel, dict(
-        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, HEAD_DIM=128, PAGE_SIZE=64,
-        BLOCK_N=tiles.block_n, ROWS=16, NUM_SPLITS=splits, IS_INT8=True,
+        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, SLAB=slab_capacity(4), HEAD_DIM=128,
+        PAGE_SIZE=64, BLOCK_N=tiles.block_n, ROWS=16, NUM_SPLITS=splits, IS_INT8=True,
         INT8_MAGIC=tiles.int8_magic, DOT_PREC="tf32", USE_PDL=pdl and tiles.pdl,
         LAZY_RESCALE=tiles.lazy_rescale), arch,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl and tiles.pdl)

@@ -217,6 +217,32 @@ def test_tiny_qwen3_greedy_with_speculation_equals_without(tiny_cpu, kv_cache):
     assert s.stats.verify_steps > 0 and s.stats.accepted > 0
 
 
+def test_tiny_qwen3_verify_slabs_on_the_triton_backend(tiny_cpu, monkeypatch):
+    """The Triton backend (interpreter): verify steps attend their rows in slabs (several rows
+    per program), and the reply is still the plain one."""
+    import infer.graphs as graphs
+
+    slabs = []
+
+    def spy(rows, bucket, slab_tokens, block_n):
+        out = graphs_plan(rows, bucket, slab_tokens, block_n)
+        slabs.append(max(out))
+        return out
+
+    graphs_plan = graphs.plan_slabs
+    monkeypatch.setattr(graphs, "plan_slabs", spy)
+    eng = _tiny_engine(tiny_cpu, attention="triton")
+    assert eng.attn.slab_tokens > 1
+    phrase = torch.randint(0, 151669, (9,), generator=torch.Generator().manual_seed(7)).tolist()
+    prompt = phrase * 6
+    sp = GREEDY.replace(max_new_tokens=20)
+    plain = list(eng.new_session().generate(prompt, sp))
+    s = eng.new_session()
+    spec = list(s.generate(prompt, sp, speculate=True))
+    assert spec == plain and s.stats.accepted > 0
+    assert max(slabs) > 1
+
+
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 def test_tiny_qwen3_batch_with_speculation_equals_each_reply_alone(tiny_cpu, kv_cache):
     eng = _tiny_engine(tiny_cpu, kv_cache, ctx=512, max_batch=4)
