@@ -11,10 +11,10 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
 - GQA packing: the ``n * group`` (query token, query head) pairs that share the KV head are the
   rows of one tile (row ``r = t * group + g``), padded to ``ROWS >= 16`` for the tensor-core dot;
   q is loaded once and each key/value tile once per group.
-- Slabs (``slab_rows``, a speculative verify step): each row of the step is one query with its
-  own ``seq_len``, and a program takes up to ``slab_capacity(group)`` consecutive rows of one
-  sequence into the padding of that same 16-row tile, so the sequence's keys are read once per
-  slab instead of once per row. Row invariance holds by construction: every operation on a row
+- Slabs (``slab_rows``, a speculative verify step): each row of the step is one query, and a
+  program takes up to ``slab_capacity(group)`` consecutive rows of one sequence into the padding
+  of that same 16-row tile, so the sequence's keys are read once per slab instead of once per
+  row. Row invariance holds by construction: every operation on a row
   (the dots, the masks, the online softmax, the conditional rescale's decision) reads only that
   row, and a slab within one key block has the split bounds and the unmasked/masked block
   boundary of each of its rows alone. Plain steps pass ``slab_rows`` 1, so both run one kernel.
@@ -135,16 +135,14 @@ def _decode_split_kernel(
     t = rows // GROUP  # query token of each row
     if SLAB > 1:
         # slabs: rows b .. b + count - 1 of the step are one sequence's queries at consecutive
-        # positions, each with its own seq_len (and the same page table); 0: an earlier row's
-        # program covers row b
+        # positions (the same page table), as a step of ``count`` queries of row b's sequence;
+        # count 0: an earlier row's program covers row b (no block, nothing stored). Both
+        # loads are issued at once, as the one load of a plain step
         count = tl.load(slab_ptr + b)
-        if count == 0:
-            return
-        row_valid = (rows < SLAB * GROUP) & (t < count)
-        row_len = tl.load(seq_lens_ptr + b + t, mask=row_valid, other=0)
-        seq_len = tl.max(row_len, axis=0)
         first = tl.load(seq_lens_ptr + b) - 1  # the first query's position
-        qpos = row_len - 1
+        seq_len = tl.where(count > 0, first + count, 0)  # the last query's seq_len
+        row_valid = (rows < SLAB * GROUP) & (t < count)
+        qpos = first + t
         q_row = b + t
         out_row = (b + t) * stride_ob + (rows % GROUP) * stride_or
         lse_row = (b + t) * stride_lb + rows % GROUP
@@ -238,7 +236,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         slab_rows: contiguous int32 [B] (``num_queries`` 1 only), or None: slabs. Row ``b``'s
             program then attends rows ``b .. b + slab_rows[b] - 1`` (at most
             ``slab_capacity(group)``), which must be one sequence's queries at consecutive
-            positions (their own ``seq_lens``, the same page-table entries), and 0 marks a row
+            positions (``seq_lens[b] + t`` for row ``b + t``: the kernel reads only row ``b``'s,
+            and the rows' page-table entries must be the same), and 0 marks a row
             an earlier row's program covers (a padding row is its own slab: 1, seq_len 0). The
             keys are then read once per slab, not once per row (a speculative verify step), and
             each row's output is bit for bit what a step of that row alone computes (with
