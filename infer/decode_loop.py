@@ -17,7 +17,12 @@ once, for every mode:
 - with ``speculate``, a step in which some sequence drafts is a verify step
   (``infer/verify_step.py``): the host reads the tokens first (the drafts continue them), feeds
   each sequence's token and its drafts, and the accepted drafts are yielded with the token. When
-  the drafts stop paying (``DraftControl``'s cool-down) or none is found, steps run ahead again;
+  the drafts stop paying (``DraftControl``'s cool-down) or none is found, steps run ahead again.
+  Greedy replies judge whether drafts pay against the measured wall time of both kinds of step
+  (``StepCost``, kept per batch size on the runner; the first greedy speculative reply of a batch
+  size runs plain steps until one has been timed). NOTE: sampled replies never do: their tokens
+  depend on where drafts were verified, and a seed must give the same reply whatever the clock
+  says, so their drafting depends only on acceptance;
 - a token of -1 (``sampling.NON_FINITE``: NaN or inf in its logits) raises ``NonFiniteLogits``.
 
 NOTE: invariant: ``session.cached_ids`` are exactly the tokens whose K/V are stored (enqueued) in
@@ -41,6 +46,7 @@ from infer.config import SamplingParams
 from infer.errors import NonFiniteLogits
 from infer.meta import grow_pages
 from infer.sampling import NON_FINITE, sample
+from infer.speculate import StepCost
 from infer.stats import GenerationStats
 from infer.verify_step import Drafter, draft_budget, verify
 
@@ -77,6 +83,8 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
     n = len(sessions)
     spec = speculate and not sp.presence_penalty and runner.max_rows > n
     drafters = [Drafter() for _ in range(n)] if spec else []
+    cost = runner.step_costs.setdefault(n, StepCost()) if spec and sp.greedy else None
+    streak, last_now = 0, 0.0  # steps run ahead in a row before this one; the last arrival
     try:
         ticket, gen, seen = runner.begin(sp, [s._pages for s in sessions])
         with torch.inference_mode():  # the first tokens: eager, with the runner's state
@@ -93,6 +101,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             feed = {i for i in live if pos[i] + 1 < ctx and (
                 sp.max_new_tokens is None or stats[i].new_tokens + 1 < sp.max_new_tokens)}
             drafting = spec and len(feed) < runner.max_rows and \
+                (cost is None or cost.plain_s is not None) and \
                 any(drafters[i].control.cooldown_left == 0 for i in feed)
             need = sum(max(0, pool.pages_for(pos[i] + 1) - len(sessions[i]._pages))
                        for i in feed)
@@ -115,6 +124,9 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                 raise NonFiniteLogits(f"{bad} of {len(live)} replies, at token "
                                       f"{min(stats[i].new_tokens for i in live) + 1}")
             now = early if early is not None else time.perf_counter()
+            if cost is not None and streak >= 2:  # ran while the previous step did: plain
+                cost.plain(now - last_now)
+            streak, last_now = (streak + 1 if ahead else 0), now
             stopped = set()
             for i in live:
                 stats[i].token_arrived(t0, now)
@@ -127,7 +139,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             accepted: dict[int, list[int]] = {}
             if feed and not ahead and drafting:
                 host, accepted = _verify(runner, ticket, pool, sessions, drafters, toks, feed,
-                                         stats, sp, ctx, n)
+                                         stats, sp, ctx, n, cost)
             elif feed and not ahead:  # no page was free: raises OutOfPages if still none
                 nxt_t = _feed(runner, ticket, fed_t, sessions, pos, feed, n, pool)
             out, ends = [], {}
@@ -183,10 +195,13 @@ def _feed(runner, ticket: int, tokens, sessions: Sequence[Session], pos: dict[in
 
 def _verify(runner, ticket: int, pool, sessions: Sequence[Session], drafters: list[Drafter],
             toks: list[int], feed: set[int], stats: Sequence[GenerationStats],
-            sp: SamplingParams, ctx: int, n: int) -> tuple[list[int], dict[int, list[int]]]:
+            sp: SamplingParams, ctx: int, n: int, cost: StepCost | None
+            ) -> tuple[list[int], dict[int, list[int]]]:
     """Draft for the rows in ``feed`` and run their verify step (rows that draft nothing feed
-    their token alone). Returns the next tokens per row (host; -1 where not fed) and, per row,
-    the accepted drafts (the caller appends and yields them after the row's token)."""
+    their token alone), timed into ``cost`` (if any) when some row drafted. Returns the next
+    tokens per row (host; -1 where not fed) and, per row, the accepted drafts (the caller appends
+    and yields them after the row's token)."""
+    t_start = time.perf_counter()
     budget = runner.max_rows - len(feed)
     free = pool.num_free_pages  # drafts take only pages the tokens themselves do not need
     free -= sum(max(0, pool.pages_for(sessions[i].num_cached + 1) - len(sessions[i]._pages))
@@ -203,6 +218,8 @@ def _verify(runner, ticket: int, pool, sessions: Sequence[Session], drafters: li
         free -= max(0, pool.pages_for(s.num_cached + 1 + len(d)) - held)
         plan[i] = (toks[i], d)
     results = verify(runner, ticket, pool, sessions, plan, sp.greedy)
+    if cost is not None and any(r.drafted for r in results.values()):
+        cost.verify(time.perf_counter() - t_start)
     nxt = [NON_FINITE] * n
     accepted = {}
     for i, r in results.items():
@@ -212,7 +229,8 @@ def _verify(runner, ticket: int, pool, sessions: Sequence[Session], drafters: li
             drafters[i].control.skip(1)
             continue
         if r.drafted:
-            drafters[i].control.update(r.drafted, r.accepted)
+            drafters[i].control.update(r.drafted, r.accepted,
+                                       cost=None if cost is None else cost.ratio)
         else:
             drafters[i].control.no_match()  # counts as a step that accepted nothing
         stats[i].drafted += r.drafted  # accepted: counted as the drafts are kept (the caller)

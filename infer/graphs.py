@@ -103,6 +103,8 @@ class GraphRunner:
             it overlaps a prefill when ``prepare`` runs during one). 0.0 without capture.
         captures: graphs captured so far (a graph dropped past ``MAX_GRAPHS`` and captured
             again counts twice).
+        step_costs: per batch size, the decode loop's ``speculate.StepCost`` (plain and verify
+            step times, kept across replies).
     """
 
     def __init__(self, model, attn, *, vocab_size: int, page_size: int, max_pages: int,
@@ -142,6 +144,7 @@ class GraphRunner:
         self._slab_block = getattr(attn, "slab_block_n", 1)
         self._ticket = 0
         self.capture_s, self.captures = 0.0, 0
+        self.step_costs: dict = {}
 
     @property
     def num_graphs(self) -> int:

@@ -17,7 +17,8 @@ the correction at the first disagreement, or a bonus token when all k were accep
   with KMP over the whole context at every step). Here the search is a dict per n-gram length,
   built once over the prompt and extended token by token, so a step costs O(max_ngram + k)
   whatever the context length.
-- ``DraftControl`` picks the draft length per step and stops drafting while drafts keep failing.
+- ``DraftControl`` picks the draft length per step and stops drafting while drafts keep failing
+  to pay for their verify steps (``StepCost`` times both kinds of step).
 - ``accept_greedy`` / ``accept_sampled`` turn a verify step's outputs (host lists) into the
   accepted count and the tokens to emit; ``infer/sampling.py``'s ``verify_sample`` computes the
   sampled rule's outputs on the device.
@@ -108,15 +109,18 @@ class DraftControl:
 
     Policy (the idea of HF transformers' "heuristic" ``num_assistant_tokens_schedule``: grow the
     draft on full acceptance, shrink it on a rejection; plus a cool-down, so that a reply which
-    never repeats its context pays for almost no verify steps):
+    never repeats its context, or repeats it too little to pay for the verify steps, pays for
+    almost no verify steps):
 
     - the draft length starts at ``start_k``;
     - a verify step that accepted all its drafts doubles it, up to ``max_k``;
     - one that rejected a draft sets it to ``accepted + 1`` (at least 1);
-    - after ``patience`` consecutive verify steps with zero accepted, drafting stops for C plain
+    - after ``patience`` consecutive verify steps that did not pay (zero accepted, or, given the
+      step's cost in plain steps, fewer tokens than plain steps would give), drafting stops for C
+      plain
       steps (``cooldown_left``; the loop reports them with ``skip``), and the length restarts at
       ``start_k``. C starts at ``min_cooldown`` and doubles on each cool-down up to
-      ``max_cooldown``; any verify step that accepts a draft resets it to ``min_cooldown``.
+      ``max_cooldown``; any verify step that pays resets it to ``min_cooldown``.
 
     The counts a reply reports (drafted, accepted, verify steps) are ``GenerationStats``'s:
     the decode loop counts an accepted draft only once it is kept (not past a drafted stop id).
@@ -152,8 +156,13 @@ class DraftControl:
             return 0
         return max(0, min(self.k, max_k))
 
-    def update(self, drafted: int, accepted: int) -> None:
+    def update(self, drafted: int, accepted: int, cost: float | None = None) -> None:
         """Record a verify step that checked ``drafted`` draft tokens and kept ``accepted``.
+
+        ``cost`` is the verify step's wall time in plain steps (``StepCost.ratio``), None when
+        not known: the step pays when it yields at least as many tokens as plain steps would in
+        its time (``1 + accepted >= cost``; without ``cost``: when it accepted a draft). A step
+        that does not pay counts towards the cool-down as a zero-acceptance step does.
 
         Raises:
             ValueError: not ``0 <= accepted <= drafted`` with ``drafted >= 1``.
@@ -165,7 +174,7 @@ class DraftControl:
             self.k = min(2 * self.k, self.max_k)
         else:
             self.k = max(1, accepted + 1)
-        if accepted > 0:
+        if (accepted > 0) if cost is None else (1 + accepted >= cost):
             self._misses = 0
             self._cooldown = self.min_cooldown
             return
@@ -187,6 +196,48 @@ class DraftControl:
     def skip(self, steps: int) -> None:
         """Count ``steps`` plain (non-drafting) steps taken: they shorten the cool-down."""
         self.cooldown_left = max(0, self.cooldown_left - steps)
+
+
+class StepCost:
+    """Running wall-time estimates of one batch shape's plain decode step and verify step, so
+    that ``DraftControl`` can tell whether drafting pays (a verify step of 16 rows may cost one
+    plain step on a large model and three on a small, launch-bound one).
+
+    Exponential moving averages (weight ``alpha`` for the newest sample; the first sample is
+    taken as is), in seconds.
+
+    Args:
+        alpha: the newest sample's weight, in (0, 1].
+
+    Raises:
+        ValueError: ``alpha`` out of range.
+    """
+
+    def __init__(self, alpha: float = 0.2):
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+        self.alpha = alpha
+        self.plain_s: float | None = None
+        self.verify_s: float | None = None
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.alpha * (new - old)
+
+    def plain(self, seconds: float) -> None:
+        """A plain step's interval: between the tokens of two steps run ahead (the device's
+        step time once the host keeps up)."""
+        self.plain_s = self._ema(self.plain_s, seconds)
+
+    def verify(self, seconds: float) -> None:
+        """A verify step's wall time: drafting, the step, waiting for it, acceptance."""
+        self.verify_s = self._ema(self.verify_s, seconds)
+
+    @property
+    def ratio(self) -> float | None:
+        """A verify step's cost in plain steps, or None until both have been timed."""
+        if self.plain_s is None or self.verify_s is None or self.plain_s <= 0.0:
+            return None
+        return self.verify_s / self.plain_s
 
 
 def accept_greedy(drafts: Sequence[int], targets: Sequence[int]) -> tuple[int, list[int]]:

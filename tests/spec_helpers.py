@@ -1,13 +1,14 @@
 """Helpers of the speculative-decoding tests (``test_speculative.py`` on the CPU,
 ``test_speculative_gpu.py``): a tokenizer stand-in without stop ids, a drafter that always
-drafts, and the batch-against-alone comparison."""
+drafts, a drafter scripted to be right or wrong where a test says, and the batch-against-alone
+comparison."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import torch
-from mock_engine import GREEDY
+from mock_engine import GREEDY, V, expected
 
 NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
 
@@ -40,3 +41,29 @@ def batch_and_alone(eng, shapes, new_tokens):
                                      speculate=True):
         out[i].append(tok)
     return out, alone, sessions
+
+
+def sum_continuation(seq: list[int], k: int) -> list[int]:
+    """The SumModel's next k tokens after ``seq``."""
+    return expected(list(seq), k)
+
+
+class ScriptedLookup:
+    """A ``PromptLookup`` stand-in: drafts the model's true continuation, with the draft at
+    index ``wrong_at`` (if any) replaced by a wrong token."""
+
+    wrong_at: int | None = None
+    calls: list[int] = []
+
+    def __init__(self, tokens):
+        self.seq = list(tokens)
+
+    def extend(self, tokens):
+        self.seq.extend(tokens)
+
+    def propose(self, k):
+        ScriptedLookup.calls.append(k)
+        d = sum_continuation(self.seq, k)
+        if self.wrong_at is not None and self.wrong_at < len(d):
+            d[self.wrong_at] = (d[self.wrong_at] + 1) % V
+        return d

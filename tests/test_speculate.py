@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from infer.speculate import DraftControl, PromptLookup, accept_greedy, accept_sampled
+from infer.speculate import DraftControl, PromptLookup, StepCost, accept_greedy, accept_sampled
 
 
 def brute_propose(toks, k, max_ngram=3, min_ngram=1):
@@ -155,6 +155,42 @@ def test_draft_control_cooldown_doubles_and_resets():
     dc.skip(5)
     dc.skip(100)
     assert dc.cooldown_left == 0
+
+
+def test_draft_control_counts_steps_that_do_not_pay_for_their_cost():
+    """With a verify step costing 3 plain steps, a step pays only with 2 drafts accepted (3
+    tokens); 1 accepted is a miss towards the cool-down, as 0 is without a cost."""
+    dc = DraftControl(patience=3)
+    for _ in range(2):
+        dc.update(4, 1, cost=3.0)
+    dc.update(4, 2, cost=3.0)  # pays: the streak restarts
+    for _ in range(2):
+        dc.update(4, 1, cost=3.0)
+    assert dc.cooldown_left == 0
+    dc.update(4, 1, cost=3.0)
+    assert dc.cooldown_left == 16
+    dc.skip(16)
+    for _ in range(3):
+        dc.update(4, 1, cost=1.5)  # a cheap verify step: one accepted draft pays
+    assert dc.cooldown_left == 0
+    for _ in range(3):
+        dc.update(4, 1)  # no cost known: any acceptance pays
+    assert dc.cooldown_left == 0
+
+
+def test_step_cost_is_a_moving_average_ratio():
+    c = StepCost(alpha=0.5)
+    assert c.ratio is None
+    c.verify(3.0)
+    assert c.ratio is None  # no plain step timed yet
+    c.plain(1.0)
+    assert c.ratio == 3.0
+    c.plain(3.0)  # 1 + 0.5 * (3 - 1)
+    c.verify(1.0)  # 3 + 0.5 * (1 - 3)
+    assert (c.plain_s, c.verify_s, c.ratio) == (2.0, 2.0, 1.0)
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="alpha"):
+            StepCost(alpha=bad)
 
 
 def test_draft_control_rejects_bad_input():

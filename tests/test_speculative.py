@@ -13,38 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mock_engine import GREEDY, V, expected, mock_engine, prompt_of
-from spec_helpers import NO_STOP, TailLookup, batch_and_alone
+from mock_engine import GREEDY, expected, mock_engine, prompt_of
+from spec_helpers import NO_STOP, ScriptedLookup, TailLookup, batch_and_alone
 
 import infer.verify_step as verify_step
 from infer import Engine, EngineConfig, SamplingParams
 from infer.errors import NonFiniteLogits
-
-
-def sum_continuation(seq: list[int], k: int) -> list[int]:
-    """The SumModel's next k tokens after ``seq``."""
-    return expected(list(seq), k)
-
-
-class ScriptedLookup:
-    """A ``PromptLookup`` stand-in: drafts the model's true continuation, with the draft at
-    index ``wrong_at`` (if any) replaced by a wrong token."""
-
-    wrong_at: int | None = None
-    calls: list[int] = []
-
-    def __init__(self, tokens):
-        self.seq = list(tokens)
-
-    def extend(self, tokens):
-        self.seq.extend(tokens)
-
-    def propose(self, k):
-        ScriptedLookup.calls.append(k)
-        d = sum_continuation(self.seq, k)
-        if self.wrong_at is not None and self.wrong_at < len(d):
-            d[self.wrong_at] = (d[self.wrong_at] + 1) % V
-        return d
 
 
 @pytest.fixture
