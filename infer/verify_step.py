@@ -4,7 +4,9 @@ For each sequence of a batch that drafts this step (``infer/speculate.py``'s ``D
 says how many tokens, ``PromptLookup`` which), the step feeds its last token and its k drafts at
 consecutive positions: k + 1 rows of the runner, each a one-query sequence of its own over the
 sequence's pages (``infer/graphs.py``), so row t computes exactly what the one-row step at that
-position would. The longest prefix of drafts the target agrees with is accepted:
+position would; the decode attention reads the sequence's keys once per slab of such rows
+(``meta.plan_slabs``), not once per row. The longest prefix of drafts the target agrees with is
+accepted:
 
 - greedy: draft t is accepted while it equals the argmax of the row before it; the first row
   that disagrees gives the correction, and a step whose drafts all pass gives one more (the
