@@ -1,143 +1,29 @@
-"""Split-KV decode (kernels/decode_attention.py) and combine (kernels/combine.py) vs the reference.
+"""Split-KV decode (kernels/decode_attention.py, with kernels/combine.py) vs the reference.
 
 CPU (Triton interpreter, float16/float32, tiny shapes): one launch covers a batch of sequences
 whose lengths sit around page boundaries (1, page-1, page, page+1, several pages) plus a padding
 sequence of length 0 (exact zeros); pages are scrambled, padding page-table entries and every
-unused slot of the pool hold NaN (nothing may leak). Oracles: ``reference.paged_attention`` and
-``reference.merge_partials``. INT8: tight against the dequantized reference, and
+unused slot of the pool hold NaN (nothing may leak; ``decode_case.Case``). Oracles:
+``reference.paged_attention`` and ``reference.split_partials``. INT8: tight against the
+dequantized reference, and
 NMSE < 1e-3 against attention over the unquantized K/V.
 GPU (-m gpu): bfloat16, 32 query / 8 KV heads, head_dim 128, page 64, at 1k/32k/128k positions.
+The combine alone is in ``test_kernels_combine.py``, the INT8 code conversions in
+``test_int8_codes.py``, slabs in ``test_kernels_decode_slabs.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-import triton
-import triton.language as tl
-from conftest import REPO, nmse
+from conftest import nmse
+from decode_case import INT8_NMSE, TOL, Case, _lengths
 
-from infer.kv_pool import LayerCache, int8_v_shape
-from infer.meta import AttnMeta
 from kernels import reference
-from kernels.combine import combine
 from kernels.decode_attention import DecodeWorkspace, decode_attention
-from kernels.decode_block import _int8_to_f16
-from kernels.tiles import DecodeTiles, decode_tiles
-
-TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3),
-       torch.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
-INT8_NMSE = 1e-3  # INT8 pool vs attention over the unquantized K/V
-
-
-class Case:
-    """A pool holding ``seq_lens`` sequences on scrambled pages; every other slot is NaN."""
-
-    def __init__(self, seq_lens, n, kv_heads, group, head_dim, page_size, dtype, int8,
-                 device="cpu", huge_pages=0, k_gain=1.0):
-        self.n, self.dtype, self.device = n, dtype, device
-        pages_per = [-(-s // page_size) for s in seq_lens]
-        used = sum(pages_per)
-        num_pages = max(huge_pages, used + 2)
-        shape = (num_pages, kv_heads, page_size, head_dim)
-        store = torch.int8 if int8 else dtype
-        if huge_pages:  # virtual memory: only the pages written below become resident
-            ids = torch.arange(num_pages - 2 * used - 1, num_pages, 2)[:used]
-            ids = ids[torch.randperm(used)]
-            nan_page = 1
-            mk = lambda s, dt: torch.empty(s, dtype=dt, device=device)
-        else:
-            perm = torch.randperm(num_pages)
-            ids, nan_page = perm[:used], int(perm[used])
-            mk = lambda s, dt: torch.full(s, -1 if dt == torch.int8 else math.nan, dtype=dt,
-                                          device=device)
-        self.cache = LayerCache(mk(shape, store), mk(int8_v_shape(shape) if int8 else shape, store),
-                                *((mk(shape[:3], torch.float32), mk(shape[:3], torch.float32))
-                                  if int8 else ()))
-        self._nan_fill(torch.tensor([nan_page]), int8)  # padding page-table entries
-        table = torch.full((len(seq_lens), max(pages_per + [1]) + 1), nan_page, dtype=torch.int32)
-        fulls, start = [], 0  # fulls: the unquantized K/V per sequence, float32
-        for b, s in enumerate(seq_lens):
-            pages = ids[start:start + pages_per[b]]
-            start += pages_per[b]
-            table[b, :len(pages)] = pages.to(torch.int32)
-            self._nan_fill(pages, int8)
-            k = torch.randn(s, kv_heads, head_dim, device=device) * k_gain
-            v = torch.randn(s, kv_heads, head_dim, device=device)
-            pos = torch.arange(s, device=device)
-            slots = pages.to(device)[pos // page_size] * page_size + pos % page_size
-            reference.store_kv(k.to(dtype), v.to(dtype), self.cache, slots)
-            fulls.append((k.to(dtype).float(), v.to(dtype).float()))
-        self.fulls = fulls
-        bsz = len(seq_lens)
-        self.seq_lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
-        self.page_table = table.to(device)
-        self.q = torch.randn(bsz * n, kv_heads * group, head_dim, device=device).to(dtype)
-        self.meta = AttnMeta(
-            positions=torch.zeros(bsz * n, dtype=torch.int64, device=device),
-            slot_mapping=torch.zeros(bsz * n, dtype=torch.int64, device=device),
-            seq_lens=self.seq_lens,
-            query_start_loc=torch.arange(0, bsz * n + 1, n, dtype=torch.int32, device=device),
-            page_table=self.page_table, max_query_len=n, max_seq_len=max(seq_lens))
-
-    def _nan_fill(self, pages, int8):
-        """Unused slots of a sequence's pages hold NaN (fp) or NaN scales (int8)."""
-        c = self.cache
-        if int8:
-            c.k_scale[pages] = math.nan
-            c.v_scale[pages] = math.nan
-        else:
-            c.k[pages] = math.nan
-            c.v[pages] = math.nan
-
-    def tiles(self, **overrides) -> DecodeTiles:
-        """The default tiles of this case with ``overrides`` (``DecodeTiles`` fields)."""
-        c = self.cache
-        rows = self.n * self.q.shape[1] // c.k.shape[1]
-        base = decode_tiles(self.device, c.k.dtype, page_size=c.k.shape[2], rows=rows)
-        return dataclasses.replace(base, **overrides)
-
-    def run(self, num_splits=None, workspace=None, out=None, **tile_overrides):
-        """``decode_attention`` on this case; keyword arguments other than the launcher's own
-        override fields of the default ``DecodeTiles``."""
-        c = self.cache
-        return decode_attention(self.q, c.k, c.v, self.seq_lens, self.page_table,
-                                num_queries=self.n, k_scale=c.k_scale, v_scale=c.v_scale,
-                                num_splits=num_splits, workspace=workspace, out=out,
-                                tiles=self.tiles(**tile_overrides) if tile_overrides else None)
-
-    def expected(self):
-        """The reference over the pool (dequantized for INT8), zeros for empty sequences."""
-        out = reference.paged_attention(self.q, self.cache, self.meta).float()
-        return self._zero_empty(out)
-
-    def expected_full(self):
-        """Attention over the unquantized K/V (float32)."""
-        out = torch.zeros(self.q.shape, dtype=torch.float32, device=self.device)
-        for b, (k, v) in enumerate(self.fulls):
-            s = k.shape[0]
-            if s:
-                out[b * self.n:(b + 1) * self.n] = reference.dense_causal_attention(
-                    self.q[b * self.n:(b + 1) * self.n], k, v, q_offset=s - self.n)
-        return out
-
-    def _zero_empty(self, out):
-        for b, s in enumerate(self.seq_lens.tolist()):
-            if s == 0:
-                out[b * self.n:(b + 1) * self.n] = 0
-        return out
-
-
-def _lengths(n, page):
-    """Around page boundaries, never shorter than n, plus a padding sequence (0)."""
-    return [max(n, s) for s in (1, page - 1, page, page + 1, 3 * page + 5)] + [0]
-
+from kernels.tiles import DecodeTiles
 
 # (n, group, splits, block_n, dtype, int8); page 16, 2 KV heads, head_dim 32
 CASES = [
@@ -200,47 +86,6 @@ def test_decode_rejects_untransposed_int8_v():
     with pytest.raises(ValueError, match="transposed"):
         decode_attention(case.q, c.k, c.v.transpose(2, 3).contiguous(), case.seq_lens,
                          case.page_table, k_scale=c.k_scale, v_scale=c.v_scale)
-
-
-@pytest.mark.parametrize("magic", [0, 1, 2])
-def test_decode_int8_conversions_agree(magic):
-    """Each INT8 conversion (cvt, magic number; 2 runs as 1 on a CPU) matches the reference."""
-    n = 2
-    case = Case(_lengths(n, 16), n, kv_heads=2, group=4, head_dim=32, page_size=16,
-                dtype=torch.float16, int8=True)
-    out = case.run(num_splits=3, block_n=16, int8_magic=magic)
-    torch.testing.assert_close(out.float(), case.expected(), **TOL[torch.float16])
-    assert torch.equal(out[-n:], torch.zeros_like(out[-n:]))
-    with pytest.raises(ValueError, match="int8_magic"):
-        case.run(int8_magic=3)
-
-
-@triton.jit
-def _codes_kernel(x_ptr, y_ptr, N: tl.constexpr, MODE: tl.constexpr):
-    offs = tl.arange(0, N)
-    c = tl.load(x_ptr + offs)
-    tl.store(y_ptr + offs, _int8_to_f16(c, MODE))
-
-
-def _check_magic(mode, device):
-    codes = torch.arange(-128, 128, dtype=torch.int16).to(torch.int8)
-    perm = torch.randperm(256)  # codes in random order: no reliance on element position
-    x = codes[perm].reshape(16, 16).t().contiguous().reshape(-1).to(device)
-    y = torch.full((256,), math.nan, dtype=torch.float16, device=device)
-    _codes_kernel[(1,)](x, y, N=256, MODE=mode, num_warps=1)  # 8 codes per thread (pack 4)
-    assert torch.equal(y.cpu(), x.cpu().to(torch.float16))  # exact, every one of the 256 codes
-
-
-def test_int8_magic_conversion_exact():
-    """The magic-number conversion (integer ops) gives every int8 code exactly as float16."""
-    _check_magic(1, "cpu")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("mode", [1, 2])
-def test_int8_magic_conversion_exact_gpu(mode):
-    """Compiled: the integer-op and the packed inline-PTX conversion, every code exactly."""
-    _check_magic(mode, "cuda")
 
 
 def test_decode_int64_offsets():
@@ -335,57 +180,6 @@ def test_decode_rejects_strided_views_with_value_errors():
     with pytest.raises(ValueError, match="tiles.block_n=32"):  # neither divides nor spans 48
         decode_attention(odd.q, odd.cache.k, odd.cache.v, odd.seq_lens, odd.page_table,
                          tiles=DecodeTiles(block_n=32, num_warps=4, num_stages=1))
-
-
-def test_combine_rejects_strided_views_with_value_errors():
-    """``combine(o_part, lse, out[..., ::2])`` would write outside the view."""
-    o_part = torch.randn(1, 2, 3, 4, 16)
-    lse = torch.randn(1, 2, 3, 4)
-    out = torch.empty(2, 4, 32, dtype=torch.float16)
-    with pytest.raises(ValueError, match="combine: out needs a contiguous last dim"):
-        combine(o_part, lse, out[..., ::2])
-    with pytest.raises(ValueError, match="combine: o_part needs a contiguous last dim"):
-        combine(torch.randn(1, 2, 3, 4, 32)[..., ::2], lse, out[..., :16])
-    with pytest.raises(ValueError, match="combine: lse needs a contiguous last dim"):
-        combine(o_part, torch.randn(1, 2, 3, 8)[..., ::2], out[..., :16])
-    with pytest.raises(ValueError, match="float32"):
-        combine(o_part.half(), lse, out[..., :16])
-
-
-def test_combine_rejects_a_strided_out_under_python_O():
-    """The check is a ValueError, not an assert that ``python -O`` would drop."""
-    code = ("import torch; from kernels.combine import combine; "
-            "combine(torch.randn(1, 2, 3, 4, 16), torch.randn(1, 2, 3, 4), "
-            "torch.empty(2, 4, 32, dtype=torch.float16)[..., ::2])")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
-                         env=env, cwd=REPO, timeout=300)
-    assert run.returncode != 0
-    assert "ValueError: combine: out needs a contiguous last dim" in run.stderr, run.stderr[-2000:]
-
-
-@pytest.mark.parametrize("splits,head_dim", [(5, 16), (150, 16), (300, 16), (33, 128),
-                                             (198, 128)])
-def test_combine_matches_merge_partials(splits, head_dim):
-    """Random partials with empty splits (lse=-inf, o_part NaN) and an all-empty row. Up to 256
-    splits take one pass, 300 two passes; head_dim 128 is split over 2 (33 splits) or 8 (198,
-    the INT8 default on an H200) programs per row."""
-    bsz, kv_heads, n, group = 2, 2, 3, 2
-    rows = n * group
-    o_part = torch.randn(bsz, kv_heads, splits, rows, head_dim)
-    lse = torch.randn(bsz, kv_heads, splits, rows) * 20
-    empty = torch.rand(bsz, kv_heads, splits, rows) < 0.3
-    empty[1, 0, :, 4] = True  # one row with every split empty
-    lse[empty] = -math.inf
-    o_part[empty] = math.nan
-    out = torch.empty(bsz * n, kv_heads * group, head_dim, dtype=torch.float16)
-    combine(o_part, lse, out)
-    merged = reference.merge_partials(o_part.transpose(2, 3), lse.transpose(2, 3))
-    # [B, Hkv, rows, D] -> [B, n, Hkv, group, D] -> [B * n, Hq, D]
-    expect = merged.view(bsz, kv_heads, n, group, head_dim).permute(0, 2, 1, 3, 4)
-    expect = expect.reshape(bsz * n, kv_heads * group, head_dim)
-    torch.testing.assert_close(out.float(), expect, **TOL[torch.float16])
-    assert torch.equal(out[1 * n + 2, 0 * group + 0], torch.zeros(head_dim, dtype=out.dtype))
 
 
 # ----------------------------------------------------------------------------------------- GPU
