@@ -14,10 +14,10 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
 - Slabs (``slab_rows``, a speculative verify step): each row of the step is one query, and a
   program takes up to ``slab_capacity(group)`` consecutive rows of one sequence into the padding
   of that same 16-row tile, so the sequence's keys are read once per slab instead of once per
-  row. Row invariance holds by construction: every operation on a row
-  (the dots, the masks, the online softmax, the conditional rescale's decision) reads only that
-  row, and a slab within one key block has the split bounds and the unmasked/masked block
-  boundary of each of its rows alone. Plain steps pass ``slab_rows`` 1, so both run one kernel.
+  row. Row invariance holds by construction: every operation on a row (the dots, the masks, the
+  online softmax, the conditional rescale's decision) reads only that row, and a slab within one
+  key block has the split bounds and the unmasked/masked block boundary of each of its rows
+  alone. Plain steps pass ``slab_rows`` 1, so both run one kernel.
 - Keys are walked ``BLOCK_N`` positions per iteration (one page, part of a page, or several pages
   gathered through the page table). Scores are float32, scaled by ``sm_scale * log2(e)`` and
   exponentiated with ``exp2`` (online softmax, FlashAttention-2). P is cast to the query dtype for
