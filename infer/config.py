@@ -231,7 +231,7 @@ class SamplingParams:
     def __post_init__(self):
         t = self.temperature
         if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {t!r}")
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top-k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):

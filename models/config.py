@@ -151,6 +151,10 @@ class Qwen3Config:
             raise ValueError(
                 f"unsupported model_type {model_type!r}: infer supports "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)} (dense Qwen3 models)")
+        for name in ("rope_scaling", "rope_parameters"):
+            if d.get(name) is not None and not isinstance(d[name], dict):
+                raise ValueError(f"config.json has an invalid value: {name} must be an object "
+                                 f"(or null), got {d[name]!r}")
         try:
             rope_params = d.get("rope_parameters") or {}
             rope_theta = d.get("rope_theta", rope_params.get("rope_theta", 1_000_000.0))

@@ -258,6 +258,24 @@ def main(argv: list[str] | None = None) -> None:
                     "--tokenizer DIR, a folder holding a Qwen3 tokenizer.json and "
                     "tokenizer_config.json; infer cannot run a checkpoint without them")
         a.tokenizer = str(DEFAULT_TOKENIZER_DIR)
+    if a.device is not None:
+        try:
+            dev = torch.device(a.device)
+        except RuntimeError as e:
+            p.error(f"--device {a.device!r} is not a device: {e}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            p.error(f"--device {a.device}: no CUDA GPU here (use --device cpu, the default "
+                    f"without one)")
+    if a.vocab_size is not None:
+        from tokenizers import Tokenizer
+
+        path = Path(a.tokenizer) / "tokenizer.json"
+        if path.is_file():
+            need = Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
+            if a.vocab_size < need:  # fine for tests of the loader, not for infer itself
+                print(f"{p.prog}: note: --vocab-size {a.vocab_size} is smaller than the "
+                      f"tokenizer's {need} tokens: infer will refuse this checkpoint",
+                      file=sys.stderr)
     t0 = time.perf_counter()
     try:
         out = write_random_checkpoint(a.out, a.size, config_dir=a.config_dir, shards=a.shards,

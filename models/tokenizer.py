@@ -96,7 +96,7 @@ class Qwen3Tokenizer:
         self._marked_re = re.compile(f"{_MARK_START}({self._added_re.pattern}){_MARK_END}"
                                      f"|[{_MARK_START}{_MARK_END}]")
         self._template_source = chat_template
-        self._template = _compile_template(chat_template) if chat_template else None
+        self._template: jinja2.Template | None = None  # compiled on first use
         self._template_tokens = {name: _token_str(config[name]) for name in _TEMPLATE_TOKEN_NAMES
                                  if _token_str(config.get(name)) is not None}
         stop = set(generation_eos)
@@ -128,11 +128,19 @@ class Qwen3Tokenizer:
         config = cls._read_json(folder / "tokenizer_config.json")
         template = config.get("chat_template")
         if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
-            template = {t["name"]: t["template"] for t in template}.get("default")
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if template is not None and not isinstance(template, str):
+            raise ValueError(f"cannot read {folder / 'tokenizer_config.json'}: chat_template must "
+                             f"be a string, got {type(template).__name__}")
         if (folder / "chat_template.jinja").is_file():
             template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
         eos = cls._read_json(folder / "generation_config.json").get("eos_token_id")
-        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else eos
+        if not isinstance(eos, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                for i in eos):
+            raise ValueError(f"cannot read {folder / 'generation_config.json'}: eos_token_id must "
+                             f"be an integer or a list of integers, got {eos!r}")
         return cls(tokenizer, config, template, eos)
 
     @staticmethod
@@ -140,9 +148,13 @@ class Qwen3Tokenizer:
         if not path.is_file():
             return {}
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot read {path}: {e}") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"cannot read {path}: expected a JSON object, got "
+                             f"{type(data).__name__}")
+        return data
 
     # --- ids <-> text -------------------------------------------------------------------------
 
@@ -221,9 +233,16 @@ class Qwen3Tokenizer:
 
     def _render(self, messages: list[dict], add_generation_prompt: bool,
                 enable_thinking: bool) -> str:
-        if self._template is None:
+        if not self._template_source:
             raise ValueError("this tokenizer folder has no chat template (expected 'chat_template' "
                              "in tokenizer_config.json or a chat_template.jinja file)")
+        if self._template is None:  # compiled on first use: --raw and bench never need it
+            try:
+                self._template = _compile_template(self._template_source)
+            except jinja2.exceptions.TemplateError as e:
+                raise ValueError(f"the checkpoint's chat template does not parse: {e} (fix "
+                                 f"'chat_template' in tokenizer_config.json or "
+                                 f"chat_template.jinja, or use --raw)") from e
         try:
             return self._template.render(
                 messages=messages, tools=None, documents=None,

@@ -50,10 +50,16 @@ def prepare(ui: UI, model: str):
     if o.device is None and not torch.cuda.is_available():
         ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
     folder = resolve_model(model)
-    plan = plan_context(Qwen3Config.from_json(folder), cfg.ctx)
+    config = Qwen3Config.from_json(folder)
+    plan = plan_context(config, cfg.ctx)
+    tokenizer = Qwen3Tokenizer.from_folder(folder)
+    if tokenizer.vocab_limit > config.vocab_size:
+        raise ValueError(f"{folder}: the tokenizer defines {tokenizer.vocab_limit} tokens but "
+                         f"config.json's vocab_size is {config.vocab_size}: the tokenizer and the "
+                         f"weights do not belong together")
     if plan.note:
         ui.note(plan.note)
-    return replace(cfg, model=str(folder)), Qwen3Tokenizer.from_folder(folder), plan
+    return replace(cfg, model=str(folder)), tokenizer, plan
 
 
 def load_engine(ui: UI, cfg, tokenizer):
