@@ -50,6 +50,8 @@ class BenchResult:
     record of a run without it keeps its shape):
         spec_decode_tokens_per_s: tokens/s after the first token, speculating.
         speedup: spec_decode_tokens_per_s / decode_tokens_per_s (0.0 if the latter is 0).
+        spec_fraction_of_ceiling: spec_decode_tokens_per_s / ceiling_tokens_per_s (above 1:
+            faster than any plain decode can be; None without a ceiling).
         drafted, accepted: drafts verified and accepted in the speculative decode.
         mean_accepted: drafts accepted per verify step (0.0 without verify steps).
         identical: the greedy tokens with speculation equal those without.
@@ -64,6 +66,7 @@ class BenchResult:
     fraction_of_ceiling: float | None
     spec_decode_tokens_per_s: float | None = None
     speedup: float | None = None
+    spec_fraction_of_ceiling: float | None = None
     drafted: int | None = None
     accepted: int | None = None
     mean_accepted: float | None = None
@@ -78,8 +81,8 @@ class BenchResult:
         return d
 
 
-SPEC_FIELDS = ("spec_decode_tokens_per_s", "speedup", "drafted", "accepted", "mean_accepted",
-               "identical")
+SPEC_FIELDS = ("spec_decode_tokens_per_s", "speedup", "spec_fraction_of_ceiling", "drafted",
+               "accepted", "mean_accepted", "identical")
 PHRASE_TOKENS = 64  # the repeated phrase of the speculative bench's prompt
 
 
@@ -202,6 +205,7 @@ def run_bench(engine, lengths: list[int], tokens: int, speculate: bool = False
             sst, fast = _reply(engine, prompt[:n], sampling, speculate=True)
             rate = sst.decode_tokens_per_s
             spec = dict(spec_decode_tokens_per_s=rate, speedup=rate / decode if decode else 0.0,
+                        spec_fraction_of_ceiling=rate / ceiling if ceiling else None,
                         drafted=sst.drafted, accepted=sst.accepted,
                         mean_accepted=sst.mean_accepted, identical=fast == plain)
         yield BenchResult(

@@ -215,6 +215,12 @@ def test_run_bench_speculates_on_tiny_qwen3(tiny_cpu):
                                                                 vocab_limit=151669))
     results = list(run_bench(eng, [64, 130], tokens=24, speculate=True))
     assert [r.prompt_tokens for r in results] == [64, 130]
+    assert all(r.spec_fraction_of_ceiling is None for r in results)  # no ceiling on the CPU
+    eng.ceiling_tokens_per_s = lambda num_cached, batch=1: 1000.0  # as on a GPU
+    with_ceiling = next(run_bench(eng, [64], tokens=24, speculate=True))
+    assert with_ceiling.spec_fraction_of_ceiling == \
+        with_ceiling.spec_decode_tokens_per_s / 1000.0
+    assert with_ceiling.fraction_of_ceiling == with_ceiling.decode_tokens_per_s / 1000.0
     for r in results:
         assert r.identical is True and r.new_tokens == 24
         assert r.drafted > 0 and 0 <= r.accepted <= r.drafted
@@ -283,7 +289,8 @@ def test_bench_speculate_table_and_a_difference_on_stderr(tiny_ckpt, monkeypatch
     result = invoke("bench", tiny_ckpt, *CPU, "--lengths", "64", "--tokens", "6", "--speculate")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()  # title, blank, header, rule, the row
-    assert lines[2].split()[-6:] == ["ceiling", "spec", "tok/s", "speedup", "accepted", "same"]
+    assert lines[2].split()[-9:] == ["ceiling", "spec", "tok/s", "spec", "of", "ceiling",
+                                     "speedup", "accepted", "same"]
     cells = lines[4].split()
     assert cells[0] == "64" and cells[-3].endswith("x") and "/" in cells[-2] and cells[-1] == "NO"
     assert "…" not in result.stdout

@@ -28,10 +28,12 @@ def cache_label(engine) -> str:
 
 
 def _spec_cells(r: BenchResult) -> list[str]:
-    """The speculative columns of one row: tok/s, speedup, accepted/drafted, same tokens."""
+    """The speculative columns of one row: tok/s, its fraction of the ceiling, speedup,
+    accepted/drafted, same tokens."""
     if r.spec_decode_tokens_per_s is None:
-        return ["-"] * 4
-    return [f"{r.spec_decode_tokens_per_s:,.1f}", f"{r.speedup:.2f}x",
+        return ["-"] * 5
+    frac = f"{100 * r.spec_fraction_of_ceiling:.0f} %" if r.spec_fraction_of_ceiling else "-"
+    return [f"{r.spec_decode_tokens_per_s:,.1f}", frac, f"{r.speedup:.2f}x",
             f"{r.accepted:,}/{r.drafted:,}", "yes" if r.identical else "[bold red]NO[/]"]
 
 
@@ -42,7 +44,7 @@ def results_table(results: list[BenchResult], title: str) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE)
     names = ["context", "TTFT s", "prefill tok/s", "decode tok/s", "ceiling tok/s", "of ceiling"]
     if spec:
-        names += ["spec tok/s", "speedup", "accepted", "same"]
+        names += ["spec tok/s", "spec of ceiling", "speedup", "accepted", "same"]
     for name in names:
         table.add_column(name, justify="right")
     for r in results:

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 def rounded(d: dict) -> dict:
     """A copy of ``d`` with its float values rounded by their key: ``*_per_s`` to 1 decimal,
-    ``*_s`` to 3 (milliseconds), ``fraction_*``, ``speedup`` and ``mean_accepted`` to 3; others
+    ``*_s`` to 3 (milliseconds), ``*fraction_*``, ``speedup`` and ``mean_accepted`` to 3; others
     (and None) unchanged."""
     out = {}
     for key, value in d.items():
         if isinstance(value, float):
             if key.endswith("_per_s"):
                 value = round(value, 1)
-            elif key.endswith("_s") or key.startswith("fraction_") or key in ("speedup",
-                                                                              "mean_accepted"):
+            elif key.endswith("_s") or "fraction_" in key or key in ("speedup",
+                                                                     "mean_accepted"):
                 value = round(value, 3)
         out[key] = value
     return out
