@@ -78,3 +78,32 @@ def test_sampled_replies_are_not_timed(half_right):
     sp = SamplingParams(temperature=0.8, seed=1, max_new_tokens=30)
     list(eng.new_session().generate(prompt_of(20), sp, speculate=True))
     assert eng.graph_runner().step_costs == {}
+
+
+def _find_case():
+    """A 6-token prompt whose plain reply first meets its 9th token there (that token is then
+    the stop id)."""
+    for seed in range(200):
+        prompt = prompt_of(6, seed=seed)
+        plain = expected(prompt, 40)
+        stop = plain[8]
+        if plain.index(stop) == 8 and stop not in prompt:
+            return prompt, plain, stop
+    raise AssertionError
+
+
+def test_drafts_take_only_free_pages_when_drafting_from_the_start(monkeypatch):
+    """As ``test_speculative``'s page test, but drafting from the first step (that test's
+    reply ends while the first greedy reply still times its plain steps): one page is free,
+    and the reply (6 + 8 tokens and its stop id) fits in it; drafts take no page it needs."""
+    ScriptedLookup.wrong_at = None  # every draft right
+    monkeypatch.setattr(verify_step, "PromptLookup", ScriptedLookup)
+    prompt, plain, stop = _find_case()
+    eng = mock_engine(ctx=64, stop=(stop,))
+    other = eng.new_session()
+    list(other.generate(prompt_of(60, seed=9), GREEDY.replace(max_new_tokens=1)))
+    assert eng.pool.num_free_pages == 1
+    eng.graph_runner().step_costs.setdefault(1, StepCost()).plain(1.0)  # drafts at once
+    s = eng.new_session()
+    got = list(s.generate(prompt, GREEDY.replace(max_new_tokens=40), speculate=True))
+    assert got == plain[:8] and s.stats.stop_reason == "stop" and s.stats.verify_steps > 0
