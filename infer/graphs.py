@@ -332,7 +332,6 @@ class GraphRunner:
 
     # ------------------------------------------------------------------ internals
 
-
     def _key(self, bucket: int, verify: bool) -> GraphKey:
         """The key of the captured step of ``bucket`` rows for the batch's parameters."""
         return (bucket, *graph_key(self._params, verify))
