@@ -233,7 +233,8 @@ class Engine:
                   ) -> Iterator[tuple[int, int]]:
         """``generate_batch`` after its checks (``Session.generate`` calls it with one request):
         prefill each, then the one decode loop. The decode step's CUDA graph, when new, is
-        captured while the first prompt's prefill runs (``GraphRunner.prepare``), not after."""
+        captured while the first prompt's prefill runs (``GraphRunner.prepare``, once
+        ``session.CAPTURE_AHEAD_TOKENS`` are enqueued), not after."""
         t0 = time.perf_counter()
         hidden, stats = [], []
         runner = self.graph_runner()
@@ -241,7 +242,7 @@ class Engine:
             for i, (session, prompt) in enumerate(requests):
                 cb = None if on_prefill is None else \
                     (lambda done, total, i=i: on_prefill(i, done, total))
-                # the decode step is captured (if new) while the first prefill chunk runs
+                # the decode step is captured (if new) while the prefill's first chunks run
                 capture = (lambda: runner.prepare(sp, len(requests))) if i == 0 else None
                 h, st = session._prefill(prompt, cb, capture)
                 hidden.append(h)

@@ -193,6 +193,19 @@ def plan_slabs(rows: Sequence[tuple[Sequence[int], int] | None], bucket: int,
     return out
 
 
+def to_device(values: Sequence[int], dtype: torch.dtype, device: torch.device | str
+              ) -> torch.Tensor:
+    """``values`` as a ``dtype`` tensor on ``device``. On CUDA the copy goes from pinned memory
+    in stream order, so the host does not wait: a copy from pageable memory would first wait
+    for every kernel enqueued before it (a prefill chunk could not be enqueued while the one
+    before still ran). The pinned block is not reused before the copy has read it (torch's
+    caching host allocator records the copy's stream)."""
+    t = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def build_meta(
     seqs: list[tuple[list[int], int, int]], page_size: int, device: torch.device | str
 ) -> AttnMeta:
@@ -207,11 +220,11 @@ def build_meta(
     """
     plan = plan_step(seqs, page_size)
     return AttnMeta(
-        positions=torch.tensor(plan.positions, dtype=torch.int64, device=device),
-        slot_mapping=torch.tensor(plan.slots, dtype=torch.int64, device=device),
-        seq_lens=torch.tensor(plan.seq_lens, dtype=torch.int32, device=device),
-        query_start_loc=torch.tensor(plan.query_start_loc, dtype=torch.int32, device=device),
-        page_table=torch.tensor(plan.table, dtype=torch.int32, device=device),
+        positions=to_device(plan.positions, torch.int64, device),
+        slot_mapping=to_device(plan.slots, torch.int64, device),
+        seq_lens=to_device(plan.seq_lens, torch.int32, device),
+        query_start_loc=to_device(plan.query_start_loc, torch.int32, device),
+        page_table=to_device(plan.table, torch.int32, device),
         max_query_len=plan.max_query_len,
         max_seq_len=max(plan.seq_lens),
     )

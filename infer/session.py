@@ -25,7 +25,7 @@ import torch
 
 from infer.config import SamplingParams
 from infer.fits import check_fits
-from infer.meta import build_meta, grow_pages
+from infer.meta import build_meta, grow_pages, to_device
 from infer.stats import GenerationStats
 
 if TYPE_CHECKING:
@@ -34,6 +34,12 @@ if TYPE_CHECKING:
     from infer.engine import Engine
 
 PrefillCallback = Callable[[int, int], None]  # (tokens prefilled so far, tokens to prefill)
+
+# Prompt tokens enqueued before the decode step's capture (when it is new): enough prefill work
+# to keep the device busy through a capture's host work (about 0.4-0.6 s with Triton's cache
+# warm; 16k tokens of an 8B's prefill take about 0.7 s on an H200), few enough that Ctrl-C is
+# not left waiting long for the chunks already enqueued.
+CAPTURE_AHEAD_TOKENS = 16384
 
 
 class Session:
@@ -118,8 +124,13 @@ class Session:
                  ) -> tuple[torch.Tensor, GenerationStats]:
         """Reuse the cached prefix of ``prompt``, prefill the rest in chunks; returns the last
         prompt token's hidden state [1, H] and the reply's fresh ``GenerationStats``.
-        ``on_enqueued()`` is called once the first chunk is enqueued, before the host waits
-        for any (the engine captures the decode step there, overlapping the prefill)."""
+
+        On CUDA the host runs ahead of the device: ``on_enqueued()`` (the engine captures the
+        decode step there) is called once ``CAPTURE_AHEAD_TOKENS`` prompt tokens (or all) are
+        enqueued and before the host waits for any, so the capture's host work runs while the
+        device works through them; after it at most one chunk is in flight beyond the one
+        reported (so Ctrl-C stops within about a chunk). ``on_prefill`` hears of each chunk once
+        it has completed (elsewhere: once its forward returns)."""
         eng = self.engine
         reuse, limit = 0, min(len(self._ids), len(prompt) - 1)
         while reuse < limit and self._ids[reuse] == prompt[reuse]:
@@ -129,27 +140,25 @@ class Session:
         chunk, total = eng.config.chunk, len(prompt) - reuse
         if on_prefill is not None:
             on_prefill(0, total)
-        cuda = eng.device.type == "cuda"
         pending: list[tuple[torch.cuda.Event | None, int]] = []  # chunks enqueued, not reported
         for s in range(reuse, len(prompt), chunk):
             hidden = self._forward(prompt[s:s + chunk])
-            if on_enqueued is not None:
+            done = min(s + chunk, len(prompt)) - reuse
+            event = chunk_event(eng.device)
+            pending.append((event, done))
+            if on_enqueued is not None and (done >= CAPTURE_AHEAD_TOKENS or done == total):
                 on_enqueued()
                 on_enqueued = None
-            if on_prefill is None:
-                continue
-            done = min(s + chunk, len(prompt)) - reuse
-            event = torch.cuda.Event() if cuda else None
-            if event is not None:
-                event.record()
-            pending.append((event, done))
-            # report a chunk once it has completed, keeping the next one in flight (on CUDA;
-            # elsewhere a chunk has completed when its forward returns)
-            while pending and (len(pending) > 1 or done == total or event is None):
+            # report a chunk once it has completed, keeping the next one in flight (before the
+            # capture: all of them; at the end: none, when someone is told)
+            in_flight = len(pending) if on_enqueued is not None else 1
+            while pending and (len(pending) > in_flight or event is None or
+                               (done == total and on_prefill is not None)):
                 ev, n = pending.pop(0)
                 if ev is not None:
                     ev.synchronize()
-                on_prefill(n, total)
+                if on_prefill is not None:
+                    on_prefill(n, total)
         return hidden, stats
 
     def _truncate(self, n: int) -> None:
@@ -173,9 +182,19 @@ class Session:
         start = len(self._ids)
         grow_pages(eng.pool, self._pages, start + len(ids))
         meta = build_meta([(self._pages, start, len(ids))], eng.config.page_size, eng.device)
-        ids_t = torch.tensor(ids, dtype=torch.int64, device=eng.device)
+        ids_t = to_device(ids, torch.int64, eng.device)
         with torch.inference_mode():
             hidden = eng.model.forward(ids_t, meta.positions, eng.attn, meta)
             last = hidden[-1:]
         self._ids.extend(ids)
         return last
+
+
+def chunk_event(device: torch.device) -> torch.cuda.Event | None:
+    """An event recorded after the chunk just enqueued (on CUDA; None elsewhere, where a chunk
+    has run when its forward returns)."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
