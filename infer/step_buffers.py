@@ -133,9 +133,13 @@ class PageTableRows:
 
     def load(self, row: int, pages: list[int]) -> None:
         """Make row ``row`` hold ``pages`` (host ints): copy the pages appended since it was
-        loaded, or the whole list when the row held another sequence."""
+        loaded, or the whole list when the row held another sequence (from pinned memory, in
+        stream order: the host does not wait for the steps already enqueued)."""
         if self._owner[row] != id(pages):
-            self.table[row, :len(pages)].copy_(torch.tensor(pages, dtype=torch.int32))
+            src = torch.tensor(pages, dtype=torch.int32)
+            if self.table.is_cuda:  # NOTE: a pageable source would make the copy drain the stream
+                src = src.pin_memory()
+            self.table[row, :len(pages)].copy_(src, non_blocking=True)
             self._owner[row], self._loaded[row] = id(pages), len(pages)
             return
         for i in range(self._loaded[row], len(pages)):  # a new page: at most one per step
