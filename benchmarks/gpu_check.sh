@@ -14,6 +14,9 @@
 #   long128k   a ~115k-token summarize at --ctx 128k with INT8, on a pseudo-terminal (the
 #              prefill progress bar is in long128k.tty)
 #   train      train the small Qwen3 (benchmarks/train_small_qwen3.py, ~5 min) into $SMALL
+#   trainwide  train the wide one instead (Qwen3-1.7B's layers, 3 of them: a decode step bound
+#              by weight reads, as the real models' are; ~4 min, the recipe of BENCHMARKS.md)
+#              into $SMALL; the steps below then measure it
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
@@ -87,6 +90,12 @@ for what in "$@"; do
              --tokenizer "$SHARED/data/qwen3-tokenizer" --out "$SMALL" ${TRAIN_ARGS:-} \
              --report "$OUT/train_small.jsonl" > "$OUT/train_small.log" 2>&1
            echo "train rc=$?"; grep -v train_progress "$OUT/train_small.log" | tail -n 12 ;;
+    trainwide) python3 benchmarks/train_small_qwen3.py --texts "$SHARED/data/texts" \
+             --tokenizer "$SHARED/data/qwen3-tokenizer" --out "$SMALL" --hidden 2048 --layers 3 \
+             --heads 16 --kv-heads 8 --head-dim 128 --intermediate 6144 --steps 1200 \
+             --copy-steps 550 --lr 1e-3 --minutes 4.2 ${TRAIN_ARGS:-} \
+             --report "$OUT/train_wide.jsonl" > "$OUT/train_wide.log" 2>&1
+           echo "train rc=$?"; grep -v train_progress "$OUT/train_wide.log" | tail -n 12 ;;
     trained) INFER_TRAINED_MODEL=$SMALL python3 -m pytest -q -m gpu -p no:cacheprovider \
                tests/test_trained_gpu.py 2>&1 | tee "$OUT/trained_tests.log" | tail -n 3 ;;
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \

@@ -14,6 +14,10 @@ sequence (lossless). One JSON line per measurement, then one summary line per ca
 - ``ceiling_tok_s``: the engine's single-token decode ceiling at the reply's mean length, and
   ``spec_over_ceiling`` = spec_tok_s / ceiling (above 1: faster than a plain decoder can be).
 
+The summary line adds the figures over all texts by total time: ``spec_tok_s_total``,
+``ceiling_tok_s_total`` (the texts' ceilings weighted by their tokens) and
+``spec_over_ceiling_total``.
+
 Texts: with ``--held-out`` the held-out chapters of ``benchmarks/train_small_qwen3.py`` (the
 trained model never saw them); otherwise ``--text`` files. A random-weight checkpoint copies
 nothing: there the figure to watch is the cost of speculating (``speedup`` near 1, the adaptive
@@ -131,7 +135,14 @@ def main(argv=None) -> None:
             print(json.dumps(row), flush=True)
         plain_s = sum(r["new_tokens"] / max(r["plain_tok_s"], 1e-9) for r in rows)
         spec_s = sum(r["new_tokens"] / max(r["spec_tok_s"], 1e-9) for r in rows)
-        print(json.dumps({**head, "kv": kv, "summary": True, "texts": len(rows),
+        tokens = sum(r["new_tokens"] for r in rows)
+        total = {}
+        if all(r["ceiling_tok_s"] for r in rows):
+            ceil_s = sum(r["new_tokens"] / r["ceiling_tok_s"] for r in rows)
+            total = {"spec_tok_s_total": round(tokens / spec_s, 1),
+                     "ceiling_tok_s_total": round(tokens / ceil_s, 1),
+                     "spec_over_ceiling_total": round(ceil_s / spec_s, 3)}
+        print(json.dumps({**head, "kv": kv, "summary": True, "texts": len(rows), **total,
                           "all_identical": all(r["identical"] for r in rows),
                           "speedup_total_time": round(plain_s / spec_s, 3),
                           "mean_accepted": round(sum(r["accepted"] for r in rows) /
