@@ -30,11 +30,30 @@ from kernels.checks import check_contiguous, check_last_dim_contiguous
 
 
 @triton.jit
-def _norm_rope_row(x_ptr, w_ptr, o_ptr, cos, sin, eps, offs, mask,
-                   HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
-    """Normalize one head row at ``x_ptr``, rotate it and store it at ``o_ptr``.
+def _rope_cos_sin(pos_ptr, inv_freq_ptr, tok, attention_factor, offs, mask,
+                  DTYPE: tl.constexpr, PRECISE_TRIG: tl.constexpr):
+    """cos and sin of token ``tok``'s angles times ``attention_factor``, each rounded to the
+    model dtype ``DTYPE`` and returned as float32 (BLOCK_HALF,)."""
+    freqs = tl.load(pos_ptr + tok).to(tl.float32) * tl.load(inv_freq_ptr + offs, mask=mask,
+                                                              other=0.0)
+    if PRECISE_TRIG:
+        cos = libdevice.cos(freqs)
+        sin = libdevice.sin(freqs)
+    else:
+        cos = tl.cos(freqs)
+        sin = tl.sin(freqs)
+    cos = (cos * attention_factor).to(DTYPE).to(tl.float32)
+    sin = (sin * attention_factor).to(DTYPE).to(tl.float32)
+    return cos, sin
+
+
+@triton.jit
+def _norm_rope_halves(x_ptr, w_ptr, cos, sin, eps, offs, mask,
+                      HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+    """Normalize the head row at ``x_ptr`` and rotate it: its two halves ``(o1, o2)``, each
+    (BLOCK_HALF,) in the row's dtype (lanes past ``mask`` hold 0).
     cos/sin: float32 (BLOCK_HALF,), already rounded to the model dtype."""
-    dtype = o_ptr.dtype.element_ty
+    dtype = x_ptr.dtype.element_ty
     x1 = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + HALF + offs, mask=mask, other=0.0).to(tl.float32)
     mean_sq = (tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / HEAD_DIM
@@ -45,8 +64,16 @@ def _norm_rope_row(x_ptr, w_ptr, o_ptr, cos, sin, eps, offs, mask,
     n2 = (w2 * (x2 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
     o1 = (n1 * cos).to(dtype).to(tl.float32) - (n2 * sin).to(dtype).to(tl.float32)
     o2 = (n2 * cos).to(dtype).to(tl.float32) + (n1 * sin).to(dtype).to(tl.float32)
-    tl.store(o_ptr + offs, o1.to(dtype), mask=mask)
-    tl.store(o_ptr + HALF + offs, o2.to(dtype), mask=mask)
+    return o1.to(dtype), o2.to(dtype)
+
+
+@triton.jit
+def _norm_rope_row(x_ptr, w_ptr, o_ptr, cos, sin, eps, offs, mask,
+                   HEAD_DIM: tl.constexpr, HALF: tl.constexpr):
+    """Normalize one head row at ``x_ptr``, rotate it and store it at ``o_ptr`` (same dtype)."""
+    o1, o2 = _norm_rope_halves(x_ptr, w_ptr, cos, sin, eps, offs, mask, HEAD_DIM, HALF)
+    tl.store(o_ptr + offs, o1, mask=mask)
+    tl.store(o_ptr + HALF + offs, o2, mask=mask)
 
 
 @triton.jit
@@ -74,16 +101,8 @@ def _qk_norm_rope_kernel(
     dtype = q_out_ptr.dtype.element_ty
     offs = tl.arange(0, BLOCK_HALF)
     mask = offs < HALF
-    freqs = tl.load(pos_ptr + tok).to(tl.float32) * tl.load(inv_freq_ptr + offs, mask=mask,
-                                                              other=0.0)
-    if PRECISE_TRIG:
-        cos = libdevice.cos(freqs)
-        sin = libdevice.sin(freqs)
-    else:
-        cos = tl.cos(freqs)
-        sin = tl.sin(freqs)
-    cos = (cos * attention_factor).to(dtype).to(tl.float32)
-    sin = (sin * attention_factor).to(dtype).to(tl.float32)
+    cos, sin = _rope_cos_sin(pos_ptr, inv_freq_ptr, tok, attention_factor, offs, mask, dtype,
+                             PRECISE_TRIG)
     if head < NUM_Q_HEADS:
         h = head.to(tl.int64)
         _norm_rope_row(q_ptr + tok * stride_qt + h * stride_qh, qw_ptr,
@@ -124,10 +143,32 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
         ValueError: naming the argument, on wrong shapes, dtypes, strides (see Args) or an odd
             head_dim.
     """
+    _check_inputs("qk_norm_rope", q, k, q_weight, k_weight, positions, inv_freq)
+    num_tokens, num_q_heads, head_dim = q.shape
+    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    if num_tokens == 0:
+        return q_out, k_out
+    _qk_norm_rope_kernel[(num_tokens, num_q_heads + k.shape[1])](
+        q_ptr=q, k_ptr=k, qw_ptr=q_weight, kw_ptr=k_weight, q_out_ptr=q_out, k_out_ptr=k_out,
+        pos_ptr=positions, inv_freq_ptr=inv_freq,
+        stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
+        stride_qot=q_out.stride(0), stride_qoh=q_out.stride(1),
+        stride_kot=k_out.stride(0), stride_koh=k_out.stride(1),
+        eps=float(eps), attention_factor=float(attention_factor),
+        NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim, **_launch_options(head_dim),
+    )
+    return q_out, k_out
+
+
+def _check_inputs(where: str, q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
+                  k_weight: torch.Tensor, positions: torch.Tensor,
+                  inv_freq: torch.Tensor) -> None:
+    """The checks of ``qk_norm_rope``'s Raises (``where``: the launcher, for the messages)."""
     if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
         raise ValueError(f"q must be [T, Hq, D] and k [T, Hkv, D], got {tuple(q.shape)} and "
                          f"{tuple(k.shape)}")
-    num_tokens, num_q_heads, head_dim = q.shape
+    num_tokens, _, head_dim = q.shape
     if head_dim % 2:
         raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or any(
@@ -142,23 +183,14 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
     if inv_freq.shape != (head_dim // 2,) or inv_freq.dtype != torch.float32:
         raise ValueError(f"inv_freq must be float32 [{head_dim // 2}], got {inv_freq.dtype} "
                          f"{tuple(inv_freq.shape)}")
-    check_last_dim_contiguous("qk_norm_rope", q=q, k=k)
-    check_contiguous("qk_norm_rope", q_weight=q_weight, k_weight=k_weight, inv_freq=inv_freq,
+    check_last_dim_contiguous(where, q=q, k=k)
+    check_contiguous(where, q_weight=q_weight, k_weight=k_weight, inv_freq=inv_freq,
                      positions=positions)
-    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    if num_tokens == 0:
-        return q_out, k_out
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    _qk_norm_rope_kernel[(num_tokens, num_q_heads + k.shape[1])](
-        q_ptr=q, k_ptr=k, qw_ptr=q_weight, kw_ptr=k_weight, q_out_ptr=q_out, k_out_ptr=k_out,
-        pos_ptr=positions, inv_freq_ptr=inv_freq,
-        stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
-        stride_qot=q_out.stride(0), stride_qoh=q_out.stride(1),
-        stride_kot=k_out.stride(0), stride_koh=k_out.stride(1),
-        eps=float(eps), attention_factor=float(attention_factor),
-        NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim,
-        BLOCK_HALF=triton.next_power_of_2(head_dim // 2), PRECISE_TRIG=not interpret,
-        num_warps=1 if head_dim <= 128 else 2,
-    )
-    return q_out, k_out
+
+
+def _launch_options(head_dim: int) -> dict:
+    """The constexprs and launch options a row kernel takes for ``head_dim`` (the same in every
+    launcher of ``_norm_rope_halves``, so that its reduction runs in the same order)."""
+    return dict(BLOCK_HALF=triton.next_power_of_2(head_dim // 2),
+                PRECISE_TRIG=os.environ.get("TRITON_INTERPRET") != "1",
+                num_warps=1 if head_dim <= 128 else 2)

@@ -35,14 +35,27 @@ _ROUND_MAGIC = tl.constexpr(12582912.0)
 
 
 @triton.jit
+def _int8_scale(amax):
+    """float32 row maxima of |x| (any shape) -> the rows' scales ``max(amax, 1e-8) / 127``."""
+    amax = tl.maximum(amax, 1e-8)
+    return tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
+
+
+@triton.jit
+def _int8_codes(x, scale):
+    """float32 ``x`` -> int8 codes ``round_half_even(x / scale)`` clamped to +-127; ``scale``
+    broadcasts to x's shape (one per row)."""
+    y = tl.math.div_rn(x, tl.broadcast_to(scale, x.shape))
+    y = (y + _ROUND_MAGIC) - _ROUND_MAGIC
+    return tl.minimum(tl.maximum(y, -127.0), 127.0).to(tl.int8)
+
+
+@triton.jit
 def _quantize_rows(x):
     """(H, D) floats -> int8 codes (H, D) and float32 scales (H,), as reference.quantize_int8."""
     x = x.to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-8)
-    scale = tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32))
-    y = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], x.shape))
-    y = (y + _ROUND_MAGIC) - _ROUND_MAGIC
-    return tl.minimum(tl.maximum(y, -127.0), 127.0).to(tl.int8), scale
+    scale = _int8_scale(tl.max(tl.abs(x), axis=1))
+    return _int8_codes(x, scale[:, None]), scale
 
 
 @triton.jit
@@ -133,6 +146,28 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
             scale tensor, a non-contiguous cache or slot_mapping, or k/v whose last dim is not
             contiguous.
     """
+    is_int8 = _check_inputs("store_kv", k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    num_tokens, kv_heads, head_dim = k.shape
+    if num_tokens == 0:
+        return
+    if tiles is None:
+        tiles = store_tiles(k.device, k_cache.dtype)
+    _store_kv_kernel[(num_tokens,)](
+        k_ptr=k, v_ptr=v, slot_ptr=slot_mapping,
+        stride_kt=k.stride(0), stride_kh=k.stride(1),
+        stride_vt=v.stride(0), stride_vh=v.stride(1),
+        **_pool_args(k_cache, v_cache, k_scale, v_scale, is_int8),
+        NUM_KV_HEADS=kv_heads, HEAD_DIM=head_dim,
+        BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
+        SIGNAL_DEPENDENTS=bool(tiles.pdl) and supports_pdl(k.device),
+        num_warps=tiles.num_warps,
+    )
+
+def _check_inputs(where: str, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor | None,
+                  v_scale: torch.Tensor | None) -> bool:
+    """The checks of ``store_kv``'s Raises (``where``: the launcher, for the messages); returns
+    whether the pool is INT8."""
     if k.dim() != 3 or k.shape != v.shape:
         raise ValueError(f"k and v must both be [T, kv_heads, head_dim], got {tuple(k.shape)} "
                          f"and {tuple(v.shape)}")
@@ -140,7 +175,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         raise ValueError(f"k/v must share a float dtype, got {k.dtype} and {v.dtype}")
     check_pool_pair(k_cache, v_cache)
     num_tokens, kv_heads, head_dim = k.shape
-    _, c_heads, page_size, c_dim = k_cache.shape
+    _, c_heads, _, c_dim = k_cache.shape
     if (c_heads, c_dim) != (kv_heads, head_dim):
         raise ValueError(f"cache holds {c_heads} heads x {c_dim} dims, k has {kv_heads} x "
                          f"{head_dim}")
@@ -152,28 +187,22 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         raise ValueError("pass k_scale and v_scale exactly when the cache is int8")
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("k_cache and v_cache must be contiguous")
-    check_last_dim_contiguous("store_kv", k=k, v=v)
-    check_contiguous("store_kv", slot_mapping=slot_mapping)
+    check_last_dim_contiguous(where, k=k, v=v)
+    check_contiguous(where, slot_mapping=slot_mapping)
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
-        scale_strides = (k_scale.stride(0), k_scale.stride(1))
-    else:
+    return is_int8
+
+
+def _pool_args(k_cache: torch.Tensor, v_cache: torch.Tensor, k_scale: torch.Tensor | None,
+               v_scale: torch.Tensor | None, is_int8: bool) -> dict:
+    """The pool's pointers, strides and constexprs, named as the kernels' parameters (checked
+    arguments; a 16-bit pool passes its caches as never-read scale placeholders)."""
+    if not is_int8:
         k_scale, v_scale = k_cache, v_cache  # placeholders, never read (IS_INT8=False)
-        scale_strides = (0, 0)
-    if num_tokens == 0:
-        return
-    if tiles is None:
-        tiles = store_tiles(k.device, k_cache.dtype)
-    _store_kv_kernel[(num_tokens,)](
-        k_ptr=k, v_ptr=v, k_cache_ptr=k_cache, v_cache_ptr=v_cache,
-        k_scale_ptr=k_scale, v_scale_ptr=v_scale, slot_ptr=slot_mapping,
-        stride_kt=k.stride(0), stride_kh=k.stride(1),
-        stride_vt=v.stride(0), stride_vh=v.stride(1),
-        stride_cp=k_cache.stride(0), stride_ch=k_cache.stride(1),
-        stride_vcp=v_cache.stride(0), stride_vch=v_cache.stride(1),
-        stride_sp=scale_strides[0], stride_sh=scale_strides[1],
-        NUM_KV_HEADS=kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        BLOCK_H=triton.next_power_of_2(kv_heads), BLOCK_D=triton.next_power_of_2(head_dim),
-        IS_INT8=is_int8, SIGNAL_DEPENDENTS=bool(tiles.pdl) and supports_pdl(k.device),
-        num_warps=tiles.num_warps,
-    )
+    return dict(k_cache_ptr=k_cache, v_cache_ptr=v_cache, k_scale_ptr=k_scale,
+                v_scale_ptr=v_scale, stride_cp=k_cache.stride(0), stride_ch=k_cache.stride(1),
+                stride_vcp=v_cache.stride(0), stride_vch=v_cache.stride(1),
+                stride_sp=k_scale.stride(0) if is_int8 else 0,
+                stride_sh=k_scale.stride(1) if is_int8 else 0,
+                PAGE_SIZE=k_cache.shape[2], IS_INT8=is_int8)
