@@ -54,7 +54,10 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   step's keys (written by the KV store, its predecessor) and the workspace stores come after the
   wait. This is safe because everything read before the wait (q, ``seq_lens``, the page table,
   earlier keys) was written by kernels that finished before the predecessor started (the KV store
-  is launched without PDL); a caller must keep it so.
+  is launched without PDL); a caller must keep it so. When the predecessor writes q too (the
+  fused q/k-norm + RoPE + KV store, ``kernels/qk_norm_rope_store.py``), the caller passes
+  ``q_from_predecessor`` and stage 1 waits before it loads q: it is still scheduled early, but
+  walks all its blocks after the wait.
 
 Alternatives measured and removed are listed in BENCHMARKS.md ("Kernel design notes moved from
 the code").
@@ -120,6 +123,7 @@ def _decode_split_kernel(
     INT8_MAGIC: tl.constexpr,
     DOT_PREC: tl.constexpr,
     USE_PDL: tl.constexpr,
+    Q_AFTER_WAIT: tl.constexpr,  # USE_PDL only: the predecessor writes q, wait before loading it
     LAZY_RESCALE: tl.constexpr,
 ):
     if USE_PDL:
@@ -155,6 +159,8 @@ def _decode_split_kernel(
         out_row = b * stride_ob + rows * stride_or
         lse_row = b * stride_lb + rows
     q_off = q_row * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
+    if Q_AFTER_WAIT:
+        tl.extra.cuda.gdc_wait()  # q (and this step's K/V) come from the predecessor
     q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_valid[:, None], other=0.0)
     if IS_INT8 and INT8_MAGIC != 0 and q.dtype != tl.float32:
         q = q.to(tl.float16)  # the codes become exact float16: dot in float16
@@ -205,7 +211,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      v_scale: torch.Tensor | None = None, num_splits: int | None = None,
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
                      tiles: DecodeTiles | None = None,
-                     slab_rows: torch.Tensor | None = None) -> torch.Tensor:
+                     slab_rows: torch.Tensor | None = None,
+                     q_from_predecessor: bool = False) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -244,6 +251,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             ``slab_rows`` 1) if all of the slab's positions lie in one key block (positions
             ``j * tiles.block_n`` .. ``(j + 1) * tiles.block_n - 1``); otherwise it is still exact
             attention, only not bit-identical.
+        q_from_predecessor: q was written by the kernel launched just before this call (e.g.
+            ``kernels.qk_norm_rope_store``): with PDL, stage 1 waits for that kernel before it
+            loads q instead of walking earlier keys first (results unchanged).
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -261,7 +271,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     o_part, lse, tiles = _stage1(
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
-        tiles=tiles, slab_rows=slab_rows)
+        tiles=tiles, slab_rows=slab_rows, q_from_predecessor=q_from_predecessor)
     if seq_lens.shape[0] == 0:
         return out
     return combine(o_part, lse, out, pdl=tiles.pdl)
@@ -284,7 +294,7 @@ def slab_capacity(group: int) -> int:
 
 def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
             k_scale=None, v_scale=None, num_splits=None, workspace=None, tiles=None,
-            slab_rows=None):
+            slab_rows=None, q_from_predecessor=False):
     """Stage 1's checks and launch; returns ``(o_part, lse, tiles used)``."""
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
@@ -367,6 +377,7 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
         PAGE_SIZE=page_size, BLOCK_N=block_n, ROWS=max(16, triton.next_power_of_2(rows)),
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
+        Q_AFTER_WAIT=use_pdl and bool(q_from_predecessor),
         LAZY_RESCALE=bool(tiles.lazy_rescale), num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),

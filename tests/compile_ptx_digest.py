@@ -38,6 +38,7 @@ from compile_targets import compile_for  # noqa: E402
 from kernels import combine as cb  # noqa: E402
 from kernels import decode_attention as da  # noqa: E402
 from kernels import prefill_attention as pa  # noqa: E402
+from kernels import qk_norm_rope as qk  # noqa: E402
 from kernels import store_kv as sk  # noqa: E402
 
 NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
@@ -102,12 +103,16 @@ def main() -> None:
         for kv, block_n, warps, magic, rows, splits in DECODE:
             types = {"q_ptr": "*bf16", "k_ptr": f"*{kv}", "v_ptr": f"*{kv}",
                      "seq_lens_ptr": "*i32", "page_table_ptr": "*i32", "slab_ptr": "*i32"}
-            emit(f"decode_{kv}_r{rows}_sm{arch}", compile_for(da._decode_split_kernel, dict(
+            const = dict(
                 NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=rows // 4, SLAB=1, HEAD_DIM=128,
                 PAGE_SIZE=64,
                 BLOCK_N=block_n, ROWS=rows, NUM_SPLITS=splits, IS_INT8=kv == "i8",
-                INT8_MAGIC=magic, DOT_PREC="tf32", USE_PDL=pdl, LAZY_RESCALE=True), arch,
-                types=types, num_warps=warps, num_stages=2, launch_pdl=pdl))
+                INT8_MAGIC=magic, DOT_PREC="tf32", USE_PDL=pdl, LAZY_RESCALE=True)
+            if "Q_AFTER_WAIT" in da._decode_split_kernel.arg_names:  # since the fused KV store
+                const["Q_AFTER_WAIT"] = False
+            emit(f"decode_{kv}_r{rows}_sm{arch}", compile_for(
+                da._decode_split_kernel, const, arch, types=types, num_warps=warps,
+                num_stages=2, launch_pdl=pdl))
         emit(f"combine_sm{arch}", compile_for(cb._combine_kernel, dict(
             NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, NUM_SPLITS=132, HEAD_DIM=128, BLOCK_S=256,
             BLOCK_D=16, USE_PDL=pdl), arch, types={"out_ptr": "*bf16"}, num_warps=4,
@@ -118,6 +123,11 @@ def main() -> None:
             emit(f"store_{kv}_sm{arch}", compile_for(sk._store_kv_kernel, dict(
                 NUM_KV_HEADS=8, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_H=8, BLOCK_D=128,
                 IS_INT8=kv == "i8", SIGNAL_DEPENDENTS=pdl), arch, types=types, num_warps=4))
+        rows = dict(NUM_Q_HEADS=32, HEAD_DIM=128, BLOCK_HALF=64, PRECISE_TRIG=True)
+        bf16 = {f"{n}_ptr": "*bf16" for n in ("q", "k", "v", "qw", "kw", "q_out", "k_out")}
+        emit(f"qk_norm_rope_sm{arch}", compile_for(
+            qk._qk_norm_rope_kernel, rows, arch, num_warps=1,
+            types={**bf16, "pos_ptr": "*i64", "eps": "fp32", "attention_factor": "fp32"}))
     for qt, kt, d, page, bm, bn, warps, stages, tma, qk8, stage_q, arch in PREFILL:
         i8 = kt == "i8"
         types = {"q_ptr": f"*{qt}", "k_ptr": f"*{kt}", "v_ptr": f"*{kt}", "o_ptr": f"*{qt}",
