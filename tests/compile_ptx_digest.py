@@ -41,6 +41,11 @@ from kernels import prefill_attention as pa  # noqa: E402
 from kernels import qk_norm_rope as qk  # noqa: E402
 from kernels import store_kv as sk  # noqa: E402
 
+try:  # the fused q/k-norm + RoPE + KV store (absent in older checkouts)
+    from kernels import qk_norm_rope_store as qks  # noqa: E402
+except ImportError:
+    qks = None
+
 NVDISASM = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
 
 
@@ -128,6 +133,13 @@ def main() -> None:
         emit(f"qk_norm_rope_sm{arch}", compile_for(
             qk._qk_norm_rope_kernel, rows, arch, num_warps=1,
             types={**bf16, "pos_ptr": "*i64", "eps": "fp32", "attention_factor": "fp32"}))
+        for kv in ("i8", "bf16") if qks else ():
+            emit(f"qk_norm_rope_store_{kv}_sm{arch}", compile_for(
+                qks._qk_norm_rope_store_kernel, dict(
+                    rows, PAGE_SIZE=64, IS_INT8=kv == "i8", SIGNAL_DEPENDENTS=pdl), arch,
+                num_warps=1, types={**bf16, "k_cache_ptr": f"*{kv}", "v_cache_ptr": f"*{kv}",
+                                    "slot_ptr": "*i64", "pos_ptr": "*i64", "eps": "fp32",
+                                    "attention_factor": "fp32"}))
     for qt, kt, d, page, bm, bn, warps, stages, tma, qk8, stage_q, arch in PREFILL:
         i8 = kt == "i8"
         types = {"q_ptr": f"*{qt}", "k_ptr": f"*{kt}", "v_ptr": f"*{kt}", "o_ptr": f"*{qt}",

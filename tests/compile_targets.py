@@ -5,8 +5,9 @@ runs under TRITON_INTERPRET=1, where kernels cannot be compiled):
 
 For each kernel, the constexprs its launcher would pick on a GPU of that compute capability
 (``kernels.tiles.decode_tiles`` and ``default_num_splits`` for an INT8 pool at the Qwen3-8B shape
-on 132 SMs; ``kernels.device.supports_pdl`` decides programmatic dependent launch), and whether
-the PTX holds ``griddepcontrol`` (which exists from sm_90 on).
+on 132 SMs, stage 1 as after the fused q/k-norm + RoPE + KV store; ``kernels.device.supports_pdl``
+decides programmatic dependent launch), and whether the PTX holds ``griddepcontrol`` (which exists
+from sm_90 on).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from kernels import device  # noqa: E402
 from kernels.combine import _combine_kernel  # noqa: E402
 from kernels.decode_attention import _decode_split_kernel, slab_capacity  # noqa: E402
 from kernels.decode_plan import default_num_splits  # noqa: E402
+from kernels.qk_norm_rope import _launch_options  # noqa: E402
+from kernels.qk_norm_rope_store import _qk_norm_rope_store_kernel  # noqa: E402
 from kernels.store_kv import _store_kv_kernel  # noqa: E402
 from kernels.tiles import decode_tiles, store_tiles  # noqa: E402
 
@@ -66,7 +69,7 @@ def main() -> None:
         NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, SLAB=slab_capacity(4), HEAD_DIM=128,
         PAGE_SIZE=64, BLOCK_N=tiles.block_n, ROWS=16, NUM_SPLITS=splits, IS_INT8=True,
         INT8_MAGIC=tiles.int8_magic, DOT_PREC="tf32", USE_PDL=pdl and tiles.pdl,
-        LAZY_RESCALE=tiles.lazy_rescale), arch,
+        Q_AFTER_WAIT=pdl and tiles.pdl, LAZY_RESCALE=tiles.lazy_rescale), arch,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl and tiles.pdl)
     combine = compile_for(_combine_kernel, dict(
         NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=256,
@@ -76,9 +79,16 @@ def main() -> None:
     store = compile_for(_store_kv_kernel, dict(
         NUM_KV_HEADS=8, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_H=8, BLOCK_D=128, IS_INT8=True,
         SIGNAL_DEPENDENTS=pdl and store_opts.pdl), arch, num_warps=store_opts.num_warps)
+    rows = _launch_options(128)
+    POINTERS.update(q_out_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16", pos_ptr="*i64")
+    fused = compile_for(_qk_norm_rope_store_kernel, dict(
+        NUM_Q_HEADS=32, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_HALF=rows["BLOCK_HALF"], IS_INT8=True,
+        PRECISE_TRIG=True, SIGNAL_DEPENDENTS=pdl), arch,
+        types={"eps": "fp32", "attention_factor": "fp32"}, num_warps=rows["num_warps"])
     print(json.dumps({"arch": arch, "pdl": pdl, **{
         name: "griddepcontrol" in k.asm["ptx"]
-        for name, k in (("stage1", stage1), ("combine", combine), ("store_kv", store))}}))
+        for name, k in (("stage1", stage1), ("combine", combine), ("store_kv", store),
+                        ("qk_norm_rope_store", fused))}}))
 
 
 if __name__ == "__main__":

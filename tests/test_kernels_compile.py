@@ -2,9 +2,9 @@
 
 The interpreter runs the kernels' Python, not the compiler: an instruction that exists only on
 some GPUs (``griddepcontrol``, programmatic dependent launch, sm_90+) passes every CPU test and
-fails to compile on an older GPU. ``tests/compile_targets.py`` compiles stage 1, the combine and
-the KV store with the constexprs their launchers pick for a target, in a subprocess (this suite
-runs under TRITON_INTERPRET=1).
+fails to compile on an older GPU. ``tests/compile_targets.py`` compiles stage 1, the combine, the
+KV store and the fused q/k-norm + RoPE + KV store with the constexprs their launchers pick for a
+target, in a subprocess (this suite runs under TRITON_INTERPRET=1).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_decode_kernels_compile_with_pdl_only_on_hopper(arch):
     res = json.loads(run.stdout.strip().splitlines()[-1])
     hopper = arch >= 90
     assert res == {"arch": arch, "pdl": hopper, "stage1": hopper, "combine": hopper,
-                   "store_kv": hopper}
+                   "store_kv": hopper, "qk_norm_rope_store": hopper}
 
 
 def test_prefill_default_tiles_fit_hopper_shared_memory():
