@@ -17,7 +17,8 @@ at the mean number of cached positions during the decode, and the fraction of it
 ``--variants`` builds one engine per variant in turn (``--rounds`` times, alternating, so that
 drift of the card hits every variant alike): ``default`` runs the flags as shipped, ``base`` with
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
-projections); ``+`` joins them. Each JSON line names its variant and round.
+projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the KV store in the
+q/k-norm + RoPE launch); ``+`` joins them. Each JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -35,6 +36,7 @@ from types import SimpleNamespace
 import torch
 
 import kernels.tiles
+import models.qwen3
 from infer import Engine, EngineConfig, SamplingParams
 from models.loader import load_model
 from models.random_checkpoint import SIZES, write_random_checkpoint
@@ -45,7 +47,8 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
         "max_position_embeddings": 131072}
 
 
-FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K")}
+FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
+         "fused_store": (models.qwen3, "FUSED_KV_STORE")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 
@@ -143,7 +146,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="also profile graph decode at the shortest length (top kernels)")
     ap.add_argument("--variants", default="default",
-                    help="comma-separated: default, base, split_k, joined with + (an A/B)")
+                    help="comma-separated: default, base, split_k, fused_store, joined with + "
+                         "(an A/B)")
     ap.add_argument("--rounds", type=int, default=1, help="times each variant runs, alternating")
     args = ap.parse_args()
     try:

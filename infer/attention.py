@@ -6,14 +6,17 @@ attends the step's queries to every cached position of their sequence, causally,
 
 - ``ReferenceAttention``: plain PyTorch (``kernels/reference.py``); the CPU path and the oracle.
 - ``TritonAttention``: the Triton kernels (``kernels/store_kv.py``, ``kernels/decode_attention.py``
-  with ``kernels/combine.py``, ``kernels/prefill_attention.py``); the default on CUDA.
+  with ``kernels/combine.py``, ``kernels/prefill_attention.py``); the default on CUDA. It can also
+  attend with the step's K/V already stored by the caller (``layer_cache`` + ``attend_stored``,
+  ``models.qwen3.StoredKVAttention``): the model's fused path then stores them in its q/k-norm +
+  RoPE launch (``kernels/qk_norm_rope_store.py``) and this backend launches no store.
 """
 
 from __future__ import annotations
 
 import torch
 
-from infer.kv_pool import KVPool
+from infer.kv_pool import KVPool, LayerCache
 from infer.meta import AttnMeta
 from kernels import reference
 from kernels.decode_attention import (
@@ -105,13 +108,34 @@ class TritonAttention:
         """One layer's attention for one step; arguments as ``ReferenceAttention.__call__``."""
         cache = self.pool.layer(layer_idx)
         store_kv(k, v, cache.k, cache.v, meta.slot_mapping, cache.k_scale, cache.v_scale)
+        return self._attend(cache, q, meta, q_from_predecessor=False)
+
+    def layer_cache(self, layer_idx: int) -> LayerCache:
+        """Layer ``layer_idx``'s view of the pool, for a caller that stores the step's K/V itself
+        (``kernels.qk_norm_rope_store``) and then calls ``attend_stored``."""
+        return self.pool.layer(layer_idx)
+
+    def attend_stored(self, layer_idx: int, q: torch.Tensor, meta: AttnMeta) -> torch.Tensor:
+        """One layer's attention for one step whose new K/V the caller has already stored in
+        ``layer_cache(layer_idx)`` at ``meta.slot_mapping``, as ``store_kv`` stores them.
+
+        q (``[T, Hq, D]``, after q-norm and RoPE) may come from the kernel launched just before
+        (``kernels.qk_norm_rope_store`` writes q and K/V in one launch): the decode kernel then
+        waits for it before loading q (``q_from_predecessor``). Returns [T, Hq, D] in q's dtype.
+        """
+        return self._attend(self.pool.layer(layer_idx), q, meta, q_from_predecessor=True)
+
+    def _attend(self, cache: LayerCache, q: torch.Tensor, meta: AttnMeta,
+                q_from_predecessor: bool) -> torch.Tensor:
+        """Decode or prefill attention of q to ``cache`` (this step's K/V already stored)."""
         n, num_seqs = meta.max_query_len, meta.num_seqs
         if n <= MAX_DECODE_QUERIES and q.shape[0] == n * num_seqs:
             return decode_attention(
                 q, cache.k, cache.v, meta.seq_lens, meta.page_table, num_queries=n,
                 sm_scale=self.sm_scale, k_scale=cache.k_scale, v_scale=cache.v_scale,
                 num_splits=self.num_splits, workspace=self.workspace,
-                slab_rows=meta.slab_rows if n == 1 else None)
+                slab_rows=meta.slab_rows if n == 1 else None,
+                q_from_predecessor=q_from_predecessor)
         return prefill_attention(
             q, cache.k, cache.v, meta.seq_lens, meta.query_start_loc, meta.page_table,
             max_query_len=n, sm_scale=self.sm_scale, k_scale=cache.k_scale,

@@ -24,12 +24,18 @@ in the gate/up projection's epilogue; longer steps use cuBLAS.
 They follow the same numerics step by step (each rounding to the model dtype included); only the
 float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32 ``exp`` and
 division). The CPU path is the torch code below, unchanged.
+
+With an attention backend that attends to K/V already in its pool (``StoredKVAttention``:
+``infer.attention.TritonAttention``) and ``FUSED_KV_STORE``, q/k-norm + RoPE also store the step's
+K/V into the pool in the same launch (``kernels/qk_norm_rope_store.py``) and the backend launches
+no store of its own: one launch per layer fewer, and bit for bit the same as the unfused pair.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -37,6 +43,7 @@ from torch import nn
 from kernels import reference
 from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
 from kernels.qk_norm_rope import qk_norm_rope
+from kernels.qk_norm_rope_store import qk_norm_rope_store
 from kernels.rmsnorm import rmsnorm
 from kernels.silu_mul import silu_mul
 from models.config import Qwen3Config
@@ -44,8 +51,27 @@ from models.rope import RotaryEmbedding, apply_rope
 
 # Use the fused Triton kernels for CUDA tensors (False: always the torch path).
 FUSED_KERNELS = True
+# Fused path, ``StoredKVAttention`` backend: store K/V in the q/k-norm + RoPE launch. On because
+# it is bit-identical to the unfused pair (the store only moves) with one launch per layer fewer;
+# the A/B on a GPU: ``benchmarks/decode_e2e.py --variants base,fused_store``.
+FUSED_KV_STORE = True
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
+
+
+@runtime_checkable
+class StoredKVAttention(Protocol):
+    """An ``AttnFn`` that can also attend to K/V the caller stored (``infer.attention``'s
+    ``TritonAttention``): ``layer_cache(i)`` has ``k``, ``v``, ``k_scale``, ``v_scale`` as
+    ``kernels.store_kv`` takes them; ``attend_stored(i, q, meta)`` is the call without the store
+    (this step's K/V already at ``meta.slot_mapping``)."""
+
+    def __call__(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 meta) -> torch.Tensor: ...
+
+    def layer_cache(self, layer_idx: int): ...
+
+    def attend_stored(self, layer_idx: int, q: torch.Tensor, meta) -> torch.Tensor: ...
 
 
 def _gemv_rows(x: torch.Tensor) -> bool:
@@ -97,12 +123,22 @@ class Qwen3Attention(nn.Module):
         return self.o_proj(self._attend(q, k, v, attn, meta))
 
     def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
-                      attn: AttnFn | None, meta) -> torch.Tensor:
-        """CUDA path: q/k-norm and RoPE in one kernel. x: [T, hidden]; positions int64 [T]."""
+                      attn: AttnFn | None, meta, kv_store: bool = False) -> torch.Tensor:
+        """CUDA path: q/k-norm and RoPE in one kernel. x: [T, hidden]; positions int64 [T].
+        ``kv_store`` (``attn`` is a ``StoredKVAttention``): the same kernel stores the step's
+        K/V into ``attn``'s pool, and ``attn.attend_stored`` attends."""
         q, k, v = self._split_qkv(_project(self.qkv_proj, x))
-        q, k = qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
-                            positions, rotary.inv_freq(x.device), rotary.attention_factor)
-        return _project(self.o_proj, self._attend(q, k, v, attn, meta))
+        norm_rope = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, positions,
+                     rotary.inv_freq(x.device), rotary.attention_factor)
+        if kv_store:
+            cache = attn.layer_cache(self.layer_idx)
+            q = qk_norm_rope_store(q, k, v, *norm_rope, cache.k, cache.v, meta.slot_mapping,
+                                   cache.k_scale, cache.v_scale)
+            o = attn.attend_stored(self.layer_idx, q, meta).reshape(q.shape[0], self.q_size)
+        else:
+            q, k = qk_norm_rope(q, k, *norm_rope)
+            o = self._attend(q, k, v, attn, meta)
+        return _project(self.o_proj, o)
 
     def _split_qkv(self, qkv: torch.Tensor):
         """qkv: [T, q + 2 kv] (the qkv projection) -> q (T, Hq, D), k and v (T, Hkv, D), views."""
@@ -151,16 +187,17 @@ class Qwen3DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_fused(self, h, residual, positions, rotary, attn, meta):
+    def forward_fused(self, h, residual, positions, rotary, attn, meta, kv_store=False):
         """CUDA path with fused add + norm: ``h`` is the previous sublayer's output [T, hidden],
         ``residual`` the stream before adding it (None at the first layer, where ``h`` is the
-        embedding). Returns (this MLP's output, the stream before adding it)."""
+        embedding); ``kv_store`` as ``Qwen3Attention.forward_fused``. Returns (this MLP's output,
+        the stream before adding it)."""
         norm, eps = self.input_layernorm, self.input_layernorm.eps
         if residual is None:
             residual, h = h, rmsnorm(h, norm.weight, eps)
         else:
             h, residual = rmsnorm(h, norm.weight, eps, residual)
-        h = self.self_attn.forward_fused(h, positions, rotary, attn, meta)
+        h = self.self_attn.forward_fused(h, positions, rotary, attn, meta, kv_store)
         h, residual = rmsnorm(h, self.post_attention_layernorm.weight, eps, residual)
         return self.mlp.forward_fused(h), residual
 
@@ -228,8 +265,9 @@ class Qwen3ForCausalLM(nn.Module):
             positions: int64 [T] on the same device, each token's position in its sequence
                 (used for RoPE only; never read on the host).
             attn: ``attn(layer_idx, q [T,Hq,D], k [T,Hkv,D], v [T,Hkv,D], meta) -> [T,Hq,D]``
-                in the model dtype, with q/k after q_norm/k_norm and RoPE; it stores k/v itself.
-                None: dense causal attention over the T tokens as one sequence.
+                in the model dtype, with q/k after q_norm/k_norm and RoPE; it stores k/v itself
+                (a ``StoredKVAttention`` may get them stored: ``FUSED_KV_STORE``). None: dense
+                causal attention over the T tokens as one sequence.
             meta: passed through to ``attn`` (an ``infer.meta.AttnMeta``).
 
         Returns:
@@ -246,8 +284,10 @@ class Qwen3ForCausalLM(nn.Module):
     def _forward_fused(self, x, positions, attn, meta) -> torch.Tensor:
         """``forward`` with the Triton norm/RoPE kernels (same numerics up to reduction order)."""
         m, residual = self.model, None
+        kv_store = FUSED_KV_STORE and isinstance(attn, StoredKVAttention)
         for layer in m.layers:
-            x, residual = layer.forward_fused(x, residual, positions, m.rotary, attn, meta)
+            x, residual = layer.forward_fused(x, residual, positions, m.rotary, attn, meta,
+                                              kv_store)
         if residual is None:
             return rmsnorm(x, m.norm.weight, m.norm.eps)
         return rmsnorm(x, m.norm.weight, m.norm.eps, residual)[0]
