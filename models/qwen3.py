@@ -26,9 +26,9 @@ float32 reduction order differs (and, in the SwiGLU, Triton's approximate float3
 division). The CPU path is the torch code below, unchanged.
 
 With an attention backend that attends to K/V already in its pool (``StoredKVAttention``:
-``infer.attention.TritonAttention``) and ``FUSED_KV_STORE``, q/k-norm + RoPE also store the step's
-K/V into the pool in the same launch (``kernels/qk_norm_rope_store.py``) and the backend launches
-no store of its own: one launch per layer fewer, and bit for bit the same as the unfused pair.
+``infer.attention.TritonAttention``) and ``FUSED_KV_STORE`` (off by default), q/k-norm + RoPE
+also store the step's K/V into the pool in the same launch (``kernels/qk_norm_rope_store.py``)
+and the backend stores nothing: one launch per layer fewer, bit for bit the unfused pair.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ from models.rope import RotaryEmbedding, apply_rope
 
 # Use the fused Triton kernels for CUDA tensors (False: always the torch path).
 FUSED_KERNELS = True
-# Fused path, ``StoredKVAttention`` backend: store K/V in the q/k-norm + RoPE launch. On because
-# it is bit-identical to the unfused pair (the store only moves) with one launch per layer fewer;
-# the A/B on a GPU: ``benchmarks/decode_e2e.py --variants base,fused_store``.
-FUSED_KV_STORE = True
+# K/V stored in the q/k-norm + RoPE launch (``StoredKVAttention`` backends). Off: level at 4k and
+# 0.4 % slower at 32k on the H200 (stage 1 must wait for q before it walks any key; BENCHMARKS.md;
+# the A/B: ``benchmarks/decode_e2e.py --variants split_k,split_k+fused_store``).
+FUSED_KV_STORE = False
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
 
