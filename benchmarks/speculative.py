@@ -12,11 +12,15 @@ sequence (lossless). One JSON line per measurement, then one summary line per ca
 - ``drafted``, ``accepted``, ``mean_accepted`` (drafts accepted per verify step; a verify step
   yields ``mean_accepted + 1`` tokens);
 - ``ceiling_tok_s``: the engine's single-token decode ceiling at the reply's mean length, and
-  ``spec_over_ceiling`` = spec_tok_s / ceiling (above 1: faster than a plain decoder can be).
+  ``spec_over_ceiling`` = spec_tok_s / ceiling (above 1: faster than a plain decoder can be);
+- ``lookup_guesses`` (``benchmarks/draft_sources.py``): how many of the reply's tokens prompt
+  lookup guesses one at a time, from the prompt (copying) or from the reply (repeating itself),
+  and ``reply_head``, the reply's first 48 tokens as text.
 
 The summary line adds the figures over all texts by total time: ``spec_tok_s_total``,
 ``ceiling_tok_s_total`` (the texts' ceilings weighted by their tokens) and
-``spec_over_ceiling_total``.
+``spec_over_ceiling_total``; and ``lookup_from_prompt`` / ``lookup_from_reply``, the shares of
+the replies' tokens that lookup guesses from each.
 
 Texts: with ``--held-out`` the held-out chapters of ``benchmarks/train_small_qwen3.py`` (the
 trained model never saw them); otherwise ``--text`` files. A random-weight checkpoint copies
@@ -42,6 +46,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.draft_sources import draft_sources  # noqa: E402
 from infer import Engine, EngineConfig, SamplingParams  # noqa: E402
 from infer.config import parse_ctx  # noqa: E402
 from infer.summarize import SUMMARY_PROMPT  # noqa: E402
@@ -130,7 +135,9 @@ def main(argv=None) -> None:
                    "mean_accepted": round(st1.mean_accepted, 2),
                    "ceiling_tok_s": round(ceiling, 1) if ceiling else None,
                    "spec_over_ceiling": round(st1.decode_tokens_per_s / ceiling, 3)
-                   if ceiling else None}
+                   if ceiling else None,
+                   "lookup_guesses": draft_sources(prompt, plain),
+                   "reply_head": tok.decode(plain[:48])}
             rows.append(row)
             print(json.dumps(row), flush=True)
         plain_s = sum(r["new_tokens"] / max(r["plain_tok_s"], 1e-9) for r in rows)
@@ -142,6 +149,9 @@ def main(argv=None) -> None:
             total = {"spec_tok_s_total": round(tokens / spec_s, 1),
                      "ceiling_tok_s_total": round(tokens / ceil_s, 1),
                      "spec_over_ceiling_total": round(ceil_s / spec_s, 3)}
+        for key in ("from_prompt", "from_reply"):  # the share of reply tokens guessed
+            total[f"lookup_{key}"] = round(sum(r["lookup_guesses"][key] for r in rows) /
+                                           max(1, tokens), 3)
         print(json.dumps({**head, "kv": kv, "summary": True, "texts": len(rows), **total,
                           "all_identical": all(r["identical"] for r in rows),
                           "speedup_total_time": round(plain_s / spec_s, 3),
