@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from models.config import Qwen3Config
 from models.loader import checkpoint_targets
+from models.meta_modules import meta_modules
 from models.qwen3 import Qwen3ForCausalLM
 from models.random_checkpoint import (
     base_config,
@@ -67,7 +68,7 @@ def build_model(cfg: dict, seed: int = 0) -> Qwen3ForCausalLM:
     in train mode with gradients, on the torch path (``use_fused_kernels = False``)."""
     config = Qwen3Config.from_dict(cfg)
     gen = torch.Generator().manual_seed(seed)
-    with torch.device("meta"):  # no default init to overwrite
+    with meta_modules():  # no default init to overwrite
         model = Qwen3ForCausalLM(config)
     model.to_empty(device="cpu")
     if config.tie_word_embeddings:

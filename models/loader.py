@@ -34,6 +34,7 @@ from safetensors import safe_open
 
 from models.config import Qwen3Config
 from models.dtypes import SAFETENSORS_DTYPES, TORCH_DTYPES
+from models.meta_modules import meta_modules
 from models.qwen3 import Qwen3ForCausalLM
 from models.weight_stream import TensorCopy, copy_tensors, tensor_offsets
 
@@ -180,7 +181,7 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         check_same_shapes(config, read_config(folder), folder)
     stored = _read_headers(checkpoint_files(folder))
 
-    with torch.device("meta"):
+    with meta_modules():
         model = Qwen3ForCausalLM(config)
         if config.tie_word_embeddings and LM_HEAD in stored:
             model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight))
