@@ -15,7 +15,7 @@
 #              prefill progress bar is in long128k.tty)
 #   train      train the small Qwen3 (benchmarks/train_small_qwen3.py, ~5 min) into $SMALL
 #   trainwide  train the wide one instead (Qwen3-1.7B's layers, 3 of them: a decode step bound
-#              by weight reads, as the real models' are; ~4 min, the recipe of BENCHMARKS.md)
+#              by weight reads, as the real models' are; ~4 min, BENCHMARKS.md's wide #1)
 #              into $SMALL; the steps below then measure it
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
@@ -95,7 +95,7 @@ for what in "$@"; do
              --heads 16 --kv-heads 8 --head-dim 128 --intermediate 6144 --steps 1200 \
              --copy-steps 550 --lr 1e-3 --minutes 4.2 ${TRAIN_ARGS:-} \
              --report "$OUT/train_wide.jsonl" > "$OUT/train_wide.log" 2>&1
-           echo "train rc=$?"; grep -v train_progress "$OUT/train_wide.log" | tail -n 12 ;;
+           echo "trainwide rc=$?"; grep -v train_progress "$OUT/train_wide.log" | tail -n 12 ;;
     trained) INFER_TRAINED_MODEL=$SMALL python3 -m pytest -q -m gpu -p no:cacheprovider \
                tests/test_trained_gpu.py 2>&1 | tee "$OUT/trained_tests.log" | tail -n 3 ;;
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \

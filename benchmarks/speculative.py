@@ -17,10 +17,11 @@ sequence (lossless). One JSON line per measurement, then one summary line per ca
   lookup guesses one at a time, from the prompt (copying) or from the reply (repeating itself),
   and ``reply_head``, the reply's first 48 tokens as text.
 
-The summary line adds the figures over all texts by total time: ``spec_tok_s_total``,
+On a GPU (where every text has a ceiling) the summary line adds the figures over all texts by
+total time, from the rounded per-text rates: ``spec_tok_s_total``,
 ``ceiling_tok_s_total`` (the texts' ceilings weighted by their tokens) and
-``spec_over_ceiling_total``; and ``lookup_from_prompt`` / ``lookup_from_reply``, the shares of
-the replies' tokens that lookup guesses from each.
+``spec_over_ceiling_total``; and everywhere ``lookup_from_prompt`` / ``lookup_from_reply``, the
+shares of the replies' tokens that lookup guesses from each.
 
 Texts: with ``--held-out`` the held-out chapters of ``benchmarks/train_small_qwen3.py`` (the
 trained model never saw them); otherwise ``--text`` files. A random-weight checkpoint copies

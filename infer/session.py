@@ -130,7 +130,8 @@ class Session:
         enqueued and before the host waits for any, so the capture's host work runs while the
         device works through them; after it at most one chunk is in flight beyond the one
         reported (so Ctrl-C stops within about a chunk). ``on_prefill`` hears of each chunk once
-        it has completed (elsewhere: once its forward returns)."""
+        it has completed (elsewhere: once its forward returns), in order; until the capture has
+        run, the reports wait."""
         eng = self.engine
         reuse, limit = 0, min(len(self._ids), len(prompt) - 1)
         while reuse < limit and self._ids[reuse] == prompt[reuse]:
@@ -196,5 +197,5 @@ def chunk_event(device: torch.device) -> torch.cuda.Event | None:
     if device.type != "cuda":
         return None
     event = torch.cuda.Event()
-    event.record()
+    event.record(torch.cuda.current_stream(device))
     return event

@@ -163,6 +163,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
         num_warps=tiles.num_warps,
     )
 
+
 def _check_inputs(where: str, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                   v_cache: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor | None,
                   v_scale: torch.Tensor | None) -> bool:

@@ -5,7 +5,8 @@ runs under TRITON_INTERPRET=1, where kernels cannot be compiled):
 
 For each kernel, the constexprs its launcher would pick on a GPU of that compute capability
 (``kernels.tiles.decode_tiles`` and ``default_num_splits`` for an INT8 pool at the Qwen3-8B shape
-on 132 SMs, stage 1 as after the fused q/k-norm + RoPE + KV store; ``kernels.device.supports_pdl``
+on 132 SMs, stage 1 as after the fused q/k-norm + RoPE + KV store, ``models.qwen3.FUSED_KV_STORE``,
+whose default-off PTX ``compile_ptx_digest.py`` checks; ``kernels.device.supports_pdl``
 decides programmatic dependent launch), and whether the PTX holds ``griddepcontrol`` (which exists
 from sm_90 on).
 """

@@ -56,15 +56,18 @@ def _assert_same(a: LayerCache, b: LayerCache) -> None:
 
 
 def _case(tokens, kv_heads, group, head_dim, dtype, *, page_size=8, num_pages=7, pad=(),
-          pos_base=100_000, device="cpu"):
-    """q, k, v as views into one fused qkv row (the model's layout), the norm weights, RoPE
-    (YaRN) parameters, positions from ``pos_base`` and scrambled slots (``pad``: rows with
-    slot -1)."""
+          pos_base=100_000, device="cpu", separate=False):
+    """q, k, v as views into one fused qkv row (the model's layout; ``separate``: each in a
+    tensor of its own row stride), the norm weights, RoPE (YaRN) parameters, positions from
+    ``pos_base`` and scrambled slots (``pad``: rows with slot -1)."""
     hq = kv_heads * group
     qkv = torch.randn(tokens, (hq + 2 * kv_heads) * head_dim) * 2
     qkv[:, hq * head_dim:] *= 2  # k and v bigger than q: INT8 scales well away from 1
     qkv = qkv.to(device=device, dtype=dtype)
     q, k, v = qkv.split([hq * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    if separate:  # row strides that differ from each other's (a swapped stride shows)
+        q, k, v = (torch.cat([t, t[:, :extra]], -1)[:, :t.shape[1]]
+                   for t, extra in ((q, 8), (k, 24), (v, 40)))
     q = q.view(tokens, hq, head_dim)
     k = k.view(tokens, kv_heads, head_dim)
     v = v.view(tokens, kv_heads, head_dim)
@@ -108,6 +111,12 @@ def _check(tokens, kv_heads, group, head_dim, dtype, pool_dtype, **kw):
 def test_fused_equals_norm_rope_then_store(dtype, pool, tokens, pad, kv_heads, group):
     """Decode steps of 1 to 16 rows and a prefill chunk, GQA groups 1 and 4."""
     _check(tokens, kv_heads, group, 32, dtype, torch.int8 if pool == "int8" else dtype, pad=pad)
+
+
+@pytest.mark.parametrize("pool", ["16bit", "int8"])
+def test_fused_with_q_k_v_in_tensors_of_their_own(pool):
+    _check(5, 2, 2, 32, torch.float32, torch.int8 if pool == "int8" else torch.float32,
+           pad=(1,), separate=True)
 
 
 @pytest.mark.parametrize("pool_dtype", [torch.float16, torch.int8])

@@ -104,14 +104,36 @@ def test_to_device_values_and_dtype():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_to_device_does_not_wait_for_the_stream():
-    """A copy enqueued behind a long kernel returns at once and still lands in stream order."""
+    """Copies enqueued behind a long queue of kernels return at once (an event recorded before
+    them is still pending) and still land in stream order, each with its own values (the pinned
+    blocks are not reused before their copies have read them)."""
     x = torch.randn(4096, 4096, device="cuda")
-    start, end = torch.cuda.Event(), torch.cuda.Event()
     torch.cuda.synchronize()
-    for _ in range(20):
-        x = x @ x / 64  # a queue of work the copy must not wait for
-    start.record()
-    t = to_device(list(range(1000)), torch.int64, "cuda")
-    end.record()
-    assert not end.query()  # the host got here before the queued matmuls finished
-    assert t.tolist() == list(range(1000))
+    for _ in range(40):
+        x = x @ x / 64  # a queue of work the copies must not wait for
+    before = torch.cuda.Event()
+    before.record()
+    got = [to_device(list(range(i, i + 1000)), torch.int64, "cuda") for i in range(50)]
+    assert not before.query()  # the host got here while the queued matmuls still ran
+    for i, t in enumerate(got):
+        assert t.tolist() == list(range(i, i + 1000))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_page_table_rows_load_behind_queued_work():
+    from infer.step_buffers import PageTableRows
+
+    table = torch.zeros(4, 64, dtype=torch.int32, device="cuda")
+    rows = PageTableRows(table)
+    x = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    for _ in range(40):
+        x = x @ x / 64
+    lists = [list(range(10 * r + 1, 10 * r + 1 + 5 + r)) for r in range(4)]
+    for r, pages in enumerate(lists):
+        rows.load(r, pages)  # a whole row: the pinned copy
+    lists[2].append(99)  # a page appended: the single-entry fill
+    rows.load(2, lists[2])
+    for r, pages in enumerate(lists):
+        assert table[r, :len(pages)].tolist() == pages

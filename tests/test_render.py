@@ -189,7 +189,7 @@ def test_long_prefill_on_a_terminal_shows_the_bar(text_terminal):
 @pytest.mark.parametrize("n_prompt,terminal", [(10_000, False), (4096, True), (100, True)])
 def test_no_bar_for_pipes_or_short_prompts(n_prompt, terminal):
     reply, session, err, _ = run_prefill(n_prompt, terminal)
-    assert session.on_prefill is None  # no callback, so no device sync per chunk
+    assert session.on_prefill is None  # no callback: no bar
     assert f"of {n_prompt:,} tokens" not in err and "Ctrl-C stops" not in err
     assert reply.answer == "Cats purr."
 

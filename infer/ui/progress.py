@@ -5,9 +5,10 @@ Qwen3-8B on an H200; minutes on a CPU), so above ``MIN_TOKENS`` prompt tokens to
 ``Progress`` bar shows how far it is. Only on a terminal: piped or redirected stderr gets nothing.
 
 ``PrefillBar`` is the ``on_prefill(done, total)`` callback of ``Session.generate``. The engine calls
-it once with ``done = 0`` before the first chunk, then after each chunk has completed on the device;
-that costs a device sync per chunk, so callers pass it only when ``PrefillBar.wanted`` says the bar
-can be shown (a terminal, and a rough count of the tokens to prefill above ``MIN_TOKENS``). The bar
+it once with ``done = 0`` before the first chunk, then after each chunk has completed on the device
+(the prefill keeps about one chunk in flight with or without it: ``Session._prefill``); callers
+pass it only when ``PrefillBar.wanted`` says the bar can be shown (a terminal, and a rough count
+of the tokens to prefill above ``MIN_TOKENS``). The bar
 starts on the first call if the exact ``total`` is above ``MIN_TOKENS`` and is transient: ``close``
 (or leaving its ``with`` block) removes it, so the reply's own live view (``infer/ui/render.py``)
 starts on a clean line after it. The bar never shares the screen with that view.
