@@ -26,6 +26,8 @@
 #              (benchmarks/load_weights.py, the 8B; LOAD_ARGS=--sweep for the staging sizes),
 #              then the wall time of `infer generate` 8B, 64 tokens, twice (the first run may
 #              compile the Triton kernels: with an empty cache it is the cold-start figure)
+#   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
+#              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
 #              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
@@ -96,6 +98,10 @@ for what in "$@"; do
              --copy-steps 550 --lr 1e-3 --minutes 4.2 ${TRAIN_ARGS:-} \
              --report "$OUT/train_wide.jsonl" > "$OUT/train_wide.log" 2>&1
            echo "trainwide rc=$?"; grep -v train_progress "$OUT/train_wide.log" | tail -n 12 ;;
+    ttft)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      python3 benchmarks/ttft_first.py --ckpt "$CKPT" ${TTFT_ARGS:-} 2>&1 | tee "$OUT/ttft_first.jsonl" ;;
     trained) INFER_TRAINED_MODEL=$SMALL python3 -m pytest -q -m gpu -p no:cacheprovider \
                tests/test_trained_gpu.py 2>&1 | tee "$OUT/trained_tests.log" | tail -n 3 ;;
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \

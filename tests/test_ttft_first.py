@@ -1,0 +1,18 @@
+"""``benchmarks/ttft_first.py`` on the CPU with the tiny checkpoint: one process per
+``--capture-ahead`` value, one line each with the three replies' first-token times."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import ttft_first
+
+
+def test_ttft_first_lines(tiny_ckpt, capsys):
+    ttft_first.main(["--ckpt", str(tiny_ckpt), "--tokens", "40", "--new", "2", "--ctx", "256",
+                     "--device", "cpu", "--capture-ahead", "16"])
+    (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert line["bench"] == "ttft_first" and line["capture_ahead"] == 16
+    assert line["tokens"] == 40 and line["capture_s"] == 0.0  # no graphs on the CPU
+    assert min(line[f"{k}_ttft_s"] for k in ("first", "second", "third")) > 0
+    assert line["first_minus_second_s"] == round(line["first_ttft_s"] - line["second_ttft_s"], 3)
