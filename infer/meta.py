@@ -193,17 +193,22 @@ def plan_slabs(rows: Sequence[tuple[Sequence[int], int] | None], bucket: int,
     return out
 
 
+def host_tensor(values: Sequence[int], dtype: torch.dtype, pin: bool) -> torch.Tensor:
+    """``values`` as a ``dtype`` tensor on the host, in pinned memory with ``pin`` (a CUDA
+    target): a copy from it with ``non_blocking=True`` goes in stream order, where a copy from
+    pageable memory first waits for every kernel enqueued before it. The pinned block is not
+    reused before such a copy has read it (torch's caching host allocator records the copy's
+    stream)."""
+    t = torch.tensor(values, dtype=dtype)
+    return t.pin_memory() if pin else t
+
+
 def to_device(values: Sequence[int], dtype: torch.dtype, device: torch.device | str
               ) -> torch.Tensor:
-    """``values`` as a ``dtype`` tensor on ``device``. On CUDA the copy goes from pinned memory
-    in stream order, so the host does not wait: a copy from pageable memory would first wait
-    for every kernel enqueued before it (a prefill chunk could not be enqueued while the one
-    before still ran). The pinned block is not reused before the copy has read it (torch's
-    caching host allocator records the copy's stream)."""
-    t = torch.tensor(values, dtype=dtype)
-    if torch.device(device).type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    """``values`` as a ``dtype`` tensor on ``device``, copied without making the host wait
+    (``host_tensor``): a prefill chunk can be enqueued while the one before still runs."""
+    cuda = torch.device(device).type == "cuda"
+    return host_tensor(values, dtype, cuda).to(device, non_blocking=cuda)
 
 
 def build_meta(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from infer.config import SamplingParams
-from infer.meta import AttnMeta
+from infer.meta import AttnMeta, host_tensor
 
 
 def batch_buckets(max_batch: int) -> tuple[int, ...]:
@@ -136,9 +136,7 @@ class PageTableRows:
         loaded, or the whole list when the row held another sequence (from pinned memory, in
         stream order: the host does not wait for the steps already enqueued)."""
         if self._owner[row] != id(pages):
-            src = torch.tensor(pages, dtype=torch.int32)
-            if self.table.is_cuda:  # NOTE: a pageable source would make the copy drain the stream
-                src = src.pin_memory()
+            src = host_tensor(pages, torch.int32, self.table.is_cuda)
             self.table[row, :len(pages)].copy_(src, non_blocking=True)
             self._owner[row], self._loaded[row] = id(pages), len(pages)
             return
