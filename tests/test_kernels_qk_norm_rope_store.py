@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from pool_cases import huge_int8_pool
 
 from infer.kv_pool import KVPool, LayerCache, int8_v_shape
 from kernels import reference as ref
@@ -151,12 +152,7 @@ def test_padding_rows_store_nothing():
 def test_fused_int64_offsets():
     """Pages whose element offsets pass 2^31 (a huge, mostly untouched INT8 pool)."""
     kv_heads, page_size, head_dim = 2, 16, 32
-    per_page = kv_heads * page_size * head_dim
-    num_pages = 2**31 // per_page + 8
-    shape = (num_pages, kv_heads, page_size, head_dim)
-    cache = LayerCache(torch.empty(shape, dtype=torch.int8),
-                       torch.empty(int8_v_shape(shape), dtype=torch.int8),
-                       torch.empty(shape[:3]), torch.empty(shape[:3]))
+    cache, num_pages, per_page = huge_int8_pool(kv_heads, page_size, head_dim)
     q, k, v, norm, _ = _case(3, kv_heads, 1, head_dim, torch.float16)
     pages, offs = torch.tensor([num_pages - 1, num_pages - 5, 3]), torch.tensor([15, 2, 7])
     slots = pages * page_size + offs

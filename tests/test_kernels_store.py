@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from pool_cases import huge_int8_pool
 
 from infer.kv_pool import LayerCache, int8_v_shape
 from kernels import reference
@@ -111,12 +112,7 @@ def test_store_int64_offsets():
     """Page ids whose element offsets pass 2^31: the pool is a huge, mostly untouched allocation
     (virtual memory; only the written pages become resident)."""
     kv_heads, page_size, head_dim = 2, 16, 32
-    per_page = kv_heads * page_size * head_dim
-    num_pages = 2**31 // per_page + 8
-    shape = (num_pages, kv_heads, page_size, head_dim)
-    cache = LayerCache(torch.empty(shape, dtype=torch.int8),
-                       torch.empty(int8_v_shape(shape), dtype=torch.int8),
-                       torch.empty(shape[:3]), torch.empty(shape[:3]))
+    cache, num_pages, per_page = huge_int8_pool(kv_heads, page_size, head_dim)
     pages = torch.tensor([num_pages - 1, num_pages - 5, 3])
     offs = torch.tensor([page_size - 1, 2, 7])
     slots = pages * page_size + offs
