@@ -18,7 +18,10 @@ at the mean number of cached positions during the decode, and the fraction of it
 drift of the card hits every variant alike): ``default`` runs the flags as shipped, ``base`` with
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
 projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the KV store in the
-q/k-norm + RoPE launch); ``+`` joins them. Each JSON line names its variant and round.
+q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PDL chain
+(``kernels.pdl_chain.ENABLED``) and ``prefetch`` its GEMVs' L2 prefetch (``PREFETCH``, only
+with ``pdl_chain``): ``split_k+pdl_chain+prefetch`` is the chain as it would ship; ``+`` joins
+them. Each JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -35,6 +38,7 @@ from types import SimpleNamespace
 
 import torch
 
+import kernels.pdl_chain
 import kernels.tiles
 import models.qwen3
 from infer import Engine, EngineConfig, SamplingParams
@@ -48,7 +52,9 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 
 
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
-         "fused_store": (models.qwen3, "FUSED_KV_STORE")}
+         "fused_store": (models.qwen3, "FUSED_KV_STORE"),
+         "pdl_chain": (kernels.pdl_chain, "ENABLED"),
+         "prefetch": (kernels.pdl_chain, "PREFETCH")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

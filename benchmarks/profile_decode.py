@@ -48,6 +48,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from infer import Engine, EngineConfig, SamplingParams
 from infer.meta import grow_pages
+from kernels import pdl_chain
 from models.context import plan_context
 from models.loader import load_model, read_config
 
@@ -231,7 +232,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--rows", default="1", help="rows per step, comma-separated (1..16; > 1: "
                     "a verify step's layout, one sequence at consecutive positions)")
+    ap.add_argument("--pdl-chain", choices=("off", "on", "on-no-prefetch"), default=None,
+                    help="the decode layer's kernels on the PDL chain (kernels/pdl_chain.py), "
+                    "with or without the GEMVs' L2 prefetch; default: as shipped")
     args = ap.parse_args(argv)
+    if args.pdl_chain is not None:
+        pdl_chain.ENABLED = args.pdl_chain != "off"
+        pdl_chain.PREFETCH = args.pdl_chain == "on"
+
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be >= 1")
     try:
@@ -255,7 +263,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ids = [rng.randrange(limit) for _ in range(lengths[-1])]
     records = [{"what": "device", "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
                 "torch": torch.__version__, "commit": os.environ.get("INFER_COMMIT", "unknown"),
-                "ckpt": args.ckpt, "layers": mc.num_hidden_layers, "hidden": mc.hidden_size}]
+                "ckpt": args.ckpt, "layers": mc.num_hidden_layers, "hidden": mc.hidden_size,
+                "pdl_chain": pdl_chain.ENABLED, "prefetch": pdl_chain.PREFETCH}]
     print(json.dumps(records[0]), flush=True)
     for kv in kvs:
         eng = Engine(replace(cfg0, kv_cache=kv), model=model, tokenizer=tokenizer)

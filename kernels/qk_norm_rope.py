@@ -13,6 +13,9 @@ On CUDA cos/sin are libdevice's ``cosf``/``sinf`` (the same full-range functions
 kernels call; ``tl.cos`` lowers to the approximate instruction, which loses accuracy at
 positions in the tens of thousands). Under the Triton interpreter (CPU tests) they are numpy's.
 
+On the PDL chain (``kernels/pdl_chain.py``) the angles are computed before the kernel waits for
+the qkv projection.
+
 RoPE: Su et al. 2021 (RoFormer), rotate-half layout; QK-norm as in Qwen3. Fusion after vLLM's
 and SGLang's fused qk-norm + rope kernels.
 """
@@ -27,6 +30,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from kernels.checks import check_contiguous, check_last_dim_contiguous
+from kernels.pdl_chain import chain_pdl
 
 
 @triton.jit
@@ -94,6 +98,7 @@ def _qk_norm_rope_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
     PRECISE_TRIG: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # on the PDL chain (kernels/pdl_chain.py)
 ):
     tok = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
@@ -101,8 +106,12 @@ def _qk_norm_rope_kernel(
     dtype = q_out_ptr.dtype.element_ty
     offs = tl.arange(0, BLOCK_HALF)
     mask = offs < HALF
+    # positions and inv_freq are no chain kernel's output: the angles before the wait
     cos, sin = _rope_cos_sin(pos_ptr, inv_freq_ptr, tok, attention_factor, offs, mask, dtype,
                              PRECISE_TRIG)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()  # q and k: the qkv GEMV's output
     if head < NUM_Q_HEADS:
         h = head.to(tl.int64)
         _norm_rope_row(q_ptr + tok * stride_qt + h * stride_qh, qw_ptr,
@@ -149,6 +158,7 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if num_tokens == 0:
         return q_out, k_out
+    pdl = chain_pdl(q.device)
     _qk_norm_rope_kernel[(num_tokens, num_q_heads + k.shape[1])](
         q_ptr=q, k_ptr=k, qw_ptr=q_weight, kw_ptr=k_weight, q_out_ptr=q_out, k_out_ptr=k_out,
         pos_ptr=positions, inv_freq_ptr=inv_freq,
@@ -157,6 +167,7 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
         stride_kot=k_out.stride(0), stride_koh=k_out.stride(1),
         eps=float(eps), attention_factor=float(attention_factor),
         NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim, **_launch_options(head_dim),
+        **({"USE_PDL": True, "launch_pdl": True} if pdl else {}),
     )
     return q_out, k_out
 

@@ -7,6 +7,9 @@ The norm follows transformers' Qwen3 ``RMSNorm`` step by step: mean of squares a
 ``x * rsqrt(mean + eps)`` cast back to the model dtype, then multiplied by the weight and rounded
 to the model dtype again. Only the reduction order (and rsqrt's last bit) differs from torch.
 
+On the PDL chain (``kernels/pdl_chain.py``) it loads the weight, signals its dependents and then
+waits for its predecessor before loading the rows.
+
 Semantics after vLLM's ``fused_add_rms_norm`` (residual = x + residual; out = norm(residual)),
 but functional: both outputs are new tensors, and the inputs are left alone.
 """
@@ -18,6 +21,7 @@ import triton
 import triton.language as tl
 
 from kernels.checks import check_contiguous, check_last_dim_contiguous
+from kernels.pdl_chain import chain_pdl
 
 
 @triton.jit
@@ -32,11 +36,16 @@ def _rmsnorm_kernel(
     HIDDEN: tl.constexpr,
     BLOCK: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    USE_PDL: tl.constexpr,  # on the PDL chain (kernels/pdl_chain.py)
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < HIDDEN
     dtype = out_ptr.dtype.element_ty
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)  # a weight: never written
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()  # the next GEMV may take the SMs and prefetch
+        tl.extra.cuda.gdc_wait()  # x and the residual come from the predecessors
     x = tl.load(x_ptr + row * tl.cast(stride_xt, tl.int64) + offs, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * tl.cast(stride_rt, tl.int64) + offs, mask=mask, other=0.0)
@@ -45,7 +54,6 @@ def _rmsnorm_kernel(
     xf = x.to(tl.float32)
     mean_sq = tl.sum(xf * xf, axis=0) / HIDDEN
     xn = (xf * tl.math.rsqrt(mean_sq + eps)).to(dtype).to(tl.float32)
-    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * tl.cast(stride_ot, tl.int64) + offs, (w * xn).to(dtype), mask=mask)
 
 
@@ -93,11 +101,12 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
         res, res_out = residual, torch.empty_like(out)
     if num_tokens > 0:
         block = triton.next_power_of_2(hidden)
+        pdl = chain_pdl(x.device)
         _rmsnorm_kernel[(num_tokens,)](
             x_ptr=x, res_ptr=res, w_ptr=weight, out_ptr=out, res_out_ptr=res_out,
             stride_xt=x.stride(0), stride_rt=res.stride(0), stride_ot=out.stride(0),
             stride_rot=res_out.stride(0), eps=float(eps),
-            HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None,
-            num_warps=max(1, min(8, block // 256)),
+            HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None, USE_PDL=pdl,
+            num_warps=max(1, min(8, block // 256)), **({"launch_pdl": True} if pdl else {}),
         )
     return out if residual is None else (out, res_out)

@@ -42,11 +42,14 @@ POINTERS = {"k_ptr": "*bf16", "v_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_p
 def compile_for(kernel, constexprs: dict, arch: int, types: dict | None = None, **options):
     """Pointers float32 unless named in POINTERS (stage 1 reads int8 codes through k_ptr/v_ptr:
     see ``main``), scalars int32 (float32 for ``qk_scale``); ``types`` overrides any argument's
-    type (e.g. ``{"desc_k": "tensordesc<bf16[64,128]>"}``)."""
+    type (e.g. ``{"desc_k": "tensordesc<bf16[64,128]>"}``); a constexpr left out takes its
+    default, as at a launch."""
     signature, consts = {}, {}
+    defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
     for i, name in enumerate(kernel.arg_names):
-        if name in constexprs:
-            signature[name], consts[(i,)] = "constexpr", constexprs[name]
+        if name in constexprs or name in defaults:
+            signature[name] = "constexpr"
+            consts[(i,)] = constexprs.get(name, defaults.get(name))
         elif types and name in types:
             signature[name] = types[name]
         elif name.endswith("_ptr"):

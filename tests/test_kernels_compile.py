@@ -4,7 +4,8 @@ The interpreter runs the kernels' Python, not the compiler: an instruction that 
 some GPUs (``griddepcontrol``, programmatic dependent launch, sm_90+) passes every CPU test and
 fails to compile on an older GPU. ``tests/compile_targets.py`` compiles stage 1, the combine, the
 KV store and the fused q/k-norm + RoPE + KV store with the constexprs their launchers pick for a
-target, in a subprocess (this suite runs under TRITON_INTERPRET=1).
+target, in a subprocess (this suite runs under TRITON_INTERPRET=1); ``tests/compile_pdl_chain.py``
+reads where the PDL chain's waits, signals and prefetches sit in the sm_90 PTX.
 """
 
 from __future__ import annotations
@@ -65,3 +66,35 @@ def test_gemv_default_tiles_fit_shared_memory():
     # split-K (on an H200's 132 SMs) for the 0.6B's narrow o_proj and down_proj only
     split = {(c["n"], c["k"]) for c in cases if c["split_k"] > 1}
     assert split == {(1024, 2048), (1024, 3072)}, split
+
+
+def test_pdl_chain_kernels_wait_before_touching_the_predecessors_data():
+    """The PDL chain's contract (``kernels/pdl_chain.py``) in the sm_90 PTX: with the chain on,
+    each GEMV issues only L2 prefetches of its weight rows before ``griddepcontrol.wait`` (no
+    load, no async copy, no store) and signals its dependents after its last tensor-core
+    instruction; the split-K reduce, RMSNorm and q/k-norm + RoPE store nothing before the wait
+    and signal; with the chain off the GEMVs hold no PDL instruction and no prefetch."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(SCRIPT.with_name("compile_pdl_chain.py"))],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    cases = {(c["kernel"], c["chain"]): c
+             for c in map(json.loads, run.stdout.strip().splitlines())}
+    gemvs = ("qkv", "o_proj", "gate_up", "down", "o_proj_0.6b")
+    assert set(cases) == {(g, on) for g in gemvs for on in (True, False)} | {
+        ("rmsnorm", True), ("qk_norm_rope", True)}
+    for g in gemvs:
+        on, off = cases[g, True], cases[g, False]
+        assert on["wait"] and on["signal"] and on["signal_after_mma"], on
+        assert (on["loads_before_wait"], on["stores_before_wait"],
+                on["async_copies_before_wait"]) == (0, 0, 0), on
+        assert on["prefetches_before_wait"] == on["prefetches"] == (2 if g == "gate_up" else 1)
+        assert not (off["wait"] or off["signal"] or off["prefetches"]), off
+    assert cases["o_proj_0.6b", True]["split_k"] > 1
+    reduce_on, reduce_off = (cases["o_proj_0.6b", on]["reduce"] for on in (True, False))
+    assert reduce_on["wait"] and reduce_on["signal"], reduce_on
+    assert reduce_on["loads_before_wait"] == reduce_on["stores_before_wait"] == 0
+    assert not (reduce_off["wait"] or reduce_off["signal"])
+    for name in ("rmsnorm", "qk_norm_rope"):
+        c = cases[name, True]
+        assert c["wait"] and c["signal"] and c["stores_before_wait"] == 0, c

@@ -1,0 +1,65 @@
+"""The PDL chain: programmatic dependent launch (PDL) on every kernel of a decode layer, so that
+each kernel's launch and prologue overlap its predecessor's tail (CUDA sm_90+).
+
+A kernel launched with PDL (``launch_pdl=True``) may be scheduled as soon as every program of the
+kernel before it in the stream has executed ``griddepcontrol.launch_dependents`` (or exited);
+``griddepcontrol.wait`` then blocks until that predecessor has completed and its writes are
+visible. A predecessor that completed only after its own wait completed after everything before
+it, so the guarantee is transitive along the chain.
+
+The chain of one decode layer (``ENABLED``; stage 1 and the combine of split-KV decode have run
+this way on their own since ``kernels.tiles.DecodeTiles.pdl``)::
+
+    rmsnorm -> qkv GEMV -> q/k-norm + RoPE | KV store -> stage 1 -> combine -> o_proj GEMV
+        -> add + rmsnorm -> gate/up GEMV -> down GEMV -> (next layer's add + rmsnorm)
+
+``|``: the KV store is launched without PDL, so it starts when the q/k-norm + RoPE kernel has
+completed (stage 1 reads earlier keys before its wait: ``kernels/decode_attention.py``).
+
+The contract every kernel of the chain keeps (``NOTE``: a new kernel on the chain must too):
+
+- before its ``gdc_wait`` it reads only what no kernel of the chain writes (weights, positions,
+  ``inv_freq``: written before the step's first kernel started), and writes nothing;
+- it signals ``gdc_launch_dependents`` where its successor may take the SMs it leaves: a GEMV
+  after its weight stream (its successor's programs then fill the tail of its last wave),
+  the small row kernels (norms, the split-K reduce) at their start;
+- a GEMV prefetches the first tiles of its weight rows into L2 before its wait
+  (``prefetch_l2``), so its first loads after the wait hit L2 instead of HBM.
+
+Results are bit-identical with the chain on or off: only the time at which each kernel starts
+moves. Ignored before sm_90 and under the interpreter (``chain_pdl``).
+
+PDL: CUDA programming guide, "Programmatic Dependent Launch and Synchronization"; the PTX ISA's
+``griddepcontrol`` and ``cp.async.bulk.prefetch``. The same overlap by other means: the
+persistent "megakernel" decoders (Hazy Research 2025), which issue the next operation's weight
+loads while the current one finishes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.device import supports_pdl
+
+# Whether the decode layer's row kernels and GEMVs run as a PDL chain (module notes). Off until a
+# decode A/B on the GPU says otherwise (``benchmarks/decode_e2e.py --variants base,pdl_chain``).
+ENABLED = False
+# Whether a GEMV on the chain prefetches its rows' first tiles into L2 before it waits
+# (``kernels.tiles.gemv_tiles``: the software pipeline's ``num_stages - 1`` tiles).
+PREFETCH = True
+
+
+def chain_pdl(device: torch.device | str) -> bool:
+    """Whether a chain kernel on ``device`` launches with PDL: ``ENABLED`` on sm_90+."""
+    return ENABLED and supports_pdl(device)
+
+
+@triton.jit
+def prefetch_l2(row_start, nbytes):
+    """Prefetch ``nbytes[i]`` bytes at ``row_start[i]`` into L2 for each element ``i`` (one
+    ``cp.async.bulk.prefetch.L2`` each: GPU only, sm_90+). Each address must be 16-byte aligned
+    and each size a multiple of 16; a prefetch is a hint (no result, nothing waits for it)."""
+    tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; // $0", "=r,l,r",
+                              [row_start, nbytes], dtype=tl.int32, is_pure=False, pack=1)
