@@ -53,11 +53,13 @@ import triton
 import triton.language as tl
 
 from kernels.device import supports_pdl
+from kernels.norm_stats import add_residual_and_stats, normalize_tile, rstd_from_stats
 from kernels.pdl_chain import prefetch_l2
 from kernels.silu_mul import silu_mul_rounded
 from kernels.tiles import GemvTiles, gemv_tiles
 
 MAX_ROWS = 16  # rows of x per call: the dot's M, padded
+SPLITK_REDUCE_COLUMNS = 128  # columns per program of the split-K reduce
 
 
 @triton.jit
@@ -77,6 +79,16 @@ def _gemv_kernel(
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
     USE_PDL: tl.constexpr = False,  # PDL chain (module notes): prefetch, wait, ..., signal
     PREFETCH_BYTES: tl.constexpr = 0,  # USE_PDL: bytes of each weight row to prefetch into L2
+    res_ptr=None,  # RES_OUT: [M, N] model dtype, the residual stream before this sublayer
+    stats_out_ptr=None,  # RES_OUT: float32 [M, cdiv(N, BLOCK_N)] partial sums of squares
+    stride_rm=0,
+    stats_in_ptr=None,  # NORM_IN: float32 [M, NB_IN], the producer's partial sums of squares
+    norm_w_ptr=None,  # NORM_IN: [K] model dtype, the RMSNorm weight
+    eps=0.0,  # NORM_IN: float32
+    RES_OUT: tl.constexpr = False,  # y = round(x @ W^T) + residual, and its stats (norm_stats)
+    NORM_IN: tl.constexpr = False,  # x is the residual stream: RMSNorm it tile by tile
+    NB_IN: tl.constexpr = 1,
+    BLOCK_NB_IN: tl.constexpr = 1,  # NB_IN rounded up to a power of two
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -104,6 +116,8 @@ def _gemv_kernel(
             if SWIGLU:
                 prefetch_l2(row_start + N * stride_wn, nbytes)
         tl.extra.cuda.gdc_wait()  # x (the predecessor's output) and y's storage from here on
+    if NORM_IN:
+        rstd = rstd_from_stats(stats_in_ptr, rows_m, in_m, K, eps, NB_IN, BLOCK_NB_IN)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_tile + k0, mask=in_m[:, None], other=0.0)
@@ -112,6 +126,8 @@ def _gemv_kernel(
             in_k = k0 + cols < K
             x = tl.load(x_tile + k0, mask=in_m[:, None] & in_k[None, :], other=0.0)
             w = tl.load(w_tile + k0, mask=in_k[None, :], other=0.0)
+        if NORM_IN:
+            x = normalize_tile(x, rstd, norm_w_ptr, k0 + cols, k0 + cols < K)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PREC)
         if SWIGLU:
             if EVEN_K:
@@ -130,6 +146,10 @@ def _gemv_kernel(
         part = y_ptr + tl.program_id(1) * BLOCK_M * N
         tl.store(part + rows_m[:, None] * N + out_n[None, :], acc,
                  mask=in_m[:, None] & (out_n < N)[None, :])
+    elif RES_OUT:
+        add_residual_and_stats(acc, res_ptr, y_ptr, stats_out_ptr, rows_m, out_n, in_m,
+                               in_m[:, None] & (out_n < N)[None, :], stride_rm, stride_ym, pid,
+                               tl.cdiv(N, BLOCK_N))
     else:
         tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :], acc.to(dtype),
                  mask=in_m[:, None] & (out_n < N)[None, :])
@@ -138,8 +158,10 @@ def _gemv_kernel(
 @triton.jit
 def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, stride_ym, SPLIT_K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          USE_PDL: tl.constexpr = False):
-    """y[m, n] = round(sum over s = 0, 1, ... of ws[s, m, n]): one program per BLOCK_N columns."""
+                          USE_PDL: tl.constexpr = False, res_ptr=None, stats_out_ptr=None,
+                          stride_rm=0, RES_OUT: tl.constexpr = False):
+    """y[m, n] = round(sum over s = 0, 1, ... of ws[s, m, n]): one program per BLOCK_N columns
+    (RES_OUT: plus the residual, with the stats, as ``_gemv_kernel``'s epilogue)."""
     if USE_PDL:  # the PDL chain: let the successor get scheduled, then wait for the partials
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
@@ -150,8 +172,13 @@ def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, stride_ym, SPLIT_K: tl.constexpr,
     acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
     for s in tl.static_range(1, SPLIT_K):
         acc += tl.load(ws_ptr + s * BLOCK_M * N + offs, mask=mask, other=0.0)
-    tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :],
-             acc.to(y_ptr.dtype.element_ty), mask=mask)
+    if RES_OUT:
+        add_residual_and_stats(acc, res_ptr, y_ptr, stats_out_ptr, rows_m, out_n, rows_m < M,
+                               mask, stride_rm, stride_ym, tl.program_id(0),
+                               tl.cdiv(N, BLOCK_N))
+    else:
+        tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :],
+                 acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
@@ -174,8 +201,13 @@ def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[in
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
-            tiles: GemvTiles | None) -> torch.Tensor:
-    y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
+            tiles: GemvTiles | None, y: torch.Tensor | None = None,
+            fused: dict | None = None, epilogue: dict | None = None) -> torch.Tensor:
+    """Launch into ``y`` (new if None). ``fused``: the normalizing prologue's kernel arguments
+    (``kernels/gemv_residual_norm.py``); ``epilogue``: the residual epilogue's, which the split-K
+    reduce takes instead when the weight is split."""
+    if y is None:
+        y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if n == 0 or x.shape[0] == 0:
         return y
     if k == 0:  # an empty sum: 0, and silu(0) * 0 = 0
@@ -183,13 +215,13 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
     if tiles is None:
         tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
     if tiles.split_k > 1 and not swiglu:
-        return _launch_split(x, weight, y, n, k, tiles)
+        return _launch_split(x, weight, y, n, k, tiles, fused or {}, epilogue or {})
     _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        **_chain_options(weight, k, k, tiles))
+        **_chain_options(weight, k, k, tiles), **(fused or {}), **(epilogue or {}))
     return y
 
 
@@ -217,7 +249,7 @@ def split_runs(k: int, block_k: int, split_k: int) -> tuple[int, int]:
 
 
 def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int, k: int,
-                  tiles: GemvTiles) -> torch.Tensor:
+                  tiles: GemvTiles, fused: dict, epilogue: dict) -> torch.Tensor:
     """Split-K (module notes): the partial sums, then their fixed-order sum into ``y``."""
     splits, per = split_runs(k, tiles.block_k, tiles.split_k)
     ws = torch.empty((splits, MAX_ROWS, n), dtype=torch.float32, device=x.device)
@@ -228,10 +260,11 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int
         EVEN_K=k % per == 0,  # every split a whole number of full column blocks
         SWIGLU=False, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", SPLIT_K=splits,
-        K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain)
-    _splitk_reduce_kernel[(triton.cdiv(n, 128),)](
-        ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS, BLOCK_N=128,
-        **({"USE_PDL": True, "launch_pdl": True} if chain else {}))
+        K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain, **fused)
+    _splitk_reduce_kernel[(triton.cdiv(n, SPLITK_REDUCE_COLUMNS),)](
+        ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS,
+        BLOCK_N=SPLITK_REDUCE_COLUMNS, **({"USE_PDL": True, "launch_pdl": True} if chain else {}),
+        **epilogue)
     return y
 
 

@@ -15,15 +15,11 @@ then multiplies by the weight; q/k get a per-head RMSNorm before RoPE; residual 
 run in the model dtype; logits are computed in the model dtype and returned as float32.
 
 On CUDA tensors (``FUSED_KERNELS`` and the model's ``use_fused_kernels``, both True by default) the
-norms, q/k-norm + RoPE and residual adds run as Triton kernels instead of ~20 small torch ops per
-layer: ``kernels/rmsnorm.py`` (fused residual add + RMSNorm, vLLM's residual flow: each layer
-takes the previous sublayer's output and the stream before it), ``kernels/qk_norm_rope.py`` and
-``kernels/silu_mul.py`` (the MLP's silu(gate) * up). A step of 1 to 16 tokens (decode) runs its
-projections and the lm_head through ``kernels/gemv.py`` instead of cuBLAS, with silu(gate) * up
-in the gate/up projection's epilogue; longer steps use cuBLAS.
-They follow the same numerics step by step (each rounding to the model dtype included); only the
-float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32 ``exp`` and
-division). The CPU path is the torch code below, unchanged.
+forward runs through the Triton kernels instead of ~20 small torch ops per layer
+(``models/qwen3_fused.py``: fused add + RMSNorm, q/k-norm + RoPE, the decode GEMVs, and with
+``FUSED_RESIDUAL_NORM`` the adds and norms inside the GEMVs); the lm_head of a decode step runs
+through ``kernels/gemv.py``. They follow the same numerics step by step up to the float32
+reduction order. The CPU path is the torch code below, unchanged.
 
 With an attention backend that attends to K/V already in its pool (``StoredKVAttention``:
 ``infer.attention.TritonAttention``) and ``FUSED_KV_STORE`` (off by default), q/k-norm + RoPE
@@ -41,12 +37,8 @@ import torch
 from torch import nn
 
 from kernels import reference
-from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
-from kernels.qk_norm_rope import qk_norm_rope
-from kernels.qk_norm_rope_store import qk_norm_rope_store
-from kernels.rmsnorm import rmsnorm
-from kernels.silu_mul import silu_mul
 from models.config import Qwen3Config
+from models.qwen3_fused import forward_fused, project
 from models.rope import RotaryEmbedding, apply_rope
 
 # Use the fused Triton kernels for CUDA tensors (False: always the torch path).
@@ -55,6 +47,10 @@ FUSED_KERNELS = True
 # 0.4 % slower at 32k on the H200 (stage 1 must wait for q before it walks any key; BENCHMARKS.md;
 # the A/B: ``benchmarks/decode_e2e.py --variants split_k,split_k+fused_store``).
 FUSED_KV_STORE = False
+# Decode steps with the residual adds in the o_proj/down_proj epilogues and the RMSNorms in the
+# next projection's prologue (``kernels/gemv_residual_norm.py``): 8 launches a layer instead of
+# 10. Off until a decode A/B on the GPU (``benchmarks/decode_e2e.py --variants ...residual_norm``).
+FUSED_RESIDUAL_NORM = False
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
 
@@ -72,17 +68,6 @@ class StoredKVAttention(Protocol):
     def layer_cache(self, layer_idx: int): ...
 
     def attend_stored(self, layer_idx: int, q: torch.Tensor, meta) -> torch.Tensor: ...
-
-
-def _gemv_rows(x: torch.Tensor) -> bool:
-    """Fused path: whether x [T, in] is a step for ``kernels/gemv.py`` (1 to 16 rows: decode)."""
-    return 0 < x.shape[0] <= MAX_ROWS
-
-
-def _project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """Fused path: x [T, in] -> [T, out]; up to 16 rows (a decode step) through
-    ``kernels/gemv.py``, more through ``linear`` (cuBLAS)."""
-    return gemv(x, linear.weight) if _gemv_rows(x) else linear(x)
 
 
 class RMSNorm(nn.Module):
@@ -122,24 +107,6 @@ class Qwen3Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return self.o_proj(self._attend(q, k, v, attn, meta))
 
-    def forward_fused(self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding,
-                      attn: AttnFn | None, meta, kv_store: bool = False) -> torch.Tensor:
-        """CUDA path: q/k-norm and RoPE in one kernel. x: [T, hidden]; positions int64 [T].
-        ``kv_store`` (``attn`` is a ``StoredKVAttention``): the same kernel stores the step's
-        K/V into ``attn``'s pool, and ``attn.attend_stored`` attends."""
-        q, k, v = self._split_qkv(_project(self.qkv_proj, x))
-        norm_rope = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, positions,
-                     rotary.inv_freq(x.device), rotary.attention_factor)
-        if kv_store:
-            cache = attn.layer_cache(self.layer_idx)
-            q = qk_norm_rope_store(q, k, v, *norm_rope, cache.k, cache.v, meta.slot_mapping,
-                                   cache.k_scale, cache.v_scale)
-            o = attn.attend_stored(self.layer_idx, q, meta).reshape(q.shape[0], self.q_size)
-        else:
-            q, k = qk_norm_rope(q, k, *norm_rope)
-            o = self._attend(q, k, v, attn, meta)
-        return _project(self.o_proj, o)
-
     def _split_qkv(self, qkv: torch.Tensor):
         """qkv: [T, q + 2 kv] (the qkv projection) -> q (T, Hq, D), k and v (T, Hkv, D), views."""
         t = qkv.shape[0]
@@ -167,13 +134,6 @@ class Qwen3MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(reference.silu_mul(self.gate_up_proj(x)))
 
-    def forward_fused(self, x: torch.Tensor) -> torch.Tensor:
-        """CUDA path: silu(gate) * up in one kernel; for 1 to 16 tokens (decode) in the
-        gate/up GEMV's epilogue. x: [T, hidden] -> [T, hidden]."""
-        if _gemv_rows(x):
-            return gemv(gemv_swiglu(x, self.gate_up_proj.weight), self.down_proj.weight)
-        return self.down_proj(silu_mul(self.gate_up_proj(x)))
-
 
 class Qwen3DecoderLayer(nn.Module):
     def __init__(self, config: Qwen3Config, layer_idx: int):
@@ -186,20 +146,6 @@ class Qwen3DecoderLayer(nn.Module):
     def forward(self, x, cos, sin, attn, meta):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn, meta)
         return x + self.mlp(self.post_attention_layernorm(x))
-
-    def forward_fused(self, h, residual, positions, rotary, attn, meta, kv_store=False):
-        """CUDA path with fused add + norm: ``h`` is the previous sublayer's output [T, hidden],
-        ``residual`` the stream before adding it (None at the first layer, where ``h`` is the
-        embedding); ``kv_store`` as ``Qwen3Attention.forward_fused``. Returns (this MLP's output,
-        the stream before adding it)."""
-        norm, eps = self.input_layernorm, self.input_layernorm.eps
-        if residual is None:
-            residual, h = h, rmsnorm(h, norm.weight, eps)
-        else:
-            h, residual = rmsnorm(h, norm.weight, eps, residual)
-        h = self.self_attn.forward_fused(h, positions, rotary, attn, meta, kv_store)
-        h, residual = rmsnorm(h, self.post_attention_layernorm.weight, eps, residual)
-        return self.mlp.forward_fused(h), residual
 
 
 class Qwen3Model(nn.Module):
@@ -282,19 +228,14 @@ class Qwen3ForCausalLM(nn.Module):
         return self.model.norm(x)
 
     def _forward_fused(self, x, positions, attn, meta) -> torch.Tensor:
-        """``forward`` with the Triton norm/RoPE kernels (same numerics up to reduction order)."""
-        m, residual = self.model, None
+        """``forward`` with the Triton kernels (``models/qwen3_fused.py``); x: the embeddings."""
         kv_store = FUSED_KV_STORE and isinstance(attn, StoredKVAttention)
-        for layer in m.layers:
-            x, residual = layer.forward_fused(x, residual, positions, m.rotary, attn, meta,
-                                              kv_store)
-        if residual is None:
-            return rmsnorm(x, m.norm.weight, m.norm.eps)
-        return rmsnorm(x, m.norm.weight, m.norm.eps, residual)[0]
+        return forward_fused(self, x, positions, attn, meta, kv_store=kv_store,
+                             residual_norm=FUSED_RESIDUAL_NORM)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, hidden] (rows of ``forward``'s output) -> float32 logits [N, vocab],
         computed in the model dtype (up to 16 rows on CUDA: ``kernels/gemv.py``)."""
         if hidden.is_cuda and FUSED_KERNELS and self.use_fused_kernels:
-            return _project(self.lm_head, hidden).float()
+            return project(self.lm_head, hidden).float()
         return self.lm_head(hidden).float()

@@ -1,0 +1,119 @@
+"""Qwen3's forward on CUDA tensors through the Triton kernels (``models/qwen3.py`` holds the
+modules and the torch path, and picks this one: ``Qwen3ForCausalLM._forward_fused``).
+
+Per layer (vLLM's residual flow: each layer takes the previous sublayer's output ``h`` and the
+stream before it): add + RMSNorm (``kernels/rmsnorm.py``), the qkv projection, q/k-norm + RoPE
+(``kernels/qk_norm_rope.py``; with ``kv_store`` it also stores the step's K/V:
+``kernels/qk_norm_rope_store.py``), attention, ``o_proj``, add + RMSNorm, gate/up with SwiGLU,
+``down_proj``. A step of 1 to 16 tokens (decode) runs its projections through
+``kernels/gemv.py`` (SwiGLU in the gate/up epilogue), a longer one through cuBLAS and
+``kernels/silu_mul.py``.
+
+``residual_norm`` (decode steps only): the residual add moves into the epilogue of
+``o_proj``/``down_proj`` and the RMSNorm into the prologue of the projection after it
+(``kernels/gemv_residual_norm.py``): the layer carries the stream and its partial statistics
+instead of ``(h, residual)``, and runs 8 launches instead of 10. Its results differ from the
+unfused path's only in the summation order of the squares; graph and eager run the same kernels.
+
+The numerics follow the torch path step by step (each rounding to the model dtype included);
+only the float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32
+``exp`` and division).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
+from kernels.gemv_residual_norm import gemv_add_residual, gemv_rmsnorm
+from kernels.qk_norm_rope import qk_norm_rope
+from kernels.qk_norm_rope_store import qk_norm_rope_store
+from kernels.rmsnorm import rmsnorm
+from kernels.silu_mul import silu_mul
+
+
+def gemv_rows(x: torch.Tensor) -> bool:
+    """Whether x [T, in] is a step for ``kernels/gemv.py`` (1 to 16 rows: decode)."""
+    return 0 < x.shape[0] <= MAX_ROWS
+
+
+def project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """x [T, in] -> [T, out]; up to 16 rows (a decode step) through ``kernels/gemv.py``, more
+    through ``linear`` (cuBLAS)."""
+    return gemv(x, linear.weight) if gemv_rows(x) else linear(x)
+
+
+def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta,
+           kv_store: bool) -> torch.Tensor:
+    """Attention of one decoder layer from its qkv projection [T, q + 2 kv]: q/k-norm + RoPE,
+    then ``attn`` (``kv_store``: the same launch stores K/V into ``attn``'s pool, and
+    ``attn.attend_stored`` attends). Returns [T, q_size], before ``o_proj``."""
+    a = layer.self_attn
+    q, k, v = a._split_qkv(qkv)
+    norm_rope = (a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, positions,
+                 rotary.inv_freq(qkv.device), rotary.attention_factor)
+    if kv_store:
+        cache = attn.layer_cache(a.layer_idx)
+        q = qk_norm_rope_store(q, k, v, *norm_rope, cache.k, cache.v, meta.slot_mapping,
+                               cache.k_scale, cache.v_scale)
+        return attn.attend_stored(a.layer_idx, q, meta).reshape(q.shape[0], a.q_size)
+    q, k = qk_norm_rope(q, k, *norm_rope)
+    return a._attend(q, k, v, attn, meta)
+
+
+def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store):
+    """One decoder layer with fused add + norm: ``h`` the previous sublayer's output [T, hidden],
+    ``residual`` the stream before adding it (None at the first layer, where ``h`` is the
+    embedding). Returns (this MLP's output, the stream before adding it)."""
+    norm, eps = layer.input_layernorm, layer.input_layernorm.eps
+    if residual is None:
+        residual, h = h, rmsnorm(h, norm.weight, eps)
+    else:
+        h, residual = rmsnorm(h, norm.weight, eps, residual)
+    o = attend(layer, project(layer.self_attn.qkv_proj, h), positions, rotary, attn, meta,
+               kv_store)
+    h, residual = rmsnorm(project(layer.self_attn.o_proj, o),
+                          layer.post_attention_layernorm.weight, eps, residual)
+    mlp = layer.mlp
+    if gemv_rows(h):
+        return gemv(gemv_swiglu(h, mlp.gate_up_proj.weight), mlp.down_proj.weight), residual
+    return mlp.down_proj(silu_mul(mlp.gate_up_proj(h))), residual
+
+
+def decode_layer_forward(layer, stream, stats, positions, rotary, attn, meta, kv_store):
+    """One decoder layer of a decode step (1 to 16 rows) with the adds and norms in the GEMVs
+    (``residual_norm``): ``stream`` [T, hidden] the residual stream and ``stats`` its partial
+    statistics (None at the first layer: ``stream`` is the embedding, normalized by
+    ``kernels/rmsnorm.py``). Returns the new ``(stream, stats)``."""
+    a, mlp = layer.self_attn, layer.mlp
+    eps = layer.input_layernorm.eps
+    if stats is None:
+        qkv = gemv(rmsnorm(stream, layer.input_layernorm.weight, eps), a.qkv_proj.weight)
+    else:
+        qkv = gemv_rmsnorm(stream, stats, layer.input_layernorm.weight, eps, a.qkv_proj.weight)
+    o = attend(layer, qkv, positions, rotary, attn, meta, kv_store)
+    stream, stats = gemv_add_residual(o, a.o_proj.weight, stream)
+    act = gemv_rmsnorm(stream, stats, layer.post_attention_layernorm.weight, eps,
+                       mlp.gate_up_proj.weight, swiglu=True)
+    return gemv_add_residual(act, mlp.down_proj.weight, stream)
+
+
+def forward_fused(model, x: torch.Tensor, positions: torch.Tensor, attn, meta, *,
+                  kv_store: bool, residual_norm: bool) -> torch.Tensor:
+    """``Qwen3ForCausalLM.forward`` from the embeddings ``x`` [T, hidden]: [T, hidden] after the
+    final norm. ``kv_store``, ``residual_norm``: module notes."""
+    m = model.model
+    if residual_norm and gemv_rows(x):
+        stream, stats = x, None
+        for layer in m.layers:
+            stream, stats = decode_layer_forward(layer, stream, stats, positions, m.rotary, attn,
+                                                 meta, kv_store)
+        return rmsnorm(stream, m.norm.weight, m.norm.eps)
+    residual = None
+    for layer in m.layers:
+        x, residual = layer_forward(layer, x, residual, positions, m.rotary, attn, meta,
+                                    kv_store)
+    if residual is None:
+        return rmsnorm(x, m.norm.weight, m.norm.eps)
+    return rmsnorm(x, m.norm.weight, m.norm.eps, residual)[0]
