@@ -28,6 +28,9 @@
 #              compile the Triton kernels: with an empty cache it is the cold-start figure)
 #   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
 #              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
+#   fusions    the decode A/B of the PDL chain and the add + norm in the GEMVs against split-K
+#              alone (benchmarks/decode_e2e.py --variants ..., 2 rounds alternating): the 8B
+#              ($CKPT) BF16 at 4k and 32k, then the 0.6B; FUSION_VARIANTS overrides the list
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
 #              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
@@ -98,6 +101,15 @@ for what in "$@"; do
              --copy-steps 550 --lr 1e-3 --minutes 4.2 ${TRAIN_ARGS:-} \
              --report "$OUT/train_wide.jsonl" > "$OUT/train_wide.log" 2>&1
            echo "trainwide rc=$?"; grep -v train_progress "$OUT/train_wide.log" | tail -n 12 ;;
+    fusions)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      fv=${FUSION_VARIANTS:-split_k,split_k+pdl_chain,split_k+pdl_chain+prefetch,split_k+residual_norm,split_k+pdl_chain+prefetch+residual_norm}
+      python3 benchmarks/decode_e2e.py --model "$CKPT" --lengths 4096 32768 --kv bf16 \
+          --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 | tee "$OUT/fusions_8b.jsonl"
+      python3 benchmarks/decode_e2e.py --size 0.6b --workdir /tmp --lengths 4096 32768 \
+          --kv bf16 --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 \
+          | tee "$OUT/fusions_0.6b.jsonl" ;;
     ttft)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
