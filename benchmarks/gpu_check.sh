@@ -24,8 +24,9 @@
 #   spec8b     the same on the random 8B ($CKPT) with a Pride and Prejudice excerpt: the cost
 #   load       weights to the GPU in GB/s against the read and H2D ceilings and two peers
 #              (benchmarks/load_weights.py, the 8B; LOAD_ARGS=--sweep for the staging sizes),
-#              then the wall time of `infer generate` 8B, 64 tokens, twice (the first run may
-#              compile the Triton kernels: with an empty cache it is the cold-start figure)
+#              then the wall time of `infer generate` 8B, 64 tokens, twice on a fresh Triton
+#              cache (the first run compiles every kernel: the cold start, with the count of
+#              kernel specializations it compiled, by name; the second is warm)
 #   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
 #              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
 #   fusions    the decode A/B of the PDL chain and the add + norm in the GEMVs against split-K
@@ -131,11 +132,14 @@ for what in "$@"; do
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
       python3 benchmarks/load_weights.py --ckpt "$CKPT" ${LOAD_ARGS:-} 2> "$OUT/load_weights.err" \
           | tee "$OUT/load_weights.jsonl"
+      tcache=$(mktemp -d)  # an empty Triton cache: run 1 compiles every kernel (cold), run 2 not
       for run in 1 2; do
         t0=$(date +%s.%N)
-        python3 cli.py generate "$CKPT" Hello --max-new-tokens 64 --json \
-            > "$OUT/generate_$run.json" 2> "$OUT/generate_$run.err"
+        TRITON_CACHE_DIR=$tcache python3 cli.py generate "$CKPT" Hello --max-new-tokens 64 \
+            --json > "$OUT/generate_$run.json" 2> "$OUT/generate_$run.err"
         rc=$?; t1=$(date +%s.%N)
+        [ "$run" = 1 ] && python3 -c "import collections,json,pathlib,sys; n=collections.Counter(p.stem for p in pathlib.Path(sys.argv[1]).rglob('*.cubin')); print(json.dumps({'what': 'cold_compiles', 'kernels': sum(n.values()), 'by_name': dict(n.most_common())}))" \
+            "$tcache" | tee -a "$OUT/load_weights.jsonl"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({'what': 'generate_wall', 'run': int(sys.argv[2]), 'rc': int(sys.argv[3]), 'wall_s': round(float(sys.argv[5]) - float(sys.argv[4]), 2), 'load_s': d.get('load_s'), 'ttft_s': d.get('ttft_s'), 'new_tokens': d.get('new_tokens')}))" \
             "$OUT/generate_$run.json" "$run" "$rc" "$t0" "$t1" | tee -a "$OUT/load_weights.jsonl" \
             || tail -n 3 "$OUT/generate_$run.err"
