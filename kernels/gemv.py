@@ -42,6 +42,9 @@ for its predecessor (the norm or the combine that writes ``x``), streams the wei
 successor be scheduled when its weight stream is done; the split-K reduce waits and signals at
 its start. Results are the same bit for bit; only when each kernel starts moves.
 
+``RES_OUT`` / ``NORM_IN``: a decoder layer's add + RMSNorm folded into the epilogue of one GEMV
+and the prologue of the next (``kernels/gemv_residual_norm.py``, ``kernels/norm_stats.py``).
+
 Tiling after the split-K-free "skinny GEMM" of decode kernels in llama.cpp (``mul_mat_vec``) and
 vLLM; the gate/up epilogue follows vLLM's ``silu_and_mul`` numerics. SwiGLU: Shazeer 2020.
 """
