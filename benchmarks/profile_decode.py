@@ -88,8 +88,8 @@ class DecodeSteps:
             grow_pages(self.eng.pool, pages, self.pos + self.rows)
             rows = [(pages, self.pos + r) for r in range(self.rows)]
             if self.sync:
-                self.runner.tokens_to_host(self.runner.step(self.ticket, self.tok, rows))
-                self.tok = self.runner.host_tokens(self.rows)
+                self.runner.io.tokens_to_host(self.runner.step(self.ticket, self.tok, rows))
+                self.tok = self.runner.io.host_tokens(self.rows)
             else:
                 self.tok = self.runner.step(self.ticket, self.tok, rows)
             self.pos += self.rows

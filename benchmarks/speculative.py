@@ -1,9 +1,9 @@
 """Prompt-lookup speculative decoding, end to end: tokens/s with and without it on the same
 engine and cache, the acceptance, and the single-token ceiling.
 
-Each prompt is a summary request for one text (``infer.summarize.SUMMARY_PROMPT`` rendered with
-the checkpoint's chat template, as ``infer summarize`` builds it), cut to fit ``--ctx`` with the
-reply. Per text and cache dtype it decodes greedily twice through ``Session.generate`` (host
+Each prompt is a summary request for one text (``infer.summary_prompts.SUMMARY_PROMPT`` rendered
+with the checkpoint's chat template, as ``infer summarize`` builds it), cut to fit ``--ctx`` with
+the reply. Per text and cache dtype it decodes greedily twice through ``Session.generate`` (host
 sync per step included, CUDA graphs): ``speculate=False`` then ``True``, after one untimed
 warm-up reply of each (graph capture), and checks that the two replies are the same token
 sequence (lossless). One JSON line per measurement, then one summary line per cache dtype:
@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE.parent))
 from benchmarks.draft_sources import draft_sources  # noqa: E402
 from infer import Engine, EngineConfig, SamplingParams  # noqa: E402
 from infer.config import parse_ctx  # noqa: E402
-from infer.summarize import SUMMARY_PROMPT  # noqa: E402
+from infer.summary_prompts import SUMMARY_PROMPT  # noqa: E402
 from models.tokenizer import Qwen3Tokenizer  # noqa: E402
 
 

@@ -108,7 +108,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
             ahead = bool(feed) and not drafting and need <= pool.num_free_pages
             fed_t = tok_t if host is None else host
             if host is None:
-                runner.tokens_to_host(tok_t)  # before the next step overwrites them
+                runner.io.tokens_to_host(tok_t)  # before the next step overwrites them
             # On a GPU the step ahead is queued behind the tokens read below; on the CPU it runs
             # now, so the tokens' arrival is timed before it (else it counts in the time to first
             # token and the decode rate misses a step)
@@ -117,7 +117,7 @@ def decode(engine: Engine, sessions: Sequence[Session], hidden: Sequence[torch.T
                 nxt_t = _feed(runner, ticket, fed_t, sessions, pos, feed, n, pool)
                 for i in feed if spec else ():
                     drafters[i].control.skip(1)
-            toks = host if host is not None else runner.host_tokens(n)  # the one sync per step
+            toks = host if host is not None else runner.io.host_tokens(n)  # the one sync per step
             host = None
             if any(toks[i] == NON_FINITE for i in live):
                 bad = sum(toks[i] == NON_FINITE for i in live)

@@ -11,28 +11,11 @@ and replayed; otherwise (``capture=False``: the CPU, ``--no-cuda-graphs``) the s
 eagerly on the same static buffers, so both modes share one set of stop rules, presence state and
 page bookkeeping (``infer/decode_loop.py``).
 
-Static buffers, sized once for ``max_batch`` rows (a graph of bucket ``b`` uses the first ``b``)::
-
-    host (pinned)            device (addresses baked into the graphs)
-    host_step [6, Bmax] ---> step [6, Bmax] int64: positions | slots | seq_lens | slab rows |
-                                                    fed ids (host tokens) | drafts (sampled
-                                                    verify), per row
-                             lens [2, Bmax] int32    (seq_lens | slab rows, from step[2:4])
-    tokens fed -----------> input_ids [Bmax] int64  (a device tensor, or step[4])
-                             page_table [Bmax, max_pages] int32 (new pages copied as they come)
-                             presence [Bmax, vocab] bool (tokens generated in each reply)
-                             next_token [Bmax] int64 ---> host_tokens [2, Bmax] (pinned)
-                             verify_out [2, Bmax] int64 (tokens | accepted: sampled verify)
-
-A row without a live sequence (a bucket's padding, or a reply that ended while others go on) is
-a padding row: seq_len 0 and slot -1 (``infer/meta.py``), so it stores nothing and attends to
-nothing. Consecutive rows of one sequence at consecutive positions inside one key block of the
-decode tiles (a verify step's) form a slab that the decode kernel attends in one program
-(``AttnMeta.slab_rows``, ``meta.plan_slabs``): its keys are read once, and each row's result is
-still that of a one-row step, bit for bit. The decode kernels' grid depends only on the bucket
-(``kernels/decode_attention.py``), never on the context length, so one graph serves every
-length. Replay = write the host staging buffer, one copy, ``replay()``; the only host sync per
-step is reading the sampled ids.
+The static buffers are ``infer/step_buffers.py``'s, the host side of a step (its rows into the
+buffers, padding rows and slabs, the sampled tokens back) ``infer/step_io.py``'s. The decode
+kernels' grid depends only on the bucket (``kernels/decode_attention.py``), never on the context
+length, so one graph serves every length. Replay = write the host staging buffer, one copy,
+``replay()``; the only host sync per step is reading the sampled ids.
 
 Buckets are 1, 2, 4, 8 ... up to ``max_rows`` (at most 16: the projections' GEMM is row-invariant
 for up to 16 rows, and the split count is fixed per engine, so a sequence's tokens are the same
@@ -60,14 +43,13 @@ import torch
 
 from infer.config import MAX_BATCH, SamplingParams
 from infer.graph_capture import Captured, capture_step
-from infer.meta import plan_slabs, plan_step
 from infer.sampling import resolve_seed, sample, verify_sample
-from infer.step_buffers import PageTableRows, StaticBuffers, batch_buckets, graph_key
+from infer.step_buffers import StaticBuffers, batch_buckets, graph_key
+from infer.step_io import Row, StepIO
 
 MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped
 
 
-Row = tuple[list[int], int] | None  # (page ids, position of the fed token), None = padding
 GraphKey = tuple[int, SamplingParams, bool]  # (bucket, graph_key's params, verify)
 
 
@@ -95,9 +77,12 @@ class GraphRunner:
 
     Use: ``ticket, gen, presence = runner.begin(params, pages_per_seq)`` once per batch of
     replies (after prefill; sample the first tokens eagerly with ``gen`` and ``presence``), then
-    per step ``next_tokens = runner.step(ticket, tokens, rows)``. One batch at a time.
+    per step ``next_tokens = runner.step(ticket, tokens, rows)``, read on the host with
+    ``runner.io.tokens_to_host(next_tokens)`` then ``runner.io.host_tokens(n)``. One batch at a
+    time.
 
     Attributes:
+        io: the host side of the steps (``infer/step_io.py``'s ``StepIO``).
         capture_s: host seconds spent capturing graphs so far (warm-up calls, which compile
             the kernels on a first run, and recording; the device is not waited for, so most of
             it overlaps a prefill when ``prepare`` runs during one). 0.0 without capture.
@@ -128,10 +113,8 @@ class GraphRunner:
             self.bufs = StaticBuffers.allocate(max_rows, vocab_size, max_pages, self.device)
         self._metas = {b: self.bufs.meta(b, page_size) for b in self.buckets}
         self.generator = torch.Generator(device=self.device)
-        self._host = self.bufs.host_step.numpy()  # fast writes into the pinned buffer
-        cuda = self.device.type == "cuda"
-        self._copied = torch.cuda.Event() if cuda else None
-        self._tokens_copied = torch.cuda.Event() if cuda else None
+        self.io = StepIO(self.bufs, page_size, getattr(attn, "slab_tokens", 1),
+                         getattr(attn, "slab_block_n", 1))
         self._mempool = torch.cuda.graph_pool_handle() if capture else None
         self._stream: torch.cuda.Stream | None = None  # warm-up side stream
         self._graphs: OrderedDict[GraphKey, Captured] = OrderedDict()
@@ -139,9 +122,6 @@ class GraphRunner:
         self._bucket = 0
         self._gen: torch.Generator | None = None
         self._out: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._rows = PageTableRows(self.bufs.page_table)
-        self._slab_tokens = getattr(attn, "slab_tokens", 1)
-        self._slab_block = getattr(attn, "slab_block_n", 1)
         self._ticket = 0
         self.capture_s, self.captures = 0.0, 0
         self.step_costs: dict = {}
@@ -217,7 +197,7 @@ class GraphRunner:
         self._params = params
         self._graph(bucket, False)
         b = self.bufs
-        self._rows.reset(pages, bucket)
+        self.io.rows.reset(pages, bucket)
         self._bucket = bucket
         b.presence[:bucket].zero_()
         self._gen = None
@@ -264,36 +244,7 @@ class GraphRunner:
             tokens = tokens.clone()  # capturing overwrites next_token
         cap = self._graph(bucket, verify)
         self._bucket = bucket
-        seqs = []
-        for row, r in enumerate(rows):
-            if r is None:
-                seqs.append(None)
-                continue
-            pages, position = r
-            self._rows.load(row, pages)
-            seqs.append((pages, position, 1))
-        seqs.extend([None] * (bucket - len(seqs)))
-        plan = plan_step(seqs, self.page_size, with_table=False)
-        if self._copied is not None:
-            self._copied.synchronize()  # NOTE: the previous copy has read the pinned buffer
-        self._host[0, :bucket] = plan.positions
-        self._host[1, :bucket] = plan.slots
-        self._host[2, :bucket] = plan.seq_lens
-        self._host[3, :bucket] = plan_slabs(rows, bucket, self._slab_tokens, self._slab_block)
-        host_ids = not isinstance(tokens, torch.Tensor)
-        if host_ids:
-            self._host[4, :bucket] = 0
-            self._host[4, :len(tokens)] = tokens
-        if verify:
-            self._host[5, :bucket] = -1
-            self._host[5, :len(drafts)] = drafts
-        b.step.copy_(b.host_step, non_blocking=True)
-        if self._copied is not None:
-            self._copied.record()
-        if host_ids:
-            b.input_ids[:bucket].copy_(b.step[4, :bucket])
-        else:
-            b.input_ids[:tokens.numel()].copy_(tokens.view(-1))
+        self.io.stage(bucket, tokens, rows, drafts if verify else None)
         if cap is not None:
             cap.graph.replay()
         else:
@@ -307,28 +258,6 @@ class GraphRunner:
         if ticket != self._ticket:
             raise RuntimeError("decoding runs one reply at a time per engine (or one batch): "
                                "another began since this one; finish or close it first")
-
-    def tokens_to_host(self, tokens: torch.Tensor) -> None:
-        """Start copying ``tokens`` (device int64 [n], or [2, n] from a sampled verify step) to
-        the host, in stream order: the copy reads them before any step enqueued later
-        overwrites them."""
-        dst = self.bufs.host_tokens
-        if tokens.dim() == 2:
-            dst[:, :tokens.shape[1]].copy_(tokens, non_blocking=True)
-        else:
-            dst[0, :tokens.numel()].copy_(tokens.view(-1), non_blocking=True)
-        if self._tokens_copied is not None:
-            self._tokens_copied.record()
-
-    def host_tokens(self, n: int, flags: bool = False) -> list[int] | list[list[int]]:
-        """The first ``n`` tokens of the latest ``tokens_to_host`` once copied (the host waits
-        for the copy; steps enqueued after it keep running); with ``flags``, ``[tokens,
-        acceptance flags]`` of a sampled verify step."""
-        if self._tokens_copied is not None:
-            self._tokens_copied.synchronize()
-        if flags:
-            return self.bufs.host_tokens[:, :n].tolist()
-        return self.bufs.host_tokens[0, :n].tolist()
 
     # ------------------------------------------------------------------ internals
 

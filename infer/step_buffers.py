@@ -1,10 +1,24 @@
 """The decode runner's static buffers, its batch buckets and the key of a captured step.
 
 ``StaticBuffers`` are the device tensors whose addresses a captured decode step bakes in, and the
-pinned host staging buffers that feed them (``infer/graphs.py`` draws them); a graph of bucket
-``b`` uses their first ``b`` rows (a row is one sequence of a batch step, or one query of a
-speculative verify step). ``batch_buckets`` lists the batch sizes a runner captures;
-``graph_key`` is the part of the sampling parameters a captured step depends on.
+pinned host staging buffers that feed them; a graph of bucket ``b`` uses their first ``b`` rows (a
+row is one sequence of a batch step, or one query of a speculative verify step). Sized once for
+the runner's ``max_rows`` rows (Bmax)::
+
+    host (pinned)            device (addresses baked into the graphs)
+    host_step [6, Bmax] ---> step [6, Bmax] int64: positions | slots | seq_lens | slab rows |
+                                                    fed ids (host tokens) | drafts (sampled
+                                                    verify), per row
+                             lens [2, Bmax] int32    (seq_lens | slab rows, from step[2:4])
+    tokens fed -----------> input_ids [Bmax] int64  (a device tensor, or step[4])
+                             page_table [Bmax, max_pages] int32 (new pages copied as they come)
+                             presence [Bmax, vocab] bool (tokens generated in each reply)
+                             next_token [Bmax] int64 ---> host_tokens [2, Bmax] (pinned)
+                             verify_out [2, Bmax] int64 (tokens | accepted: sampled verify)
+
+``PageTableRows`` copies into ``page_table`` only what changed. ``batch_buckets`` lists the batch
+sizes a runner captures; ``graph_key`` is the part of the sampling parameters a captured step
+depends on.
 """
 
 from __future__ import annotations
@@ -57,8 +71,8 @@ class StaticBuffers:
         verify_out: int64 [2, Bmax], a sampled verify step's tokens and acceptance flags
             (``infer.sampling.verify_sample``).
         host_step: int64 [6, Bmax] on the host (pinned on CUDA), staging for ``step``.
-        host_tokens: int64 [2, Bmax] on the host (pinned on CUDA), where ``tokens_to_host``
-            copies (one row, or both of ``verify_out``).
+        host_tokens: int64 [2, Bmax] on the host (pinned on CUDA), where
+            ``StepIO.tokens_to_host`` copies (one row, or both of ``verify_out``).
     """
 
     input_ids: torch.Tensor

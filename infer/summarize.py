@@ -1,8 +1,9 @@
 """Summaries of texts longer than the context: split, summarize the parts together, combine.
 
-``Summarizer.plan(text)`` decides: a text whose summary prompt and reply fit in the context is
-summarized in one reply; a longer one is split into parts at chapter, paragraph or sentence
-boundaries (``split``), each part small enough that its prompt plus its reply budget fits.
+A text whose summary prompt and reply fit in the context is summarized in one reply
+(``fits_whole``); a longer one is split into parts at chapter, paragraph or sentence boundaries
+(``split``), each part small enough that its prompt plus its reply budget fits (``part_limit``:
+the prompts and the context budget they leave are ``infer/summary_prompts.py``'s).
 
 ``Summarizer.run(text)`` then does the map-reduce (as LangChain's map-reduce summarization chain
 and Wu et al. 2021, "Recursively Summarizing Books with Human Feedback", do):
@@ -25,28 +26,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from infer.summary_prompts import (
+    COMBINE_PROMPT,
+    GROUP_PROMPT,
+    PART_PROMPT,
+    SUMMARY_PROMPT,
+    check_plan,
+    part_limit,
+    template_overhead,
+)
+
 if TYPE_CHECKING:  # torch, through infer.config: `infer --help` imports this module
     from infer.config import SamplingParams
 
-SUMMARY_PROMPT = (
-    "Summarize the following text. Give its main points, the key people or ideas, and how it "
-    "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
-    "Write the summary of the text above.")
-PART_PROMPT = (
-    "The following text is part {k} of {n} of a longer text. Summarize this part: its main "
-    "points, the key people or ideas, and what happens in it, in a few short paragraphs."
-    "\n\n---\n{text}\n---\n\nWrite the summary of this part.")
-COMBINE_PROMPT = (
-    "Below are summaries of consecutive parts of one text, in order. Combine them into one "
-    "summary of the whole text: its main points, the key people or ideas, and how it ends or "
-    "what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
-    "Write the summary of the whole text.")
-GROUP_PROMPT = (
-    "Below are summaries of consecutive parts ({first} to {last} of {n}) of one text, in order. "
-    "Combine them into one summary of these parts, keeping the main points, the key people or "
-    "ideas and what happens, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
-    "Write the combined summary.")
-TEMPLATE_MARGIN = 16  # tokens: a part's text may tokenize a little longer inside the template
 _THINK_END = "</think>"
 
 Splitter = Callable[[str, int], list[str]]  # (text, max tokens per part) -> parts, joined == text
@@ -282,48 +274,3 @@ class Summarizer:
 def strip_thinking(text: str) -> str:
     """``text`` after its last ``</think>`` (the answer of a thinking reply), stripped."""
     return text.split(_THINK_END)[-1].strip()
-
-
-def template_overhead(tokenizer, template: str, think: bool) -> int:
-    """Tokens ``template``'s chat prompt takes without its text, plus ``TEMPLATE_MARGIN``."""
-    content = template.format(text="", k=999, n=999, first=999, last=999)
-    ids = tokenizer.chat_ids([{"role": "user", "content": content}], enable_thinking=think)
-    return len(ids) + TEMPLATE_MARGIN
-
-
-def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False) -> int:
-    """The most tokens of text one part may hold: its prompt (``PART_PROMPT``) plus its reply
-    budget ``part_tokens`` must fit in ``ctx``, and so must two summaries' combining prompt.
-
-    Raises:
-        ValueError: the context is too small for that (the message names a --ctx that works).
-    """
-    limit = ctx - template_overhead(tokenizer, PART_PROMPT, think) - part_tokens
-    group = ctx - template_overhead(tokenizer, GROUP_PROMPT, think) - part_tokens
-    if limit < part_tokens or group < 2 * part_tokens + 16:
-        need = ctx - min(limit - part_tokens, group - 2 * part_tokens - 16) + 64
-        raise ValueError(f"--ctx {ctx} is too small to summarize a text in parts with "
-                         f"{part_tokens}-token part summaries: raise --ctx to at least {need} "
-                         f"or lower --part-tokens")
-    return limit
-
-
-def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
-               think: bool = False) -> int:
-    """Check that a map-reduce in ``ctx`` can finish: a part with its reply fits
-    (``part_limit``), and so does the final combining prompt holding one part summary with the
-    final reply (``final_tokens``; None: ``part_tokens``). Returns ``part_limit``.
-
-    Raises:
-        ValueError: either does not fit (the message names the flag to change).
-    """
-    limit = part_limit(tokenizer, ctx, part_tokens, think)
-    final = final_tokens or part_tokens
-    room = ctx - template_overhead(tokenizer, COMBINE_PROMPT, think) - part_tokens - 16
-    if final > room:
-        fix = (f"lower --max-new-tokens to at most {room}" if room >= 1 else
-               "lower --part-tokens")
-        raise ValueError(f"the final summary's budget (--max-new-tokens {final}) does not fit "
-                         f"in the context of {ctx} tokens next to its combining prompt and the "
-                         f"part summaries (--part-tokens {part_tokens}): {fix}, or raise --ctx")
-    return limit

@@ -119,8 +119,8 @@ def verify(runner: GraphRunner, ticket: int, pool, sessions: Sequence[Session],
             rows.append((s._pages, s.num_cached + t))
             drafts.append(d[t] if t < len(d) else -1)
     out = runner.step(ticket, tokens, rows, drafts=None if greedy else drafts)
-    runner.tokens_to_host(out)
-    got = runner.host_tokens(len(rows), flags=not greedy)
+    runner.io.tokens_to_host(out)
+    got = runner.io.host_tokens(len(rows), flags=not greedy)
     results = {}
     for i in order:
         d, at = feed[i][1], spans[i]

@@ -6,7 +6,7 @@ load K (and the INT8 scales), score, update the online softmax and accumulate ``
 the same in both lives here: the page lookup, the INT8 scale application and the online-softmax
 update. The loads, the dots and what is particular to each kernel (decode's conditional
 rescaling, prefill's TMA loads and int8 query halves) stay in ``kernels/decode_block.py`` and
-``kernels/prefill_attention.py``.
+``kernels/prefill_blocks.py``.
 
 Triton inlines ``@triton.jit`` helpers, so sharing them costs nothing at run time; each helper
 keeps the exact operations, their order and dtypes that both kernels had, so their generated code

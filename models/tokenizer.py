@@ -18,10 +18,7 @@ Design:
   strings render unchanged, so their ids equal the tokenization of ``render_chat``. An assistant
   turn's ``<think>...</think>`` is first moved to ``reasoning_content`` exactly as the Qwen3
   template would do it, so that markers cannot disturb the template's own split on ``</think>``.
-- ``StreamDecoder`` is the prefix/read-offset incremental detokenizer of HF
-  text-generation-inference and vLLM (``detokenizer_utils.detokenize_incrementally``): decode a
-  small window of recent ids and emit the new text only when it does not end in U+FFFD (an
-  incomplete UTF-8 character).
+- Streaming (``stream_decoder``) is ``models/stream_decoder.py``'s ``StreamDecoder``.
 """
 
 from __future__ import annotations
@@ -36,6 +33,8 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer
+
+from models.stream_decoder import StreamDecoder
 
 # Unicode noncharacters that wrap added-token strings found in messages (removed from messages).
 _MARK_START, _MARK_END = "\ufdd0", "\ufdd1"
@@ -290,39 +289,3 @@ class Qwen3Tokenizer:
         if isinstance(obj, (list, tuple)):
             return [self._mark(v) for v in obj]
         return obj
-
-
-class StreamDecoder:
-    """Incremental detokenizer: ``push(id)`` returns the text that id completes, ``flush()`` the
-    rest. The concatenated output equals ``tokenizer.decode(all ids)``; a character split across
-    tokens (emoji, CJK) is held back until its last byte arrives, so no U+FFFD is emitted for it.
-
-    Source: the prefix_offset/read_offset scheme of HF text-generation-inference and vLLM
-    (``detokenize_incrementally``): only the window ``ids[prefix_offset:]`` is decoded per step.
-    """
-
-    def __init__(self, tokenizer: Qwen3Tokenizer, skip_special_tokens: bool = False):
-        self._tok = tokenizer
-        self._skip = skip_special_tokens
-        self._ids: list[int] = []
-        self._prefix_offset = 0  # start of the window: a character boundary
-        self._read_offset = 0  # ids before this are emitted
-
-    def push(self, token_id: int) -> str:
-        """Add one id; return the newly completed text ('' while a character is unfinished).
-        Raises ValueError for an id outside the vocabulary."""
-        self._ids.append(int(token_id))
-        return self._advance(final=False)
-
-    def flush(self) -> str:
-        """Return the held-back text (U+FFFD only if the sequence ends inside a character)."""
-        return self._advance(final=True)
-
-    def _advance(self, final: bool) -> str:
-        ids = self._ids
-        prefix = self._tok.decode(ids[self._prefix_offset:self._read_offset], self._skip)
-        text = self._tok.decode(ids[self._prefix_offset:], self._skip)
-        if len(text) > len(prefix) and (final or not text.endswith("\ufffd")):
-            self._prefix_offset, self._read_offset = self._read_offset, len(ids)
-            return text[len(prefix):]
-        return ""

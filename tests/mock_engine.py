@@ -1,6 +1,8 @@
 """A mock model and engine for the engine's CPU tests (``test_engine``, ``test_graphs``,
 ``test_batch``): ``SumModel``'s next token is a known function of everything in its KV cache, so
-any stale, missing or misplaced K/V shows up as a wrong token."""
+any stale, missing or misplaced K/V shows up as a wrong token. Also what the runner's tests on
+random tiny Qwen3 models share (``test_graphs``, ``test_graphs_gpu``): a tokenizer stand-in
+without stop ids, sampling parameters that use every filter, random prompts."""
 
 from __future__ import annotations
 
@@ -66,3 +68,12 @@ def mock_engine(ctx=256, page_size=16, chunk=512, stop=(), model=None, max_batch
 
 def prompt_of(n: int, seed: int = 0) -> list[int]:
     return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+VOCAB_LIMIT = 151669
+NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=VOCAB_LIMIT)  # random models: no early stop
+SAMPLED = SamplingParams(temperature=0.8, top_k=50, top_p=0.9, min_p=0.01, presence_penalty=0.5)
+
+
+def random_ids(n: int, seed: int = 0, high: int = VOCAB_LIMIT) -> list[int]:
+    return torch.randint(0, high, (n,), generator=torch.Generator().manual_seed(seed)).tolist()

@@ -1,4 +1,5 @@
-"""Pools for kernel tests that more than one test file builds."""
+"""Pools for kernel tests that more than one test file builds, and the check that two pools hold
+the same bits."""
 
 from __future__ import annotations
 
@@ -18,3 +19,12 @@ def huge_int8_pool(kv_heads: int, page_size: int, head_dim: int) -> tuple[LayerC
                        torch.empty(int8_v_shape(shape), dtype=torch.int8),
                        torch.empty(shape[:3]), torch.empty(shape[:3]))
     return cache, num_pages, per_page
+
+
+def assert_same_pool(a: LayerCache, b: LayerCache) -> None:
+    """``a`` and ``b`` hold the same tensors, bit for bit (the same ones absent)."""
+    for name in ("k", "v", "k_scale", "v_scale"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert torch.equal(x, y), f"pool {name} differs"

@@ -194,7 +194,7 @@ def test_tiny_qwen3_greedy_with_speculation_equals_without(tiny_cpu, kv_cache):
 def test_tiny_qwen3_verify_slabs_on_the_triton_backend(tiny_cpu, monkeypatch):
     """The Triton backend (interpreter): verify steps attend their rows in slabs (several rows
     per program), and the reply is still the plain one."""
-    import infer.graphs as graphs
+    import infer.step_io as step_io
 
     slabs = []
 
@@ -203,8 +203,8 @@ def test_tiny_qwen3_verify_slabs_on_the_triton_backend(tiny_cpu, monkeypatch):
         slabs.append(max(out))
         return out
 
-    graphs_plan = graphs.plan_slabs
-    monkeypatch.setattr(graphs, "plan_slabs", spy)
+    graphs_plan = step_io.plan_slabs
+    monkeypatch.setattr(step_io, "plan_slabs", spy)
     eng = _tiny_engine(tiny_cpu, attention="triton")
     assert eng.attn.slab_tokens > 1
     phrase = torch.randint(0, 151669, (9,), generator=torch.Generator().manual_seed(7)).tolist()

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from infer import Engine, EngineConfig, SamplingParams
-from infer.summarize import PART_PROMPT, Summarizer, strip_thinking
+from infer.summarize import Summarizer, strip_thinking
+from infer.summary_prompts import PART_PROMPT
 from models.tokenizer import Qwen3Tokenizer
 
 # greedy with a presence penalty: a random model's replies vary (plain greedy repeats one id)

@@ -27,17 +27,14 @@ from benchmarks.heldout_texts import (  # noqa: E402
     train_texts,
 )
 from benchmarks.linear_cross_entropy import linear_cross_entropy, token_losses  # noqa: E402
-from benchmarks.small_lm import build_model, forward_batch, save_checkpoint  # noqa: E402
-from benchmarks.train_small_qwen3 import (  # noqa: E402
-    deterministic,
-    lr_at,
-    main,
-    parse_args,
-    repeat_frac_at,
-    sample_batch,
+from benchmarks.small_lm import (  # noqa: E402
+    build_model,
+    forward_batch,
+    save_checkpoint,
     small_config,
-    train,
 )
+from benchmarks.small_lm_train import lr_at, repeat_frac_at, sample_batch, train  # noqa: E402
+from benchmarks.train_small_qwen3 import deterministic, main, parse_args  # noqa: E402
 from models.loader import load_model  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

@@ -18,7 +18,8 @@ from dataclasses import replace
 from rich.markup import escape
 
 from infer.fits import check_fits
-from infer.summarize import Summarizer, check_plan
+from infer.summarize import Summarizer
+from infer.summary_prompts import check_plan
 from infer.ui.console import UI
 from infer.ui.oneshot import one_shot, reply_once
 from infer.ui.prepare import load_engine

@@ -1,0 +1,74 @@
+"""The `infer` command line's context rule (prompt + reply <= ``--ctx``; a ``--ctx`` past the
+checkpoint's native positions turns YaRN on; none past the largest context the model supports;
+``infer.fits.check_fits``'s messages), through typer's test runner on a tiny random checkpoint
+on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import FAST, assert_one_line_error, invoke, ok_json
+
+pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
+
+
+def test_ctx_past_max_position_embeddings_turns_yarn_on_and_says_so(tiny_ckpt):
+    ok = invoke("generate", tiny_ckpt, "hi", *FAST, "--max-new-tokens", "1", "--ctx", "40960")
+    assert ok.exit_code == 0 and "YaRN" not in ok.stderr, ok.output
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--max-new-tokens", "1", "--ctx", "41k")
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if "YaRN" in line]
+    assert len(notes) == 1 and notes[0].startswith("note:") and "40960" in notes[0]
+    assert "factor 1.5 over 32768" in notes[0] and "warning" not in result.stderr
+
+
+@pytest.mark.parametrize("ctx", ["3000000", "99999999999k", "131073"])
+def test_ctx_beyond_the_checkpoint_is_bad_input_naming_the_largest(tiny_ckpt, ctx):
+    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", ctx)
+    assert_one_line_error(result, 2, "beyond the largest context", "131072")
+
+
+def test_prompt_filling_the_context_leaves_no_room(tiny_ckpt, tok):
+    n = len(tok.chat_ids([{"role": "user", "content": "hi"}], enable_thinking=False))
+    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", n,
+                    "--max-new-tokens", "0")
+    assert_one_line_error(result, 2, f"the prompt is {n} tokens, which leaves no room for a "
+                          f"reply in the context of {n} tokens", f"--ctx {-(-(n + 1) // 1024)}k")
+
+
+def test_no_limit_reply_fills_the_context_and_no_more(tiny_ckpt, tok):
+    """One rule: prompt + reply <= ctx, with --max-new-tokens 0 as with a budget (64 is refused
+    for a 1-token prompt at --ctx 64, so no limit must not give 64 either)."""
+    flags = ["--raw", "--ctx", "64", "--page-size", "16", "--device", "cpu", "--seed", "0",
+             "--temperature", "1", "--top-k", "0", "--top-p", "1", "--json"]
+    assert len(tok.encode("Hello")) == 1
+    refused = invoke("generate", tiny_ckpt, "Hello", *flags, "--max-new-tokens", "64")
+    assert refused.exit_code == 2 and "65 tokens" in json.loads(refused.stdout)["error"]
+    budget = ok_json(invoke("generate", tiny_ckpt, "Hello", *flags, "--max-new-tokens", "63"))
+    assert budget["new_tokens"] <= 63
+    free = ok_json(invoke("generate", tiny_ckpt, "Hello", *flags, "--max-new-tokens", "0"))
+    assert free["prompt_tokens"] + free["new_tokens"] <= 64, free["new_tokens"]
+    assert free["stop_reason"] in ("context", "stop")
+
+
+def test_check_fits_past_the_largest_context():
+    from infer.fits import check_fits
+
+    top = 131072  # Qwen3's largest context (YaRN factor 4 over 32768): models/context.py
+    check_fits(top - 1, top, max_ctx=top)  # fits: no error
+    with pytest.raises(ValueError) as info:  # war_and_peace.txt at 32k, with --no-split
+        check_fits(774_000, 32768, 1024, max_ctx=top)
+    msg = str(info.value)
+    assert "774000 tokens" in msg and f"largest context this model supports ({top}" in msg
+    assert "shorten" in msg and "--ctx" not in msg
+    with pytest.raises(ValueError) as info:  # the prompt fits alone, not with the reply
+        check_fits(top - 100, 32768, 1000, max_ctx=top)
+    msg = str(info.value)
+    assert "largest context" in msg and "--max-new-tokens to at most 100" in msg
+    assert "--ctx" not in msg
+    with pytest.raises(ValueError) as info:  # within the model's reach: suggest a --ctx
+        check_fits(100_000, 32768, max_ctx=top)
+    assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
+    with pytest.raises(ValueError, match="supports \\(262144 tokens\\)"):  # Qwen3-4B-2507
+        check_fits(300_000, 262144, max_ctx=262144)

@@ -1,0 +1,142 @@
+"""The `infer` command line before a model is read: help and version, Ctrl-C during the start-up
+imports, and which modules the early paths import; through typer's test runner (and real processes
+where the start-up must be real) on a tiny random checkpoint. The input and output edges are in
+``test_cli_streams.py``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from cli_helpers import FAST, invoke
+
+pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
+
+
+def test_help_names_the_arguments():
+    for command, names in (("generate", "MODEL PROMPT"), ("summarize", "FILE"),
+                           ("chat", "MODEL")):
+        result = invoke(command, "--help")
+        usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
+        assert f"[OPTIONS] {names}" in usage and "{" not in usage, usage
+    assert "UTF-32" in invoke("summarize", "--help").stdout
+
+
+def test_help_panels_in_one_order_and_flags_without_a_type():
+    orders = {}
+    for command in ("", "generate", "summarize", "chat", "bench"):
+        result = invoke(*filter(None, [command, "--help"]))
+        assert result.exit_code == 0, result.output
+        assert "<bool>" not in result.stdout, command
+        orders[command] = [p for p in re.findall(r"─ (\w+) ─", result.stdout)
+                           if p in ("Engine", "Sampling", "Output")]
+    assert orders["bench"] == ["Engine", "Output"]
+    for command in ("generate", "summarize", "chat"):
+        assert orders[command] == ["Engine", "Sampling", "Output"], command
+    assert "--no-think" in invoke("generate", "--help").stdout  # the flag pairs are still shown
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    from cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"infer {version('infer')}\n"
+
+
+# The `infer` console script as pip writes it for `infer = "cli:main"`, run as from a terminal
+# (Python's own SIGINT handler), after a finder that sends the process a SIGINT when one module
+# is about to be imported: a Ctrl-C at that point of the start-up.
+CTRL_C_AT_IMPORT = """
+import os
+import signal
+import sys
+
+class CtrlC:
+    def __init__(self, module):
+        self.module = module
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.module:
+            os.kill(os.getpid(), signal.SIGINT)
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.meta_path.insert(0, CtrlC(sys.argv.pop(1)))
+from cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("module", ["typer", "torch", "tokenizers", "triton"])
+def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module, tiny_ckpt):
+    """Ctrl-C in the imports: typer's before `main` runs, torch, tokenizers and triton's (~2 s)
+    in the command, which imports them as it needs them: exit 130, one line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_AT_IMPORT, module, "generate",
+                           str(tiny_ckpt), "P", *FAST], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).parents[1])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n"), proc.stderr
+
+
+def test_ctrl_c_in_an_extension_module_import_exits_130(monkeypatch, capsys):
+    """A Ctrl-C inside a pybind11 module's initialization (triton's) reaches us as ImportError
+    "initialization failed", caused by the KeyboardInterrupt: still exit 130, one line."""
+    import typer
+
+    from infer.ui.console import errors
+
+    def init():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    with pytest.raises(typer.Exit) as info, errors(debug=False, as_json=True):
+        init()
+    assert info.value.exit_code == 130
+    out, err = capsys.readouterr()
+    assert err == "interrupted\n"
+    assert json.loads(out) == {"error": "interrupted", "exit_code": 130}
+    with pytest.raises(typer.Exit) as info, errors(debug=False):
+        raise ImportError("no module named x")  # any other ImportError: a runtime failure
+    assert info.value.exit_code == 1
+
+
+HEAVY = ("torch", "triton", "tokenizers", "safetensors", "huggingface_hub", "jinja2", "numpy")
+HEAVY_AFTER = f"""
+import sys
+from cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("heavy:" + ",".join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["--version"], ["generate", "--help"], ["summarize", "--help"],
+    ["generate", "M", "P", "--no-such-flag"], ["generate", "M", " "],
+    ["summarize", "{missing}", "--model", "M"], ["summarize", "-", "--part-tokens", "0"],
+], ids=["help", "version", "generate-help", "summarize-help", "bad-flag", "empty-prompt",
+        "missing-file", "bad-part-tokens"])
+def test_help_version_and_early_errors_import_no_heavy_module(argv, tmp_path):
+    """`infer --help`, `--version` and the errors found before the model is read take ~0.15 s:
+    torch, triton, tokenizers, safetensors, huggingface_hub, jinja2 are imported by the commands
+    as they need them (they took ~1.5 s before every --help)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    argv = [a.replace("{missing}", str(tmp_path / "no.txt")) for a in argv]
+    proc = subprocess.run([sys.executable, "-c", HEAVY_AFTER, *argv], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == "heavy:", proc.stderr  # the heavy modules imported

@@ -1,0 +1,105 @@
+"""The model's fused KV store (``models.qwen3.FUSED_KV_STORE``: K/V stored by the q/k-norm + RoPE
+launch, ``kernels/qk_norm_rope_store.py``) on and off: the tiny Qwen3 through ``TritonAttention``
+on the CPU gives the same logits and pool bit for bit, and so does, on a GPU (``-m gpu``), a
+4-layer bfloat16 0.6B, also through the engine with CUDA graphs (the same greedy tokens).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pool_cases import assert_same_pool
+
+from infer.kv_pool import KVPool
+from kernels.store_kv import store_kv
+
+
+def _model_steps(model, kv_cache, fused_store, monkeypatch):
+    """Run the fused forward through ``TritonAttention`` over a 2-sequence pool: prefill chunks
+    of 5 and 3 tokens (the prefill kernel), then a decode step of 1 token per sequence (the
+    decode kernel). Returns the logits, the pool and how often the backend launched
+    ``store_kv``."""
+    import infer.attention as attention
+    import models.qwen3 as qwen3
+    from infer.meta import build_meta
+
+    c, dev = model.config, model.device
+    pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, kv_cache,
+                  model.dtype, dev)
+    attn = attention.TritonAttention(pool, max_batch=2,
+                                     group=c.num_attention_heads // c.num_key_value_heads)
+    stores = []
+
+    def counted_store_kv(*args, **kwargs):
+        stores.append(1)
+        store_kv(*args, **kwargs)
+
+    monkeypatch.setattr(qwen3, "FUSED_KV_STORE", fused_store)
+    monkeypatch.setattr(attention, "store_kv", counted_store_kv)
+    pages = [[7, 2], [0, 5]]  # scrambled
+    gen = torch.Generator().manual_seed(3)
+    logits = []
+    with torch.no_grad():
+        cached = [0, 0]
+        for news in ((5, 3), (1, 1)):
+            meta = build_meta([(p, c, n) for p, c, n in zip(pages, cached, news, strict=True)],
+                              16, dev)
+            cached = [c + n for c, n in zip(cached, news, strict=True)]
+            ids = torch.randint(0, c.vocab_size, (meta.num_tokens,), generator=gen).to(dev)
+            hidden = model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn,
+                                          meta)
+            logits.append(model.compute_logits(hidden))
+    return logits, pool, len(stores)
+
+
+def _assert_model_fused_store_exact(model, kv_cache, monkeypatch):
+    on, pool_on, stores_on = _model_steps(model, kv_cache, True, monkeypatch)
+    off, pool_off, stores_off = _model_steps(model, kv_cache, False, monkeypatch)
+    layers = model.config.num_hidden_layers
+    assert (stores_on, stores_off) == (0, 2 * layers)
+    for a, b in zip(on, off, strict=True):
+        assert torch.equal(a, b)
+    for i in range(layers):
+        assert_same_pool(pool_on.layer(i), pool_off.layer(i))
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_model_fused_store_equals_unfused_cpu(tiny_ckpt_factory, kv_cache, monkeypatch):
+    """The tiny Qwen3's fused path through the Triton backend, with the KV store in the q/k-norm
+    + RoPE launch and without: the same logits and the same pool, bit for bit."""
+    from models.loader import load_model
+
+    model = load_model(tiny_ckpt_factory(vocab_size=512), device="cpu", dtype=torch.float32)
+    _assert_model_fused_store_exact(model, kv_cache, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_model_fused_store_equals_unfused(gpu_qwen3_4l, kv_cache, monkeypatch):
+    """A 4-layer bfloat16 0.6B through TritonAttention: the same logits and pool bit for bit."""
+    _assert_model_fused_store_exact(gpu_qwen3_4l, kv_cache, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_gpu_engine_fused_store_equals_unfused(gpu_qwen3_4l, kv_cache, monkeypatch):
+    """A 4-layer 0.6B through the engine (Triton attention, CUDA graphs and eager): the same
+    greedy tokens with the KV store fused and not."""
+    from types import SimpleNamespace
+
+    import models.qwen3 as qwen3
+    from infer import Engine, EngineConfig, SamplingParams
+
+    tok = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
+    prompt = torch.randint(0, 151669, (100,), generator=torch.Generator().manual_seed(0)).tolist()
+    sp = SamplingParams(temperature=0.0, max_new_tokens=40)
+    out = {}
+    for fused in (False, True):
+        monkeypatch.setattr(qwen3, "FUSED_KV_STORE", fused)
+        for graphs in (False, True):
+            cfg = EngineConfig("unused", ctx=512, kv_cache=kv_cache, page_size=16,
+                               device="cuda", attention="triton", cuda_graphs=graphs)
+            eng = Engine(cfg, model=gpu_qwen3_4l, tokenizer=tok)
+            out[fused, graphs] = list(eng.new_session().generate(prompt, sp))
+    assert len(out[False, False]) == 40
+    assert out[True, True] == out[True, False] == out[False, True] == out[False, False]
