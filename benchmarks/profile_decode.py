@@ -232,13 +232,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--rows", default="1", help="rows per step, comma-separated (1..16; > 1: "
                     "a verify step's layout, one sequence at consecutive positions)")
-    ap.add_argument("--pdl-chain", choices=("off", "on", "on-no-prefetch"), default=None,
+    ap.add_argument("--pdl-chain", choices=("off", "on", "on-prefetch"), default=None,
                     help="the decode layer's kernels on the PDL chain (kernels/pdl_chain.py), "
-                    "with or without the GEMVs' L2 prefetch; default: as shipped")
+                    "on-prefetch with the GEMVs' L2 prefetch; default: as shipped")
     args = ap.parse_args(argv)
     if args.pdl_chain is not None:
         pdl_chain.ENABLED = args.pdl_chain != "off"
-        pdl_chain.PREFETCH = args.pdl_chain == "on"
+        pdl_chain.PREFETCH = args.pdl_chain == "on-prefetch"
 
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be >= 1")

@@ -43,12 +43,14 @@ import triton.language as tl
 
 from kernels.device import supports_pdl
 
-# Whether the decode layer's row kernels and GEMVs run as a PDL chain (module notes). Off until a
-# decode A/B on the GPU says otherwise (``benchmarks/decode_e2e.py --variants base,pdl_chain``).
-ENABLED = False
+# Whether the decode layer's row kernels and GEMVs run as a PDL chain (module notes): on, +2.0 %
+# and +1.6 % tok/s for the 8B (BF16, 4k and 32k) on the H200 (BENCHMARKS.md; the A/B:
+# ``benchmarks/decode_e2e.py --variants split_k,split_k+pdl_chain``).
+ENABLED = True
 # Whether a GEMV on the chain prefetches its rows' first tiles into L2 before it waits
-# (``kernels.tiles.gemv_tiles``: the software pipeline's ``num_stages - 1`` tiles).
-PREFETCH = True
+# (``kernels.tiles.gemv_tiles``: the software pipeline's ``num_stages - 1`` tiles). Off: 5.6 %
+# slower than the chain without it (BENCHMARKS.md; the A/B variant ``prefetch``).
+PREFETCH = False
 
 
 def chain_pdl(device: torch.device | str) -> bool:
