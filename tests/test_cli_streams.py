@@ -318,6 +318,24 @@ def test_generate_imports_no_sympy(tiny_ckpt):
     assert imported_after(["generate", str(tiny_ckpt), "hi", *FAST], modules) == ""
 
 
+def test_first_torch_import_runs_without_gc_then_freezes():
+    """``import_torch``: a fresh process's first ``import torch`` with the cyclic collector
+    paused, its objects frozen after, the collector on again; a second call changes nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import gc, sys; from infer.ui.prepare import import_torch; "
+            "assert 'torch' not in sys.modules; full = gc.get_stats()[2]['collections']; "
+            "t = import_torch(); n = gc.get_freeze_count(); "
+            "print(t is sys.modules['torch'], n > 10000, gc.isenabled(), "
+            "gc.get_stats()[2]['collections'] == full, import_torch() is t, "
+            "gc.get_freeze_count() == n)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).parents[1], check=True).stdout
+    assert out.split() == ["True"] * 6
+
+
 @pytest.mark.parametrize("argv,stdin", [
     (["generate", "{ckpt}", "hi", *FAST], None),
     (["generate", "{ckpt}", "hi", *FAST, "--json"], None),
