@@ -47,10 +47,11 @@ def _exit_on_ctrl_c(signum, frame) -> None:
 
 
 # NOTE: the `infer` script runs `from cli import main` before `main`, so these imports (typer and
-# rich, ~0.1 s; torch and triton are imported by the commands, under `errors`) are under no handler
-# of main's or typer's: a Ctrl-C in them would print a KeyboardInterrupt traceback. They run under
-# `_exit_on_ctrl_c` instead, unless SIGINT is ignored (a background job) or handled by whoever
-# imports cli, or cli is imported outside the main thread (where no handler can be set).
+# rich, ~0.1 s; torch, triton and each command's own modules are imported by the commands, under
+# `errors`, so that `--help` needs none of them) are under no handler of main's or typer's: a
+# Ctrl-C in them would print a KeyboardInterrupt traceback. They run under `_exit_on_ctrl_c`
+# instead, unless SIGINT is ignored (a background job) or handled by whoever imports cli, or cli
+# is imported outside the main thread (where no handler can be set).
 _sigint = signal.getsignal(signal.SIGINT)
 if _sigint is signal.default_int_handler and threading.current_thread() is threading.main_thread():
     signal.signal(signal.SIGINT, _exit_on_ctrl_c)
@@ -59,7 +60,6 @@ try:
 
     import typer
 
-    from infer.summarize import SUMMARY_PROMPT
     from infer.ui import prepare as setup
     from infer.ui.console import (
         UI,
@@ -71,7 +71,6 @@ try:
         quiet_stdout,
     )
     from infer.ui.helpstyle import Command, Group, VersionOpt
-    from infer.ui.oneshot import chat_messages, one_shot
     from infer.ui.options import (
         BENCH_JSON_HELP,
         ENGINE,
@@ -81,8 +80,6 @@ try:
         System,
         shared_options,
     )
-    from infer.ui.repl import run_repl
-    from infer.ui.summary_view import summarize_text
 finally:
     if signal.getsignal(signal.SIGINT) is _exit_on_ctrl_c:
         signal.signal(signal.SIGINT, _sigint)
@@ -113,6 +110,8 @@ def generate(
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
     ui = UI(opts)
     with errors(opts.debug, opts.json):
+        from infer.ui.oneshot import chat_messages, one_shot  # the reply's view: not for --help
+
         if prompt == "-":
             prompt, _ = setup.read_input(ui, "-")
         elif not prompt.strip():
@@ -151,6 +150,11 @@ def summarize(
     summaries are combined (thinking off unless --think)."""
     ui = UI(opts)
     with errors(opts.debug, opts.json):
+        # summarize's own modules: not for --help or the other commands
+        from infer.summarize import SUMMARY_PROMPT
+        from infer.ui.oneshot import chat_messages
+        from infer.ui.summary_view import summarize_text
+
         if part_tokens < 1:
             raise ValueError(f"--part-tokens must be at least 1, got {part_tokens}")
         if batch is not None and not 1 <= batch <= 16:
@@ -175,6 +179,8 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """
     ui = UI(opts)
     with errors(opts.debug, opts.json):
+        from infer.ui.repl import run_repl  # the chat loop: not for --help or the other commands
+
         if system is not None:
             system = setup.user_text(ui, system, "--system")
         cfg, tok, _ = setup.prepare(ui, model)

@@ -34,7 +34,7 @@ from safetensors import safe_open
 
 from models.config import Qwen3Config
 from models.dtypes import SAFETENSORS_DTYPES, TORCH_DTYPES
-from models.meta_modules import meta_modules
+from models.meta_modules import empty, meta_modules, to_empty
 from models.qwen3 import Qwen3ForCausalLM
 from models.weight_stream import TensorCopy, copy_tensors, tensor_offsets
 
@@ -184,12 +184,12 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     with meta_modules():
         model = Qwen3ForCausalLM(config)
         if config.tie_word_embeddings and LM_HEAD in stored:
-            model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.lm_head.weight))
+            model.lm_head.weight = torch.nn.Parameter(empty(model.lm_head.weight))
     params = dict(model.named_parameters())
     targets = checkpoint_targets(model)
     _check(folder, stored, targets, params)
 
-    model.to(dtype).to_empty(device=device)
+    to_empty(model.to(dtype), device)
     if config.tie_word_embeddings and LM_HEAD not in stored:
         model.tie_weights()  # to_empty gave lm_head its own storage
     params = dict(model.named_parameters())
