@@ -97,6 +97,7 @@ def compile_gemv(name: str, chain: bool, fused: bool = False) -> dict:
 def main() -> None:
     device._capability = lambda index: (9, 0)
     device._sm_count = lambda index: 132  # an H200
+    pdl_chain.PREFETCH = True  # an option (off by default): where its prefetches sit, too
     for name in GEMVS:
         for chain in (True, False):
             print(json.dumps(compile_gemv(name, chain)))

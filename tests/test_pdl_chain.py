@@ -37,13 +37,16 @@ def test_chain_is_never_on_for_a_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize("chain", [False, True])
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("n, k, swiglu", [(6144, 4096, False), (12288, 4096, True),
                                           (1024, 2048, False)])
-def test_gemv_tiles_follow_the_chain_switch(fake_h200, monkeypatch, chain, n, k, swiglu):
+def test_gemv_tiles_follow_the_chain_switch(fake_h200, monkeypatch, chain, prefetch, n, k,
+                                            swiglu):
     monkeypatch.setattr(pdl_chain, "ENABLED", chain)
+    monkeypatch.setattr(pdl_chain, "PREFETCH", prefetch)
     t = gemv_tiles(GPU, torch.bfloat16, n, k, swiglu)
     assert t.pdl is chain
-    assert t.prefetch_tiles == (t.num_stages - 1 if chain else 0)
+    assert t.prefetch_tiles == (t.num_stages - 1 if chain and prefetch else 0)
     monkeypatch.setattr(pdl_chain, "ENABLED", not chain)
     other = gemv_tiles(GPU, torch.bfloat16, n, k, swiglu)
     assert (other.block_n, other.block_k, other.num_stages, other.split_k) == (
