@@ -42,9 +42,6 @@ for its predecessor (the norm or the combine that writes ``x``), streams the wei
 successor be scheduled when its weight stream is done; the split-K reduce waits and signals at
 its start. Results are the same bit for bit; only when each kernel starts moves.
 
-``RES_OUT`` / ``NORM_IN``: a decoder layer's add + RMSNorm folded into the epilogue of one GEMV
-and the prologue of the next (``kernels/gemv_residual_norm.py``, ``kernels/norm_stats.py``).
-
 Tiling after the split-K-free "skinny GEMM" of decode kernels in llama.cpp (``mul_mat_vec``) and
 vLLM; the gate/up epilogue follows vLLM's ``silu_and_mul`` numerics. SwiGLU: Shazeer 2020.
 """
@@ -56,7 +53,6 @@ import triton
 import triton.language as tl
 
 from kernels.device import supports_pdl
-from kernels.norm_stats import add_residual_and_stats, normalize_tile, rstd_from_stats
 from kernels.pdl_chain import prefetch_l2
 from kernels.silu_mul import silu_mul_rounded
 from kernels.tiles import GemvTiles, gemv_tiles
@@ -82,16 +78,6 @@ def _gemv_kernel(
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
     USE_PDL: tl.constexpr = False,  # PDL chain (module notes): prefetch, wait, ..., signal
     PREFETCH_BYTES: tl.constexpr = 0,  # USE_PDL: bytes of each weight row to prefetch into L2
-    res_ptr=None,  # RES_OUT: [M, N] model dtype, the residual stream before this sublayer
-    stats_out_ptr=None,  # RES_OUT: float32 [M, cdiv(N, BLOCK_N)] partial sums of squares
-    stride_rm=0,
-    stats_in_ptr=None,  # NORM_IN: float32 [M, NB_IN], the producer's partial sums of squares
-    norm_w_ptr=None,  # NORM_IN: [K] model dtype, the RMSNorm weight
-    eps=0.0,  # NORM_IN: float32
-    RES_OUT: tl.constexpr = False,  # y = round(x @ W^T) + residual, and its stats (norm_stats)
-    NORM_IN: tl.constexpr = False,  # x is the residual stream: RMSNorm it tile by tile
-    NB_IN: tl.constexpr = 1,
-    BLOCK_NB_IN: tl.constexpr = 1,  # NB_IN rounded up to a power of two
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -119,8 +105,6 @@ def _gemv_kernel(
             if SWIGLU:
                 prefetch_l2(row_start + N * stride_wn, nbytes)
         tl.extra.cuda.gdc_wait()  # x (the predecessor's output) and y's storage from here on
-    if NORM_IN:
-        rstd = rstd_from_stats(stats_in_ptr, rows_m, in_m, K, eps, NB_IN, BLOCK_NB_IN)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_tile + k0, mask=in_m[:, None], other=0.0)
@@ -129,8 +113,6 @@ def _gemv_kernel(
             in_k = k0 + cols < K
             x = tl.load(x_tile + k0, mask=in_m[:, None] & in_k[None, :], other=0.0)
             w = tl.load(w_tile + k0, mask=in_k[None, :], other=0.0)
-        if NORM_IN:
-            x = normalize_tile(x, rstd, norm_w_ptr, k0 + cols, k0 + cols < K)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=DOT_PREC)
         if SWIGLU:
             if EVEN_K:
@@ -149,10 +131,6 @@ def _gemv_kernel(
         part = y_ptr + tl.program_id(1) * BLOCK_M * N
         tl.store(part + rows_m[:, None] * N + out_n[None, :], acc,
                  mask=in_m[:, None] & (out_n < N)[None, :])
-    elif RES_OUT:
-        add_residual_and_stats(acc, res_ptr, y_ptr, stats_out_ptr, rows_m, out_n, in_m,
-                               in_m[:, None] & (out_n < N)[None, :], stride_rm, stride_ym, pid,
-                               tl.cdiv(N, BLOCK_N))
     else:
         tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :], acc.to(dtype),
                  mask=in_m[:, None] & (out_n < N)[None, :])
@@ -161,10 +139,8 @@ def _gemv_kernel(
 @triton.jit
 def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, stride_ym, SPLIT_K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          USE_PDL: tl.constexpr = False, res_ptr=None, stats_out_ptr=None,
-                          stride_rm=0, RES_OUT: tl.constexpr = False):
-    """y[m, n] = round(sum over s = 0, 1, ... of ws[s, m, n]): one program per BLOCK_N columns
-    (RES_OUT: plus the residual, with the stats, as ``_gemv_kernel``'s epilogue)."""
+                          USE_PDL: tl.constexpr = False):
+    """y[m, n] = round(sum over s = 0, 1, ... of ws[s, m, n]): one program per BLOCK_N columns."""
     if USE_PDL:  # the PDL chain: let the successor get scheduled, then wait for the partials
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
@@ -175,13 +151,8 @@ def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, stride_ym, SPLIT_K: tl.constexpr,
     acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
     for s in tl.static_range(1, SPLIT_K):
         acc += tl.load(ws_ptr + s * BLOCK_M * N + offs, mask=mask, other=0.0)
-    if RES_OUT:
-        add_residual_and_stats(acc, res_ptr, y_ptr, stats_out_ptr, rows_m, out_n, rows_m < M,
-                               mask, stride_rm, stride_ym, tl.program_id(0),
-                               tl.cdiv(N, BLOCK_N))
-    else:
-        tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :],
-                 acc.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :],
+             acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
@@ -204,13 +175,8 @@ def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[in
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
-            tiles: GemvTiles | None, y: torch.Tensor | None = None,
-            fused: dict | None = None, epilogue: dict | None = None) -> torch.Tensor:
-    """Launch into ``y`` (new if None). ``fused``: the normalizing prologue's kernel arguments
-    (``kernels/gemv_residual_norm.py``); ``epilogue``: the residual epilogue's, which the split-K
-    reduce takes instead when the weight is split."""
-    if y is None:
-        y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
+            tiles: GemvTiles | None) -> torch.Tensor:
+    y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if n == 0 or x.shape[0] == 0:
         return y
     if k == 0:  # an empty sum: 0, and silu(0) * 0 = 0
@@ -218,13 +184,13 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
     if tiles is None:
         tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
     if tiles.split_k > 1 and not swiglu:
-        return _launch_split(x, weight, y, n, k, tiles, fused or {}, epilogue or {})
+        return _launch_split(x, weight, y, n, k, tiles)
     _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        **_chain_options(weight, k, k, tiles), **(fused or {}), **(epilogue or {}))
+        **_chain_options(weight, k, k, tiles))
     return y
 
 
@@ -252,7 +218,7 @@ def split_runs(k: int, block_k: int, split_k: int) -> tuple[int, int]:
 
 
 def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int, k: int,
-                  tiles: GemvTiles, fused: dict, epilogue: dict) -> torch.Tensor:
+                  tiles: GemvTiles) -> torch.Tensor:
     """Split-K (module notes): the partial sums, then their fixed-order sum into ``y``."""
     splits, per = split_runs(k, tiles.block_k, tiles.split_k)
     ws = torch.empty((splits, MAX_ROWS, n), dtype=torch.float32, device=x.device)
@@ -263,11 +229,10 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int
         EVEN_K=k % per == 0,  # every split a whole number of full column blocks
         SWIGLU=False, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", SPLIT_K=splits,
-        K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain, **fused)
+        K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain)
     _splitk_reduce_kernel[(triton.cdiv(n, SPLITK_REDUCE_COLUMNS),)](
         ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS,
-        BLOCK_N=SPLITK_REDUCE_COLUMNS, **({"USE_PDL": True, "launch_pdl": True} if chain else {}),
-        **epilogue)
+        BLOCK_N=SPLITK_REDUCE_COLUMNS, **({"USE_PDL": True, "launch_pdl": True} if chain else {}))
     return y
 
 

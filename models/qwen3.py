@@ -16,10 +16,9 @@ run in the model dtype; logits are computed in the model dtype and returned as f
 
 On CUDA tensors (``FUSED_KERNELS`` and the model's ``use_fused_kernels``, both True by default) the
 forward runs through the Triton kernels instead of ~20 small torch ops per layer
-(``models/qwen3_fused.py``: fused add + RMSNorm, q/k-norm + RoPE, the decode GEMVs, and with
-``FUSED_RESIDUAL_NORM`` the adds and norms inside the GEMVs); the lm_head of a decode step runs
-through ``kernels/gemv.py``. They follow the same numerics step by step up to the float32
-reduction order. The CPU path is the torch code below, unchanged.
+(``models/qwen3_fused.py``: fused add + RMSNorm, q/k-norm + RoPE, the decode GEMVs); the lm_head
+of a decode step runs through ``kernels/gemv.py``. They follow the same numerics step by step up
+to the float32 reduction order. The CPU path is the torch code below, unchanged.
 
 With an attention backend that attends to K/V already in its pool (``StoredKVAttention``:
 ``infer.attention.TritonAttention``) and ``FUSED_KV_STORE`` (off by default), q/k-norm + RoPE
@@ -47,10 +46,6 @@ FUSED_KERNELS = True
 # 0.4 % slower at 32k on the H200 (stage 1 must wait for q before it walks any key; BENCHMARKS.md;
 # the A/B: ``benchmarks/decode_e2e.py --variants split_k,split_k+fused_store``).
 FUSED_KV_STORE = False
-# Decode steps with the residual adds in the o_proj/down_proj epilogues and the RMSNorms in the
-# next projection's prologue (``kernels/gemv_residual_norm.py``): 8 launches a layer instead of
-# 10. Off until a decode A/B on the GPU (``benchmarks/decode_e2e.py --variants ...residual_norm``).
-FUSED_RESIDUAL_NORM = False
 
 AttnFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, object], torch.Tensor]
 
@@ -230,8 +225,7 @@ class Qwen3ForCausalLM(nn.Module):
     def _forward_fused(self, x, positions, attn, meta) -> torch.Tensor:
         """``forward`` with the Triton kernels (``models/qwen3_fused.py``); x: the embeddings."""
         kv_store = FUSED_KV_STORE and isinstance(attn, StoredKVAttention)
-        return forward_fused(self, x, positions, attn, meta, kv_store=kv_store,
-                             residual_norm=FUSED_RESIDUAL_NORM)
+        return forward_fused(self, x, positions, attn, meta, kv_store=kv_store)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, hidden] (rows of ``forward``'s output) -> float32 logits [N, vocab],

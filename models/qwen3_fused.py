@@ -9,12 +9,6 @@ stream before it): add + RMSNorm (``kernels/rmsnorm.py``), the qkv projection, q
 ``kernels/gemv.py`` (SwiGLU in the gate/up epilogue), a longer one through cuBLAS and
 ``kernels/silu_mul.py``.
 
-``residual_norm`` (decode steps only): the residual add moves into the epilogue of
-``o_proj``/``down_proj`` and the RMSNorm into the prologue of the projection after it
-(``kernels/gemv_residual_norm.py``): the layer carries the stream and its partial statistics
-instead of ``(h, residual)``, and runs 8 launches instead of 10. Its results differ from the
-unfused path's only in the summation order of the squares; graph and eager run the same kernels.
-
 The numerics follow the torch path step by step (each rounding to the model dtype included);
 only the float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32
 ``exp`` and division).
@@ -26,7 +20,6 @@ import torch
 from torch import nn
 
 from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
-from kernels.gemv_residual_norm import gemv_add_residual, gemv_rmsnorm
 from kernels.qk_norm_rope import qk_norm_rope
 from kernels.qk_norm_rope_store import qk_norm_rope_store
 from kernels.rmsnorm import rmsnorm
@@ -81,35 +74,11 @@ def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store):
     return mlp.down_proj(silu_mul(mlp.gate_up_proj(h))), residual
 
 
-def decode_layer_forward(layer, stream, stats, positions, rotary, attn, meta, kv_store):
-    """One decoder layer of a decode step (1 to 16 rows) with the adds and norms in the GEMVs
-    (``residual_norm``): ``stream`` [T, hidden] the residual stream and ``stats`` its partial
-    statistics (None at the first layer: ``stream`` is the embedding, normalized by
-    ``kernels/rmsnorm.py``). Returns the new ``(stream, stats)``."""
-    a, mlp = layer.self_attn, layer.mlp
-    eps = layer.input_layernorm.eps
-    if stats is None:
-        qkv = gemv(rmsnorm(stream, layer.input_layernorm.weight, eps), a.qkv_proj.weight)
-    else:
-        qkv = gemv_rmsnorm(stream, stats, layer.input_layernorm.weight, eps, a.qkv_proj.weight)
-    o = attend(layer, qkv, positions, rotary, attn, meta, kv_store)
-    stream, stats = gemv_add_residual(o, a.o_proj.weight, stream)
-    act = gemv_rmsnorm(stream, stats, layer.post_attention_layernorm.weight, eps,
-                       mlp.gate_up_proj.weight, swiglu=True)
-    return gemv_add_residual(act, mlp.down_proj.weight, stream)
-
-
 def forward_fused(model, x: torch.Tensor, positions: torch.Tensor, attn, meta, *,
-                  kv_store: bool, residual_norm: bool) -> torch.Tensor:
+                  kv_store: bool) -> torch.Tensor:
     """``Qwen3ForCausalLM.forward`` from the embeddings ``x`` [T, hidden]: [T, hidden] after the
-    final norm. ``kv_store``, ``residual_norm``: module notes."""
+    final norm. ``kv_store``: module notes."""
     m = model.model
-    if residual_norm and gemv_rows(x):
-        stream, stats = x, None
-        for layer in m.layers:
-            stream, stats = decode_layer_forward(layer, stream, stats, positions, m.rotary, attn,
-                                                 meta, kv_store)
-        return rmsnorm(stream, m.norm.weight, m.norm.eps)
     residual = None
     for layer in m.layers:
         x, residual = layer_forward(layer, x, residual, positions, m.rotary, attn, meta,

@@ -5,8 +5,7 @@ TRITON_INTERPRET=1, where kernels cannot be compiled):
     python3 tests/compile_pdl_chain.py      # one JSON line per kernel
 
 For each kernel, with the constexprs its launcher picks with the chain on (Qwen3-8B shapes, the
-0.6B's split-K ``o_proj`` for the reduce) and, for the GEMVs, with it off and with the add + norm
-of ``kernels/gemv_residual_norm.py`` folded in (``+fused``, chain on): counts of global
+0.6B's split-K ``o_proj`` for the reduce) and, for the GEMVs, with it off: counts of global
 loads, global stores, async copies and L2 prefetches before the first ``griddepcontrol.wait``,
 whether ``launch_dependents`` is there and, for a GEMV, whether it comes after the last tensor-
 core instruction (after the weight stream). PTX is laid out in program order for these
@@ -60,9 +59,7 @@ def layout(ptx: str) -> dict:
             "signal_after_mma": bool(signal and mma) and signal[0] > mma[-1]}
 
 
-def compile_gemv(name: str, chain: bool, fused: bool = False) -> dict:
-    """``fused``: with the residual epilogue (o_proj, down) or the normalizing prologue (qkv,
-    gate/up) of ``kernels/gemv_residual_norm.py``."""
+def compile_gemv(name: str, chain: bool) -> dict:
     n, k, swiglu = GEMVS[name]
     pdl_chain.ENABLED = chain
     t = gemv_tiles(GPU, torch.bfloat16, n, k, swiglu)
@@ -70,26 +67,17 @@ def compile_gemv(name: str, chain: bool, fused: bool = False) -> dict:
     consts = dict(BLOCK_M=gemv.MAX_ROWS, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
                   EVEN_K=k % (per or t.block_k) == 0, SWIGLU=swiglu, STAGES=t.num_stages,
                   DOT_PREC="tf32", SPLIT_K=splits, K_PER_SPLIT=per)
-    epilogue = fused and name.startswith(("o_proj", "down"))
-    if fused and not epilogue:
-        consts.update(NORM_IN=True, NB_IN=128, BLOCK_NB_IN=128)  # o_proj's 4096 / 32 columns
-    if epilogue and splits == 1:
-        consts.update(RES_OUT=True)
     ahead = min(t.prefetch_tiles, triton.cdiv(per or k, t.block_k))  # gemv._chain_options
     consts.update(USE_PDL=t.pdl, PREFETCH_BYTES=ahead * t.block_k * 2 if t.pdl else 0)
     ptr = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*fp32" if splits > 1 else "*bf16"}
-    ptr.update(res_ptr="*bf16", norm_w_ptr="*bf16", eps="fp32", stride_rm="i32")
     kernel = compile_for(gemv._gemv_kernel, consts, 90, types={**SCALARS, **ptr},
                          num_warps=t.num_warps, num_stages=t.num_stages, launch_pdl=t.pdl)
-    out = {"kernel": name + ("+fused" if fused else ""), "chain": chain, "split_k": splits,
-           **layout(kernel.asm["ptx"])}
+    out = {"kernel": name, "chain": chain, "split_k": splits, **layout(kernel.asm["ptx"])}
     if splits > 1:
         reduce = compile_for(gemv._splitk_reduce_kernel, dict(
-            SPLIT_K=splits, BLOCK_M=gemv.MAX_ROWS, BLOCK_N=128, USE_PDL=t.pdl,
-            RES_OUT=epilogue), 90,
+            SPLIT_K=splits, BLOCK_M=gemv.MAX_ROWS, BLOCK_N=128, USE_PDL=t.pdl), 90,
             types={"ws_ptr": "*fp32", "y_ptr": "*bf16", "M": "i32", "N": "i32",
-                   "stride_ym": "i32", "res_ptr": "*bf16", "stride_rm": "i32"},
-            launch_pdl=t.pdl)
+                   "stride_ym": "i32"}, launch_pdl=t.pdl)
         out["reduce"] = layout(reduce.asm["ptx"])
     return out
 
@@ -101,7 +89,6 @@ def main() -> None:
     for name in GEMVS:
         for chain in (True, False):
             print(json.dumps(compile_gemv(name, chain)))
-        print(json.dumps(compile_gemv(name, True, fused=True)))
     pdl_chain.ENABLED = True
     bf16 = {p: "*bf16" for p in ("x_ptr", "res_ptr", "w_ptr", "out_ptr", "res_out_ptr")}
     norm = compile_for(_rmsnorm_kernel, dict(HIDDEN=4096, BLOCK=4096, HAS_RESIDUAL=True,

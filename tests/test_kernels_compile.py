@@ -70,8 +70,7 @@ def test_gemv_default_tiles_fit_shared_memory():
 
 def test_pdl_chain_kernels_wait_before_touching_the_predecessors_data():
     """The PDL chain's contract (``kernels/pdl_chain.py``) in the sm_90 PTX: with the chain on,
-    each GEMV (also with the add + norm folded in: its statistics come after the wait) issues
-    only L2 prefetches of its weight rows before ``griddepcontrol.wait`` (no
+    each GEMV issues only L2 prefetches of its weight rows before ``griddepcontrol.wait`` (no
     load, no async copy, no store) and signals its dependents after its last tensor-core
     instruction; the split-K reduce, RMSNorm and q/k-norm + RoPE store nothing before the wait
     and signal; with the chain off the GEMVs hold no PDL instruction and no prefetch."""
@@ -83,22 +82,18 @@ def test_pdl_chain_kernels_wait_before_touching_the_predecessors_data():
              for c in map(json.loads, run.stdout.strip().splitlines())}
     gemvs = ("qkv", "o_proj", "gate_up", "down", "o_proj_0.6b")
     assert set(cases) == {(g, on) for g in gemvs for on in (True, False)} | {
-        (g + "+fused", True) for g in gemvs} | {("rmsnorm", True), ("qk_norm_rope", True)}
+        ("rmsnorm", True), ("qk_norm_rope", True)}
     for g in gemvs:
-        off = cases[g, False]
-        for on in (cases[g, True], cases[g + "+fused", True]):  # the fused: stats after it too
-            assert on["wait"] and on["signal"] and on["signal_after_mma"], on
-            assert (on["loads_before_wait"], on["stores_before_wait"],
-                    on["async_copies_before_wait"]) == (0, 0, 0), on
-            assert on["prefetches_before_wait"] == on["prefetches"] == (
-                2 if g == "gate_up" else 1)
+        on, off = cases[g, True], cases[g, False]
+        assert on["wait"] and on["signal"] and on["signal_after_mma"], on
+        assert (on["loads_before_wait"], on["stores_before_wait"],
+                on["async_copies_before_wait"]) == (0, 0, 0), on
+        assert on["prefetches_before_wait"] == on["prefetches"] == (2 if g == "gate_up" else 1)
         assert not (off["wait"] or off["signal"] or off["prefetches"]), off
     assert cases["o_proj_0.6b", True]["split_k"] > 1
-    reduce_on, reduce_off, reduce_fused = (cases["o_proj_0.6b" + f, on]["reduce"] for f, on in (
-        ("", True), ("", False), ("+fused", True)))
-    for r in (reduce_on, reduce_fused):
-        assert r["wait"] and r["signal"], r
-        assert r["loads_before_wait"] == r["stores_before_wait"] == 0
+    reduce_on, reduce_off = (cases["o_proj_0.6b", on]["reduce"] for on in (True, False))
+    assert reduce_on["wait"] and reduce_on["signal"], reduce_on
+    assert reduce_on["loads_before_wait"] == reduce_on["stores_before_wait"] == 0
     assert not (reduce_off["wait"] or reduce_off["signal"])
     for name in ("rmsnorm", "qk_norm_rope"):
         c = cases[name, True]
