@@ -151,7 +151,7 @@ def summarize(
     ui = UI(opts)
     with errors(opts.debug, opts.json):
         # summarize's own modules: not for --help or the other commands
-        from infer.summarize import SUMMARY_PROMPT
+        from infer.summary_prompts import SUMMARY_PROMPT
         from infer.ui.oneshot import chat_messages
         from infer.ui.summary_view import summarize_text
 

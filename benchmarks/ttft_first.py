@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -86,7 +87,9 @@ def main(argv=None) -> None:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--ckpt", args.ckpt,
                "--tokens", str(args.tokens), "--new", str(args.new), "--ctx", args.ctx,
                "--kv", args.kv, "--device", args.device, "--capture-ahead", value.strip()]
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # the repo, installed or not
+            [str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env)
         if out.returncode:
             raise SystemExit(f"the run with --capture-ahead {value} failed: "
                              f"{out.stderr.strip().splitlines()[-1:]}")

@@ -14,7 +14,7 @@ import json
 import pytest
 from cli_helpers import FAST, TEXT, assert_one_line_error, invoke, ok_json
 
-from infer.summarize import SUMMARY_PROMPT
+from infer.summary_prompts import SUMMARY_PROMPT
 
 pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
 
