@@ -77,3 +77,20 @@ SAMPLED = SamplingParams(temperature=0.8, top_k=50, top_p=0.9, min_p=0.01, prese
 
 def random_ids(n: int, seed: int = 0, high: int = VOCAB_LIMIT) -> list[int]:
     return torch.randint(0, high, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def greedy_by_flag(model, kv_cache: str, monkeypatch, module, flag: str, tokens: int = 40,
+                   device: str = "cuda") -> dict[tuple[bool, bool], list[int]]:
+    """Greedy tokens of a 100-token random prompt through the engine (Triton attention, a
+    ``model`` on ``device``) for each value of ``module.flag`` and with CUDA graphs and eagerly:
+    ``{(flag value, graphs): tokens}``, for a flag that must not change a token."""
+    prompt, sp = random_ids(100), SamplingParams(temperature=0.0, max_new_tokens=tokens)
+    out = {}
+    for value in (False, True):
+        monkeypatch.setattr(module, flag, value)
+        for graphs in (False, True):
+            cfg = EngineConfig("unused", ctx=512, kv_cache=kv_cache, page_size=16,
+                               device=device, attention="triton", cuda_graphs=graphs)
+            eng = Engine(cfg, model=model, tokenizer=NO_STOP)
+            out[value, graphs] = list(eng.new_session().generate(prompt, sp))
+    return out

@@ -85,21 +85,10 @@ def test_gpu_model_fused_store_equals_unfused(gpu_qwen3_4l, kv_cache, monkeypatc
 def test_gpu_engine_fused_store_equals_unfused(gpu_qwen3_4l, kv_cache, monkeypatch):
     """A 4-layer 0.6B through the engine (Triton attention, CUDA graphs and eager): the same
     greedy tokens with the KV store fused and not."""
-    from types import SimpleNamespace
+    from mock_engine import greedy_by_flag
 
     import models.qwen3 as qwen3
-    from infer import Engine, EngineConfig, SamplingParams
 
-    tok = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
-    prompt = torch.randint(0, 151669, (100,), generator=torch.Generator().manual_seed(0)).tolist()
-    sp = SamplingParams(temperature=0.0, max_new_tokens=40)
-    out = {}
-    for fused in (False, True):
-        monkeypatch.setattr(qwen3, "FUSED_KV_STORE", fused)
-        for graphs in (False, True):
-            cfg = EngineConfig("unused", ctx=512, kv_cache=kv_cache, page_size=16,
-                               device="cuda", attention="triton", cuda_graphs=graphs)
-            eng = Engine(cfg, model=gpu_qwen3_4l, tokenizer=tok)
-            out[fused, graphs] = list(eng.new_session().generate(prompt, sp))
+    out = greedy_by_flag(gpu_qwen3_4l, kv_cache, monkeypatch, qwen3, "FUSED_KV_STORE")
     assert len(out[False, False]) == 40
     assert out[True, True] == out[True, False] == out[False, True] == out[False, False]

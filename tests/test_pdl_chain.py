@@ -164,20 +164,8 @@ def test_gpu_chain_back_to_back_reads_fresh_rows(monkeypatch):
 def test_gpu_engine_chain_equals_plain(gpu_qwen3_4l, kv_cache, monkeypatch):
     """A 4-layer 0.6B through the engine: the same greedy tokens with the chain on and off,
     with CUDA graphs and eagerly."""
-    from types import SimpleNamespace
+    from mock_engine import greedy_by_flag
 
-    from infer import Engine, EngineConfig, SamplingParams
-
-    tok = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
-    prompt = torch.randint(0, 151669, (100,), generator=torch.Generator().manual_seed(0)).tolist()
-    sp = SamplingParams(temperature=0.0, max_new_tokens=40)
-    out = {}
-    for chain in (False, True):
-        monkeypatch.setattr(pdl_chain, "ENABLED", chain)
-        for graphs in (False, True):
-            cfg = EngineConfig("unused", ctx=512, kv_cache=kv_cache, page_size=16,
-                               device="cuda", attention="triton", cuda_graphs=graphs)
-            eng = Engine(cfg, model=gpu_qwen3_4l, tokenizer=tok)
-            out[chain, graphs] = list(eng.new_session().generate(prompt, sp))
+    out = greedy_by_flag(gpu_qwen3_4l, kv_cache, monkeypatch, pdl_chain, "ENABLED")
     assert len(out[False, False]) == 40
     assert out[True, True] == out[True, False] == out[False, True] == out[False, False]
