@@ -37,10 +37,11 @@ to the model dtype, then a rounding after silu and after the product). The ``[T,
 output never exists.
 
 **PDL chain** (``GemvTiles.pdl``, ``kernels/pdl_chain.py``): launched with programmatic dependent
-launch, a program prefetches the first ``prefetch_tiles`` tiles of its weight rows into L2, waits
-for its predecessor (the norm or the combine that writes ``x``), streams the weight, and lets its
-successor be scheduled when its weight stream is done; the split-K reduce waits and signals at
-its start. Results are the same bit for bit; only when each kernel starts moves.
+launch, a program prefetches the first ``prefetch_tiles`` tiles of its weight rows into L2 (0 by
+default: measured slower), waits for its predecessor (the norm or the combine that writes
+``x``), streams the weight, and lets its successor be scheduled when its weight stream is done;
+the split-K reduce waits and signals at its start. Results are the same bit for bit; only when
+each kernel starts moves.
 
 Tiling after the split-K-free "skinny GEMM" of decode kernels in llama.cpp (``mul_mat_vec``) and
 vLLM; the gate/up epilogue follows vLLM's ``silu_and_mul`` numerics. SwiGLU: Shazeer 2020.

@@ -23,8 +23,9 @@ The contract every kernel of the chain keeps (``NOTE``: a new kernel on the chai
 - it signals ``gdc_launch_dependents`` where its successor may take the SMs it leaves: a GEMV
   after its weight stream (its successor's programs then fill the tail of its last wave),
   the small row kernels (norms, the split-K reduce) at their start;
-- a GEMV prefetches the first tiles of its weight rows into L2 before its wait
-  (``prefetch_l2``), so its first loads after the wait hit L2 instead of HBM.
+- with ``PREFETCH`` (off: measured slower, BENCHMARKS.md) a GEMV first prefetches the first
+  tiles of its weight rows into L2 (``prefetch_l2``), so that its first loads after the wait
+  would hit L2 instead of HBM.
 
 Results are bit-identical with the chain on or off: only the time at which each kernel starts
 moves. Ignored before sm_90 and under the interpreter (``chain_pdl``).

@@ -233,8 +233,8 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     with 5 stages; the SwiGLU gate/up pair 32 x 128 with 3 stages (each program streams two
     tiles). float32 takes half the columns (the same bytes per tile, within the shared memory a
     CTA may use). The interpreter: small tiles. On the PDL chain (``kernels.pdl_chain.ENABLED``)
-    the software pipeline's first ``num_stages - 1`` tiles are prefetched into L2 early
-    (``kernels.pdl_chain.PREFETCH``).
+    with ``kernels.pdl_chain.PREFETCH`` (off by default) the software pipeline's first
+    ``num_stages - 1`` tiles are prefetched into L2 early.
     """
     if capability(device) is None:
         return GemvTiles(16, min(64, max(16, triton.next_power_of_2(k))), 1)
