@@ -5,12 +5,8 @@ comparison."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 from mock_engine import GREEDY, V, expected
-
-NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
 
 
 class TailLookup:

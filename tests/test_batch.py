@@ -11,11 +11,9 @@ buckets against single-sequence decode, BF16 and INT8.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
-from mock_engine import GREEDY, expected, mock_engine, prompt_of
+from mock_engine import GREEDY, NO_STOP, expected, mock_engine, prompt_of
 
 from infer import Engine, EngineConfig, SamplingParams
 
@@ -127,9 +125,6 @@ def test_on_prefill_names_the_request():
 
 
 # ---------------------------------------------------------------------------- tiny Qwen3
-
-
-NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
 
 
 def random_ids(n: int, seed: int) -> list[int]:

@@ -6,10 +6,9 @@ and INT8 caches."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
+from mock_engine import NO_STOP
 
 from infer import Engine, EngineConfig
 from infer.meta import build_meta, grow_pages
@@ -18,7 +17,6 @@ CTX = 131072
 YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                          "original_max_position_embeddings": 32768},
         "max_position_embeddings": CTX}
-NO_STOP = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
 
 
 @pytest.fixture(scope="module")

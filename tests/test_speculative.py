@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mock_engine import GREEDY, expected, mock_engine, prompt_of
-from spec_helpers import NO_STOP, ScriptedLookup, TailLookup, batch_and_alone
+from mock_engine import GREEDY, NO_STOP, expected, mock_engine, prompt_of
+from spec_helpers import ScriptedLookup, TailLookup, batch_and_alone
 
 import infer.verify_step as verify_step
 from infer import Engine, EngineConfig, SamplingParams

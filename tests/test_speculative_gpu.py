@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mock_engine import GREEDY
-from spec_helpers import NO_STOP, TailLookup, batch_and_alone
+from mock_engine import GREEDY, NO_STOP
+from spec_helpers import TailLookup, batch_and_alone
 
 import infer.verify_step as verify_step
 from infer import Engine, EngineConfig, SamplingParams
