@@ -19,9 +19,8 @@ drift of the card hits every variant alike): ``default`` runs the flags as shipp
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
 projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the KV store in the
 q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PDL chain
-(``kernels.pdl_chain.ENABLED``) and ``prefetch`` its GEMVs' L2 prefetch (``PREFETCH``, only
-with ``pdl_chain``): ``split_k+pdl_chain`` is what ships; ``+`` joins them. Each JSON line
-names its variant and round.
+(``kernels.pdl_chain.ENABLED``): ``split_k+pdl_chain`` is what ships; ``+`` joins them. Each
+JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -53,8 +52,7 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
-         "pdl_chain": (kernels.pdl_chain, "ENABLED"),
-         "prefetch": (kernels.pdl_chain, "PREFETCH")}
+         "pdl_chain": (kernels.pdl_chain, "ENABLED")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -29,7 +29,7 @@
 #              kernel specializations it compiled, by name; the second is warm)
 #   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
 #              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
-#   fusions    the decode A/B of the PDL chain (with and without its L2 prefetch) against
+#   fusions    the decode A/B of the PDL chain against
 #              split-K alone (benchmarks/decode_e2e.py --variants ..., 2 rounds alternating):
 #              the 8B ($CKPT) BF16 at 4k and 32k, then the 0.6B; FUSION_VARIANTS overrides
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
@@ -105,7 +105,7 @@ for what in "$@"; do
     fusions)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
-      fv=${FUSION_VARIANTS:-split_k,split_k+pdl_chain,split_k+pdl_chain+prefetch}
+      fv=${FUSION_VARIANTS:-split_k,split_k+pdl_chain}
       python3 benchmarks/decode_e2e.py --model "$CKPT" --lengths 4096 32768 --kv bf16 \
           --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 | tee "$OUT/fusions_8b.jsonl"
       python3 benchmarks/decode_e2e.py --size 0.6b --workdir /tmp --lengths 4096 32768 \

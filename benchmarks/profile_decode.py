@@ -232,13 +232,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--rows", default="1", help="rows per step, comma-separated (1..16; > 1: "
                     "a verify step's layout, one sequence at consecutive positions)")
-    ap.add_argument("--pdl-chain", choices=("off", "on", "on-prefetch"), default=None,
-                    help="the decode layer's kernels on the PDL chain (kernels/pdl_chain.py), "
-                    "on-prefetch with the GEMVs' L2 prefetch; default: as shipped")
+    ap.add_argument("--pdl-chain", choices=("off", "on"), default=None,
+                    help="the decode layer's kernels on the PDL chain (kernels/pdl_chain.py); "
+                    "default: as shipped")
     args = ap.parse_args(argv)
     if args.pdl_chain is not None:
-        pdl_chain.ENABLED = args.pdl_chain != "off"
-        pdl_chain.PREFETCH = args.pdl_chain == "on-prefetch"
+        pdl_chain.ENABLED = args.pdl_chain == "on"
 
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be >= 1")
@@ -264,7 +263,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     records = [{"what": "device", "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
                 "torch": torch.__version__, "commit": os.environ.get("INFER_COMMIT", "unknown"),
                 "ckpt": args.ckpt, "layers": mc.num_hidden_layers, "hidden": mc.hidden_size,
-                "pdl_chain": pdl_chain.ENABLED, "prefetch": pdl_chain.PREFETCH}]
+                "pdl_chain": pdl_chain.ENABLED}]
     print(json.dumps(records[0]), flush=True)
     for kv in kvs:
         eng = Engine(replace(cfg0, kv_cache=kv), model=model, tokenizer=tokenizer)

@@ -37,11 +37,10 @@ to the model dtype, then a rounding after silu and after the product). The ``[T,
 output never exists.
 
 **PDL chain** (``GemvTiles.pdl``, ``kernels/pdl_chain.py``): launched with programmatic dependent
-launch, a program prefetches the first ``prefetch_tiles`` tiles of its weight rows into L2 (0 by
-default: measured slower), waits for its predecessor (the norm or the combine that writes
-``x``), streams the weight, and lets its successor be scheduled when its weight stream is done;
-the split-K reduce waits and signals at its start. Results are the same bit for bit; only when
-each kernel starts moves.
+launch, a program waits for its predecessor (the norm or the combine that writes ``x``) before
+its first load, streams the weight, and lets its successor be scheduled when its weight stream
+is done; the split-K reduce waits and signals at its start. Results are the same bit for bit;
+only when each kernel starts moves.
 
 Tiling after the split-K-free "skinny GEMM" of decode kernels in llama.cpp (``mul_mat_vec``) and
 vLLM; the gate/up epilogue follows vLLM's ``silu_and_mul`` numerics. SwiGLU: Shazeer 2020.
@@ -54,7 +53,6 @@ import triton
 import triton.language as tl
 
 from kernels.device import supports_pdl
-from kernels.pdl_chain import prefetch_l2
 from kernels.silu_mul import silu_mul_rounded
 from kernels.tiles import GemvTiles, gemv_tiles
 
@@ -77,8 +75,7 @@ def _gemv_kernel(
     DOT_PREC: tl.constexpr,  # "ieee" for float32 operands (no TF32), "tf32" (unused) otherwise
     SPLIT_K: tl.constexpr = 1,  # > 1: y_ptr is the float32 [SPLIT_K, BLOCK_M, N] workspace
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
-    USE_PDL: tl.constexpr = False,  # PDL chain (module notes): prefetch, wait, ..., signal
-    PREFETCH_BYTES: tl.constexpr = 0,  # USE_PDL: bytes of each weight row to prefetch into L2
+    USE_PDL: tl.constexpr = False,  # PDL chain (module notes): wait, stream, signal
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -96,15 +93,6 @@ def _gemv_kernel(
         k_lo = tl.program_id(1) * K_PER_SPLIT
         k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     if USE_PDL:
-        if PREFETCH_BYTES > 0:  # the weight never depends on the predecessor: fetch it early
-            row_start = w_ptr + rows_n * stride_wn + k_lo
-            elem: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-            # never past this program's run of K (a shorter last split: within the row)
-            nbytes = tl.full([BLOCK_N], 0, tl.int32) + tl.minimum(PREFETCH_BYTES,
-                                                                  (k_hi - k_lo) * elem)
-            prefetch_l2(row_start, nbytes)
-            if SWIGLU:
-                prefetch_l2(row_start + N * stride_wn, nbytes)
         tl.extra.cuda.gdc_wait()  # x (the predecessor's output) and y's storage from here on
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
@@ -191,23 +179,16 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        **_chain_options(weight, k, k, tiles))
+        **_chain_options(x.device, tiles))
     return y
 
 
-def _chain_options(weight: torch.Tensor, k: int, k_per_program: int, tiles: GemvTiles) -> dict:
-    """The PDL-chain constexprs and launch option (``kernels/pdl_chain.py``): none unless
-    ``tiles.pdl`` and the device has PDL; the L2 prefetch only for rows whose starts are 16-byte
-    aligned with whole tiles (``cp.async.bulk.prefetch``'s rule), of at most one program's run
-    of K."""
-    if not (tiles.pdl and supports_pdl(weight.device)):
-        return {}
-    elem = weight.element_size()
-    aligned = (weight.data_ptr() % 16 == 0 and (weight.stride(0) * elem) % 16 == 0
-               and k % tiles.block_k == 0 and (tiles.block_k * elem) % 16 == 0)
-    tiles_ahead = min(tiles.prefetch_tiles, triton.cdiv(k_per_program, tiles.block_k))
-    nbytes = tiles_ahead * tiles.block_k * elem if aligned else 0
-    return {"USE_PDL": True, "PREFETCH_BYTES": nbytes, "launch_pdl": True}
+def _chain_options(device: torch.device, tiles: GemvTiles) -> dict:
+    """The PDL-chain constexpr and launch option (``kernels/pdl_chain.py``): none unless
+    ``tiles.pdl`` and the device has PDL."""
+    if tiles.pdl and supports_pdl(device):
+        return {"USE_PDL": True, "launch_pdl": True}
+    return {}
 
 
 def split_runs(k: int, block_k: int, split_k: int) -> tuple[int, int]:
@@ -223,7 +204,7 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int
     """Split-K (module notes): the partial sums, then their fixed-order sum into ``y``."""
     splits, per = split_runs(k, tiles.block_k, tiles.split_k)
     ws = torch.empty((splits, MAX_ROWS, n), dtype=torch.float32, device=x.device)
-    chain = _chain_options(weight, k, per, tiles)
+    chain = _chain_options(x.device, tiles)
     _gemv_kernel[(triton.cdiv(n, tiles.block_n), splits)](
         x, weight, ws, x.shape[0], n, k, x.stride(0), weight.stride(0), n,
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,

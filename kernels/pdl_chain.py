@@ -22,25 +22,20 @@ The contract every kernel of the chain keeps (``NOTE``: a new kernel on the chai
   ``inv_freq``: written before the step's first kernel started), and writes nothing;
 - it signals ``gdc_launch_dependents`` where its successor may take the SMs it leaves: a GEMV
   after its weight stream (its successor's programs then fill the tail of its last wave),
-  the small row kernels (norms, the split-K reduce) at their start;
-- with ``PREFETCH`` (off: measured slower, BENCHMARKS.md) a GEMV first prefetches the first
-  tiles of its weight rows into L2 (``prefetch_l2``), so that its first loads after the wait
-  would hit L2 instead of HBM.
+  the small row kernels (norms, the split-K reduce) at their start.
 
-Results are bit-identical with the chain on or off: only the time at which each kernel starts
-moves. Ignored before sm_90 and under the interpreter (``chain_pdl``).
+An L2 prefetch of each GEMV's first weight tiles before its wait was measured slower and removed
+(BENCHMARKS.md). Results are bit-identical with the chain on or off: only the time at which each
+kernel starts moves. Ignored before sm_90 and under the interpreter (``chain_pdl``).
 
 PDL: CUDA programming guide, "Programmatic Dependent Launch and Synchronization"; the PTX ISA's
-``griddepcontrol`` and ``cp.async.bulk.prefetch``. The same overlap by other means: the
-persistent "megakernel" decoders (Hazy Research 2025), which issue the next operation's weight
-loads while the current one finishes.
+``griddepcontrol``. The same overlap by other means: the persistent "megakernel" decoders (Hazy
+Research 2025), which issue the next operation's weight loads while the current one finishes.
 """
 
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from kernels.device import supports_pdl
 
@@ -48,21 +43,8 @@ from kernels.device import supports_pdl
 # and +1.6 % tok/s for the 8B (BF16, 4k and 32k) on the H200 (BENCHMARKS.md; the A/B:
 # ``benchmarks/decode_e2e.py --variants split_k,split_k+pdl_chain``).
 ENABLED = True
-# Whether a GEMV on the chain prefetches its rows' first tiles into L2 before it waits
-# (``kernels.tiles.gemv_tiles``: the software pipeline's ``num_stages - 1`` tiles). Off: 5.6 %
-# slower than the chain without it (BENCHMARKS.md; the A/B variant ``prefetch``).
-PREFETCH = False
 
 
 def chain_pdl(device: torch.device | str) -> bool:
     """Whether a chain kernel on ``device`` launches with PDL: ``ENABLED`` on sm_90+."""
     return ENABLED and supports_pdl(device)
-
-
-@triton.jit
-def prefetch_l2(row_start, nbytes):
-    """Prefetch ``nbytes[i]`` bytes at ``row_start[i]`` into L2 for each element ``i`` (one
-    ``cp.async.bulk.prefetch.L2`` each: GPU only, sm_90+). Each address must be 16-byte aligned
-    and each size a multiple of 16; a prefetch is a hint (no result, nothing waits for it)."""
-    tl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; // $0", "=r,l,r",
-                              [row_start, nbytes], dtype=tl.int32, is_pure=False, pack=1)

@@ -44,7 +44,7 @@ def _rmsnorm_kernel(
     dtype = out_ptr.dtype.element_ty
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)  # a weight: never written
     if USE_PDL:
-        tl.extra.cuda.gdc_launch_dependents()  # the next GEMV may take the SMs and prefetch
+        tl.extra.cuda.gdc_launch_dependents()  # the next GEMV may take the SMs
         tl.extra.cuda.gdc_wait()  # x and the residual come from the predecessors
     x = tl.load(x_ptr + row * tl.cast(stride_xt, tl.int64) + offs, mask=mask, other=0.0)
     if HAS_RESIDUAL:

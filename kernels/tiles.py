@@ -194,8 +194,6 @@ class GemvTiles:
             when ``GEMV_SPLIT_K`` is set.
         pdl: run on the PDL chain (``kernels/pdl_chain.py``; sm_90+ only, ignored elsewhere;
             results unchanged); ``gemv_tiles`` sets it from ``kernels.pdl_chain.ENABLED``.
-        prefetch_tiles: with ``pdl``, the tiles of each weight row prefetched into L2 before
-            the kernel waits for its predecessor (0: none).
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -207,7 +205,6 @@ class GemvTiles:
     num_warps: int = 4
     split_k: int = 1
     pdl: bool = False
-    prefetch_tiles: int = 0
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)
@@ -218,9 +215,6 @@ class GemvTiles:
                              ">= 1")
         if not isinstance(self.split_k, int) or self.split_k < 1:
             raise ValueError(f"split_k must be an integer >= 1, got {self.split_k!r}")
-        if not isinstance(self.prefetch_tiles, int) or self.prefetch_tiles < 0:
-            raise ValueError(f"prefetch_tiles must be an integer >= 0, got "
-                             f"{self.prefetch_tiles!r}")
 
 
 def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
@@ -232,9 +226,7 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     (n >= 6144: qkv_proj, lm_head) 64 x 128 with 5 stages; n < 6144 (o_proj, down_proj) 32 x 256
     with 5 stages; the SwiGLU gate/up pair 32 x 128 with 3 stages (each program streams two
     tiles). float32 takes half the columns (the same bytes per tile, within the shared memory a
-    CTA may use). The interpreter: small tiles. On the PDL chain (``kernels.pdl_chain.ENABLED``)
-    with ``kernels.pdl_chain.PREFETCH`` (off by default) the software pipeline's first
-    ``num_stages - 1`` tiles are prefetched into L2 early.
+    CTA may use). The interpreter: small tiles. ``pdl`` follows ``kernels.pdl_chain.ENABLED``.
     """
     if capability(device) is None:
         return GemvTiles(16, min(64, max(16, triton.next_power_of_2(k))), 1)
@@ -249,9 +241,7 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     split = 1
     if GEMV_SPLIT_K and not swiglu:
         split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device))
-    chain = pdl_chain.ENABLED
-    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=chain,
-                     prefetch_tiles=stages - 1 if chain and pdl_chain.PREFETCH else 0)
+    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED)
 
 
 def gemv_split_k(row_blocks: int, k_tiles: int, sms: int, max_split: int = 8,

@@ -6,7 +6,7 @@ TRITON_INTERPRET=1, where kernels cannot be compiled):
 
 For each kernel, with the constexprs its launcher picks with the chain on (Qwen3-8B shapes, the
 0.6B's split-K ``o_proj`` for the reduce) and, for the GEMVs, with it off: counts of global
-loads, global stores, async copies and L2 prefetches before the first ``griddepcontrol.wait``,
+loads, global stores and async copies before the first ``griddepcontrol.wait``,
 whether ``launch_dependents`` is there and, for a GEMV, whether it comes after the last tensor-
 core instruction (after the weight stream). PTX is laid out in program order for these
 straight-line prologues, so "before" in the text is before in the kernel.
@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.pop("TRITON_INTERPRET", None)
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 from compile_targets import compile_for  # noqa: E402
 
 from kernels import device, gemv, pdl_chain  # noqa: E402
@@ -54,8 +53,6 @@ def layout(ptx: str) -> dict:
             "loads_before_wait": count("ld.global", head),
             "stores_before_wait": count("st.global", head),
             "async_copies_before_wait": count("cp.async.cg", head) + count("cp.async.ca", head),
-            "prefetches_before_wait": count("cp.async.bulk.prefetch.L2", head),
-            "prefetches": count("cp.async.bulk.prefetch.L2", lines),
             "signal_after_mma": bool(signal and mma) and signal[0] > mma[-1]}
 
 
@@ -67,8 +64,7 @@ def compile_gemv(name: str, chain: bool) -> dict:
     consts = dict(BLOCK_M=gemv.MAX_ROWS, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
                   EVEN_K=k % (per or t.block_k) == 0, SWIGLU=swiglu, STAGES=t.num_stages,
                   DOT_PREC="tf32", SPLIT_K=splits, K_PER_SPLIT=per)
-    ahead = min(t.prefetch_tiles, triton.cdiv(per or k, t.block_k))  # gemv._chain_options
-    consts.update(USE_PDL=t.pdl, PREFETCH_BYTES=ahead * t.block_k * 2 if t.pdl else 0)
+    consts.update(USE_PDL=t.pdl)
     ptr = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*fp32" if splits > 1 else "*bf16"}
     kernel = compile_for(gemv._gemv_kernel, consts, 90, types={**SCALARS, **ptr},
                          num_warps=t.num_warps, num_stages=t.num_stages, launch_pdl=t.pdl)
@@ -85,7 +81,6 @@ def compile_gemv(name: str, chain: bool) -> dict:
 def main() -> None:
     device._capability = lambda index: (9, 0)
     device._sm_count = lambda index: 132  # an H200
-    pdl_chain.PREFETCH = True  # an option (off by default): where its prefetches sit, too
     for name in GEMVS:
         for chain in (True, False):
             print(json.dumps(compile_gemv(name, chain)))

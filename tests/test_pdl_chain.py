@@ -1,13 +1,12 @@
 """The PDL chain (``kernels/pdl_chain.py``): when it is on, what the launchers pass, and that it
 never changes a result.
 
-CPU: the switch (never on a CPU), the GEMV tiles it sets, the launcher's L2-prefetch rule
-(16-byte aligned rows of whole tiles, never past a program's run of K) and an unchanged result
-under the interpreter. The PTX placement of the wait, the signal and the prefetches is checked
+CPU: the switch (never on a CPU), the GEMV tiles it sets, what the launcher passes and an
+unchanged result under the interpreter. The PTX placement of the wait and the signal is checked
 by ``tests/test_kernels_compile.py``. GPU: chain on == chain off bit for bit, for each GEMV
 shape of the 8B and the 0.6B, for a norm -> GEMV -> norm sequence repeated back to back (a
-missing wait would read stale rows), for a weight whose rows are not 16-byte aligned (no
-prefetch) and for the engine's greedy tokens with CUDA graphs and eagerly.
+missing wait would read stale rows) and for the engine's greedy tokens with CUDA graphs and
+eagerly.
 """
 
 from __future__ import annotations
@@ -37,52 +36,25 @@ def test_chain_is_never_on_for_a_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize("chain", [False, True])
-@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("n, k, swiglu", [(6144, 4096, False), (12288, 4096, True),
                                           (1024, 2048, False)])
-def test_gemv_tiles_follow_the_chain_switch(fake_h200, monkeypatch, chain, prefetch, n, k,
-                                            swiglu):
+def test_gemv_tiles_follow_the_chain_switch(fake_h200, monkeypatch, chain, n, k, swiglu):
     monkeypatch.setattr(pdl_chain, "ENABLED", chain)
-    monkeypatch.setattr(pdl_chain, "PREFETCH", prefetch)
     t = gemv_tiles(GPU, torch.bfloat16, n, k, swiglu)
     assert t.pdl is chain
-    assert t.prefetch_tiles == (t.num_stages - 1 if chain and prefetch else 0)
     monkeypatch.setattr(pdl_chain, "ENABLED", not chain)
     other = gemv_tiles(GPU, torch.bfloat16, n, k, swiglu)
     assert (other.block_n, other.block_k, other.num_stages, other.split_k) == (
         t.block_n, t.block_k, t.num_stages, t.split_k)  # the tiles themselves never move
 
 
-def test_gemv_tiles_reject_a_negative_prefetch():
-    with pytest.raises(ValueError, match="prefetch_tiles"):
-        GemvTiles(32, 128, 3, prefetch_tiles=-1)
-
-
-def _weight(rows: int, cols: int, offset: int = 0, dtype=torch.bfloat16) -> torch.Tensor:
-    """A [rows, cols] weight view starting ``offset`` elements into a 16-byte aligned buffer."""
-    buf = torch.zeros(rows * cols + offset, dtype=dtype)
-    return buf[offset:].view(rows, cols)
-
-
-@pytest.mark.parametrize("case, want", [
-    # (rows, K, element offset, k_per_program, prefetch_tiles, dtype): bytes per row
-    ((64, 4096, 0, 4096, 4, torch.bfloat16), 4 * 128 * 2),  # the pipeline's lead
-    ((64, 4096, 0, 256, 4, torch.bfloat16), 2 * 128 * 2),  # a short split: its own 2 tiles
-    ((64, 4096, 0, 4096, 0, torch.bfloat16), 0),  # none asked
-    ((64, 4096, 1, 4096, 4, torch.bfloat16), 0),  # rows not 16-byte aligned: none
-    ((64, 4100, 0, 4100, 4, torch.bfloat16), 0),  # K not whole tiles: none
-    ((64, 4096, 0, 4096, 4, torch.float32), 4 * 64 * 4),  # float32 tiles are half as wide
-])
-def test_prefetch_rule(monkeypatch, case, want):
-    rows, k, offset, per, ahead, dtype = case
+@pytest.mark.parametrize("pdl", [False, True])
+def test_chain_options_follow_the_tiles_and_the_device(monkeypatch, pdl):
+    tiles = GemvTiles(64, 128, 5, pdl=pdl)
+    assert gemv._chain_options(torch.device("cpu"), tiles) == {}  # the interpreter: never
     monkeypatch.setattr(gemv, "supports_pdl", lambda dev: True)
-    weight = _weight(rows, k, offset, dtype)
-    tiles = GemvTiles(64, 128 if dtype != torch.float32 else 64, 5, pdl=True,
-                      prefetch_tiles=ahead)
-    opts = gemv._chain_options(weight, k, per, tiles)
-    assert opts == {"USE_PDL": True, "PREFETCH_BYTES": want, "launch_pdl": True}
-    assert want % 16 == 0
-    assert gemv._chain_options(weight, k, per, dataclasses.replace(tiles, pdl=False)) == {}
+    want = {"USE_PDL": True, "launch_pdl": True} if pdl else {}
+    assert gemv._chain_options(torch.device("cpu"), tiles) == want
 
 
 def test_gemv_with_chain_tiles_on_a_cpu_is_unchanged():
@@ -91,7 +63,7 @@ def test_gemv_with_chain_tiles_on_a_cpu_is_unchanged():
     x = torch.randn(3, 64, generator=gen)
     w = torch.randn(48, 64, generator=gen)
     plain = GemvTiles(16, 32, 1)
-    chain = dataclasses.replace(plain, pdl=True, prefetch_tiles=2)
+    chain = dataclasses.replace(plain, pdl=True)
     assert torch.equal(gemv.gemv(x, w, tiles=chain), gemv.gemv(x, w, tiles=plain))
     torch.testing.assert_close(gemv.gemv(x, w, tiles=chain), x @ w.T, rtol=1e-5, atol=1e-5)
 
@@ -120,18 +92,6 @@ def test_gpu_gemv_chain_equals_plain(monkeypatch, n, k, swiglu, rows):
     w = torch.randn(2 * n if swiglu else n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
     run = (lambda: gemv.gemv_swiglu(x, w)) if swiglu else (lambda: gemv.gemv(x, w))
     off, on = _both(monkeypatch, run)
-    assert torch.equal(on, off)
-
-
-@pytest.mark.gpu
-def test_gpu_gemv_chain_misaligned_weight_rows(monkeypatch):
-    """Rows that start off a 16-byte boundary take no prefetch (``cp.async.bulk.prefetch``
-    would fault): the same result as plain."""
-    torch.manual_seed(2)
-    buf = torch.randn(4096 * 4096 + 1, device="cuda", dtype=torch.bfloat16)
-    w = buf[1:].view(4096, 4096)
-    x = torch.randn(2, 4096, device="cuda", dtype=torch.bfloat16)
-    off, on = _both(monkeypatch, lambda: gemv.gemv(x, w))
     assert torch.equal(on, off)
 
 
