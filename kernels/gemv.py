@@ -214,7 +214,7 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int
         K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain)
     _splitk_reduce_kernel[(triton.cdiv(n, SPLITK_REDUCE_COLUMNS),)](
         ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS,
-        BLOCK_N=SPLITK_REDUCE_COLUMNS, **({"USE_PDL": True, "launch_pdl": True} if chain else {}))
+        BLOCK_N=SPLITK_REDUCE_COLUMNS, **chain)
     return y
 
 
