@@ -185,6 +185,8 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
             system = setup.user_text(ui, system, "--system")
         cfg, tok, _ = setup.prepare(ui, model)
         engine, load_s = setup.load_engine(ui, cfg, tok)
+        # the decode step's capture before the first turn (its length is not known yet)
+        setup.warm_engine(ui, engine, engine.default_sampling(**opts.sampling_overrides()))
         code = run_repl(ui, engine, system, load_s)
         if code and not sys.stdin.isatty():
             raise typer.Exit(code)

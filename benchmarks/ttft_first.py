@@ -3,9 +3,10 @@ second one's in the same process, and the prefill alone (issue 16's summarize TT
 prefill plus at most 0.1 s).
 
 For each ``--capture-ahead`` value (``infer.session.CAPTURE_AHEAD_TOKENS``: the prompt tokens
-enqueued before the decode step's capture) a fresh Python process loads the checkpoint and
-replies three times to the same prompt of ``--tokens`` pseudo-random ids, on fresh sessions,
-greedy, ``--new`` tokens each:
+enqueued before the decode step's capture) and each ``--warm-up`` value (``on``: the commands'
+start-up warm-up, ``infer.warm_up.warm_up``, after the load; ``off``: none) a fresh Python
+process loads the checkpoint and replies three times to the same prompt of ``--tokens``
+pseudo-random ids, on fresh sessions, greedy, ``--new`` tokens each:
 
 - ``first``: what ``infer summarize`` pays: every kernel's first launch in the process (module
   loading, cuBLAS's handle), and the decode step's capture, overlapping the prefill as far as it
@@ -13,17 +14,18 @@ greedy, ``--new`` tokens each:
 - ``second``: the kernels loaded and the step captured: the prefill and the first token;
 - ``third``: the same again (the spread between ``second`` and ``third`` is the noise).
 
-One JSON line per process: ``load_s``, each reply's ``ttft_s``, ``capture_s`` (the engine's
-capture seconds, all in the first reply), ``first_minus_second_s`` (the first prompt's extra
-cost). With ``--timeline``, ``first_timeline``/``second_timeline`` per reply: each prefill
-chunk's host enqueue start and end and its completion on the device, and the capture's host
-start and end, all in seconds since the reply began (``chunk_timeline``): where the device
-waited for the host. With ``--profile N``, ``first_profile``: the first reply's N functions of
-most own time under ``cProfile`` (it slows the host, so its TTFT is not the figure). Runs on the
-CPU too (a smoke test: no capture; the device column is the host's).
+One JSON line per process: ``load_s``, ``warm_up_s``, each reply's ``ttft_s``, ``capture_s``
+(the engine's capture seconds: in the warm-up or else in the first reply),
+``first_minus_second_s`` (the first prompt's extra cost). With ``--timeline``,
+``first_timeline``/``second_timeline`` per reply: each prefill chunk's host enqueue start and end
+and its completion on the device, and the capture's host start and end, all in seconds since the
+reply began (``chunk_timeline``): where the device waited for the host. With ``--profile N``,
+``first_profile``: the first reply's N functions of most own time under ``cProfile`` (it slows
+the host, so its TTFT is not the figure). Runs on the CPU too (a smoke test: no capture; the
+device column is the host's).
 
     PYTHONPATH=. python3 benchmarks/ttft_first.py --ckpt /tmp/qwen3-8b-random --tokens 28506 \\
-        --capture-ahead 16384,32768 [--timeline] [--profile 25]
+        --capture-ahead 16384,32768 [--warm-up off,on] [--timeline] [--profile 25]
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ import contextlib
 import cProfile
 import io
 import json
-import pstats
 import os
+import pstats
 import subprocess
 import sys
 import time
@@ -51,6 +53,7 @@ def one_process(args) -> dict:
     import infer.session
     from benchmarks.run_info import commit
     from infer import Engine, EngineConfig, SamplingParams
+    from infer.warm_up import warm_up
 
     infer.session.CAPTURE_AHEAD_TOKENS = args.capture_ahead
     t0 = time.perf_counter()
@@ -59,6 +62,7 @@ def one_process(args) -> dict:
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(100, 100_000, (args.tokens,), generator=gen).tolist()
     sp = SamplingParams(temperature=0.0, max_new_tokens=args.new, ignore_eos=True)
+    warm_s = warm_up(eng, sp, prompt_tokens=len(prompt)) if args.warm_up == "on" else 0.0
     ttft, timelines, profile = [], [], None
     for i in range(3):
         s = eng.new_session()
@@ -80,7 +84,8 @@ def one_process(args) -> dict:
         extra["first_profile"] = profile
     return {"bench": "ttft_first", "commit": commit(), "device": str(eng.device),
             "tokens": args.tokens, "kv": args.kv, "capture_ahead": args.capture_ahead,
-            "load_s": round(load_s, 3), "first_ttft_s": round(ttft[0], 3),
+            "warm_up": args.warm_up, "load_s": round(load_s, 3), "warm_up_s": round(warm_s, 3),
+            "first_ttft_s": round(ttft[0], 3),
             "second_ttft_s": round(ttft[1], 3), "third_ttft_s": round(ttft[2], 3),
             "capture_s": round(eng.graph_capture_s, 3),
             "first_minus_second_s": round(ttft[0] - ttft[1], 3), **extra}
@@ -157,6 +162,8 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--capture-ahead", default="16384",
                     help="CAPTURE_AHEAD_TOKENS values, comma-separated (one process each)")
+    ap.add_argument("--warm-up", default="on",
+                    help="on, off or off,on: the start-up warm-up (one process each)")
     ap.add_argument("--timeline", action="store_true",
                     help="add the first two replies' prefill chunk timelines")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -170,11 +177,15 @@ def main(argv=None) -> None:
         args.capture_ahead = int(args.capture_ahead)
         print(json.dumps(one_process(args)), flush=True)
         return
-    for value in args.capture_ahead.split(","):
+    warm = [w.strip() for w in args.warm_up.split(",")]
+    if not warm or any(w not in ("on", "off") for w in warm):
+        ap.error(f"--warm-up takes on, off or both comma-separated, got {args.warm_up!r}")
+    for value, w in [(v, w) for v in args.capture_ahead.split(",") for w in warm]:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--ckpt", args.ckpt,
                "--tokens", str(args.tokens), "--new", str(args.new), "--ctx", args.ctx,
                "--kv", args.kv, "--device", args.device, "--capture-ahead", value.strip(),
-               "--profile", str(args.profile), *(["--timeline"] if args.timeline else [])]
+               "--profile", str(args.profile), "--warm-up", w,
+               *(["--timeline"] if args.timeline else [])]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # the repo, installed or not
             [str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env)

@@ -81,6 +81,7 @@ class Engine:
         context: the ``models.context.ContextPlan`` of ``config.ctx`` (``max_ctx``, whether
             YaRN was turned on and the note saying so). A model passed in is used as built.
         max_batch: the most sessions ``generate_batch`` decodes together.
+        warm_up_s: seconds spent in ``infer.warm_up.warm_up`` (0.0 when never called).
         cuda_graphs: bool, whether decode steps replay CUDA graphs (``config.use_cuda_graphs``)
             or run the same runner eagerly; it may be switched between replies (benchmarks
             compare both on one engine and cache).
@@ -108,9 +109,13 @@ class Engine:
         if self.device.type == "cpu":
             check_host_capacity(config, self.model_config, weights=model is None)
         if model is None:
+            from infer.warm_up import start_triton_key
             from models.loader import load_model
+            key_thread = start_triton_key(self.device)  # hashed while the weights load
             model = load_model(config.model, device=self.device, dtype=self.dtype,
                                config=self.model_config)
+            if key_thread is not None:
+                key_thread.join()
         if tokenizer is None:
             from models.tokenizer import Qwen3Tokenizer
             tokenizer = Qwen3Tokenizer.from_folder(config.model)
@@ -128,6 +133,7 @@ class Engine:
         self.cuda_graphs = config.use_cuda_graphs
         self._runners: dict[bool, GraphRunner] = {}
         self._capture_taken_s = 0.0
+        self.warm_up_s = 0.0  # infer.warm_up.warm_up's seconds (start-up work before a reply)
 
     @property
     def ctx(self) -> int:

@@ -60,6 +60,7 @@ def test_chat_shows_the_capture_time_once(tiny_ckpt, monkeypatch):
 def test_json_header_has_graph_capture_s(tiny_ckpt):
     obj = json.loads(invoke("generate", tiny_ckpt, "Hello there", *FAST, "--json").stdout)
     assert obj["graph_capture_s"] == 0.0  # the CPU runs eagerly
+    assert obj["warm_up_s"] == 0.0  # and has no kernels to warm up (infer/warm_up.py)
 
 
 @pytest.mark.gpu

@@ -263,3 +263,5 @@ def test_summarize_on_the_gpu(kv_cache, tiny_ckpt_factory, tokenizer_dir, tmp_pa
     assert obj["device"].startswith("cuda") and obj["attention"] == "triton"
     assert obj["kv_cache"] == kv_cache and obj["prompt_tokens"] > 500
     assert obj["new_tokens"] >= 1 and obj["ttft_s"] > 0
+    # the step was captured in the start-up warm-up, before the reply
+    assert obj["warm_up_s"] > 0 and obj["graph_capture_s"] > 0

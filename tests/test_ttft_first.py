@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import ttft_first
 
 
@@ -14,6 +16,7 @@ def test_ttft_first_lines(tiny_ckpt, capsys):
     (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert line["bench"] == "ttft_first" and line["capture_ahead"] == 16
     assert line["tokens"] == 40 and line["capture_s"] == 0.0  # no graphs on the CPU
+    assert line["warm_up"] == "on" and line["warm_up_s"] > 0  # the default: as the commands do
     assert min(line[f"{k}_ttft_s"] for k in ("first", "second", "third")) > 0
     # rounded before and after the subtraction: within one unit of the last place
     assert abs(line["first_minus_second_s"]
@@ -33,6 +36,15 @@ def test_ttft_first_timeline_and_profile(tiny_ckpt, capsys):
         assert [c[0] <= c[1] for c in line[key]["capture"]] == [True]
         for start, end, done in chunks:
             assert 0 <= start <= end <= done
-        assert all(a[1] <= b[0] for a, b in zip(chunks, chunks[1:]))
+        assert all(a[1] <= b[0] for a, b in zip(chunks, chunks[1:], strict=False))
     prof = line["first_profile"]
     assert prof[0].startswith("ncalls") and len(prof) == 6
+
+
+def test_ttft_first_one_process_per_setting(tiny_ckpt, capsys):
+    ttft_first.main(["--ckpt", str(tiny_ckpt), "--tokens", "20", "--new", "1", "--ctx", "256",
+                     "--device", "cpu", "--capture-ahead", "16", "--warm-up", "off,on"])
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(x["warm_up"], x["warm_up_s"] > 0) for x in lines] == [("off", False), ("on", True)]
+    with pytest.raises(SystemExit):
+        ttft_first.main(["--ckpt", str(tiny_ckpt), "--warm-up", "maybe"])

@@ -11,7 +11,7 @@ import typer
 
 from infer.fits import check_fits
 from infer.ui.console import UI
-from infer.ui.prepare import load_engine
+from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView, capture_note, format_stats
 
@@ -34,6 +34,7 @@ def one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], *, max_ctx: i
     check_fits(len(ids), cfg.ctx, ui.opts.max_new_tokens, max_ctx=max_ctx)
     engine, load_s = load_engine(ui, cfg, tokenizer)
     sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+    warm_engine(ui, engine, sampling, prompt_tokens=len(ids))
     reply_once(command, ui, engine, load_s, ids, sampling, extra)
 
 

@@ -4,7 +4,8 @@ Owns the flag validation and model resolution (``prepare``: an ``EngineConfig``,
 and the context plan, not the weights; the note when ``--ctx`` turns YaRN on), reading a text
 input (``read_input``; ``user_text`` for an argument or a chat line) and loading the engine
 (``load_engine``, under a status spinner). The context check of a prompt and its reply is
-``infer.fits.check_fits``. Every user mistake raises ValueError with a message that says how to
+``infer.fits.check_fits``. ``warm_engine`` pays the first reply's start-up costs before it
+(``infer/warm_up.py``). Every user mistake raises ValueError with a message that says how to
 fix it; ``infer.ui.console.errors`` turns it into one line and exit code 2.
 """
 
@@ -92,6 +93,19 @@ def load_engine(ui: UI, cfg, tokenizer):
     with ui.status(f"loading {cfg.model} ..."):
         engine = Engine(cfg, tokenizer=tokenizer)
     return engine, time.perf_counter() - t0
+
+
+def warm_engine(ui: UI, engine, sampling, *, batch: int = 1, prompt_tokens: int = 0) -> None:
+    """On a CUDA device, ``infer.warm_up.warm_up`` under a status line: the first reply's
+    kernel loading and decode capture, paid at start-up instead of in its time to first token
+    (``engine.warm_up_s`` adds the seconds). Elsewhere nothing: the CPU has no graphs to capture
+    and no kernel binaries to load."""
+    if engine.device.type != "cuda":
+        return
+    from infer.warm_up import warm_up
+
+    with ui.status("warming up (kernels, CUDA graph) ..."):
+        warm_up(engine, sampling, batch=batch, prompt_tokens=prompt_tokens)
 
 
 def read_input(ui: UI, path: str) -> tuple[str, int]:

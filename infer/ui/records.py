@@ -1,8 +1,9 @@
 """The ``--json`` objects the commands print: one home for their fields.
 
 Every object starts with the same header (``engine_header``: command, model, device, ctx, kv_cache,
-cache_dtype, attention, cuda_graphs, page_size, load_s, graph_capture_s: the host seconds spent
-capturing CUDA graphs so far); ``reply_record`` adds one reply's text and
+cache_dtype, attention, cuda_graphs, page_size, load_s, warm_up_s: the start-up's warm-up seconds
+(``infer/warm_up.py``; 0 on the CPU), graph_capture_s: the host seconds spent capturing CUDA
+graphs so far, the warm-up's included); ``reply_record`` adds one reply's text and
 stats (generate, summarize, one line per reply in chat), ``bench_record`` the measured lengths.
 
 Numbers are rounded for people who read them: seconds (``*_s``) to the millisecond, rates
@@ -38,6 +39,7 @@ def engine_header(command: str, engine, load_s: float) -> dict:
             "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "cache_dtype": cache_dtype(engine),
             "attention": engine.attention_kind, "cuda_graphs": engine.cuda_graphs,
             "page_size": cfg.page_size, "load_s": round(load_s, 3),
+            "warm_up_s": round(engine.warm_up_s, 3),
             "graph_capture_s": round(engine.graph_capture_s, 3)}
 
 

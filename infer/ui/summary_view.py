@@ -22,7 +22,7 @@ from infer.summarize import Summarizer
 from infer.summary_prompts import check_plan
 from infer.ui.console import UI
 from infer.ui.oneshot import one_shot, reply_once
-from infer.ui.prepare import load_engine
+from infer.ui.prepare import load_engine, warm_engine
 
 
 def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_split: bool,
@@ -55,6 +55,7 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     cfg = replace(cfg, max_batch=_batch(ui, cfg, plan, min(len(pieces), 16), batch))
     engine, load_s = load_engine(ui, cfg, tok)
     sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+    warm_engine(ui, engine, sampling, batch=cfg.max_batch, prompt_tokens=limit)
     sm = Summarizer(engine, tok, lambda t, m: split_text(t, tok, m), sampling,
                     part_tokens=part_tokens, final_tokens=max_new or None, think=ui.opts.think,
                     speculate=ui.opts.speculation("summarize"))
