@@ -1,0 +1,88 @@
+"""Compile the decode GEMM (``kernels/gemv.py``) for sm_90 on a CPU exactly as its launches on an
+H200 specialize it; run as a script (the test suite runs under TRITON_INTERPRET=1, where kernels
+cannot be compiled):
+
+    python3 tests/compile_launch_ptx.py [ROOT [OUTDIR]]   # ROOT: a checkout (default: this one)
+
+For the Qwen3-8B's projections (qkv, o_proj, gate/up with SwiGLU, down, lm_head: BF16, the tiles
+``kernels.tiles.gemv_tiles`` picks on 132 SMs) and steps of 1, 13 and 16 rows, the launcher runs
+on meta tensors under ``tests/launch_specs.py``'s ``LaunchRecorder`` and ``gpu_facts``; the
+launch's signature, constexprs and attributes (an int argument equal to 1 as a constexpr,
+``tt.divisibility`` 16 for ints divisible by 16 and 16-byte aligned pointers, unless
+``do_not_specialize``) go through ``JITFunction._pack_args`` and ``triton.compile`` as
+``JITFunction.run`` would on a GPU. Prints one JSON line per case: the digests of its PTX (without
+debug line info: ``compile_ptx_digest.clean_ptx``) and SASS, and the launch key; with OUTDIR it also
+writes each case's PTX and SASS there. Run it on two checkouts and diff the OUTDIRs to see what a
+change of the kernel's specialization does to the generated code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else HERE.parent
+OUTDIR = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+os.environ.pop("TRITON_INTERPRET", None)
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
+
+import torch  # noqa: E402
+from compile_ptx_digest import clean_ptx, sass  # noqa: E402
+from launch_specs import LaunchRecorder, gpu_facts  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource, compile, make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+from kernels import gemv  # noqa: E402
+
+# name: (weight rows: N, or 2I for the gate/up pair; K; swiglu), the Qwen3-8B's projections
+PROJECTIONS = {"qkv": (6144, 4096, False), "o_proj": (4096, 4096, False),
+               "gate_up": (24576, 4096, True), "down": (4096, 12288, False),
+               "lm_head": (151936, 4096, False)}
+ROWS = (1, 13, 16)  # a decode step; the 13-token prompt of ``infer generate M Hello``; a verify
+
+
+def compile_launch(kernel, args: tuple, kwargs: dict, arch: int = 90):
+    """``kernel`` (a ``JITFunction``) compiled for ``sm_{arch}`` as a launch with ``args`` and
+    ``kwargs`` compiles it: ``JITFunction.run``'s binder, ``_pack_args`` and ``compile``."""
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, spec, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec,
+                                                              options)
+    return compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
+                   options=options.__dict__)
+
+
+def main() -> None:
+    with gpu_facts():
+        for name, (n, k, swiglu) in PROJECTIONS.items():
+            w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+            for m in ROWS:
+                with LaunchRecorder([gemv._gemv_kernel]) as rec:
+                    x = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
+                    (gemv.gemv_swiglu if swiglu else gemv.gemv)(x, w)
+                ((key, (args, kwargs)),) = rec.calls["_gemv_kernel"].items()
+                _emit(f"{name}_m{m}", key, args, kwargs)
+
+
+def _emit(case: str, key: str, args: tuple, kwargs: dict) -> None:
+    kernel = compile_launch(gemv._gemv_kernel, args, kwargs)
+    out = {"case": case}
+    for suffix, text in (("ptx", clean_ptx(kernel.asm["ptx"])),
+                         ("sass", sass(kernel.asm["cubin"]))):
+        out[suffix] = hashlib.sha1(text.encode()).hexdigest()[:12]
+        if OUTDIR:
+            OUTDIR.mkdir(parents=True, exist_ok=True)
+            (OUTDIR / f"{case}.{suffix}").write_text(text)
+    out["key"] = key
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
