@@ -33,8 +33,8 @@ import contextlib
 import cProfile
 import io
 import json
-import pstats
 import os
+import pstats
 import subprocess
 import sys
 import time
