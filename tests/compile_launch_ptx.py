@@ -40,9 +40,10 @@ from triton.runtime.jit import create_function_from_signature  # noqa: E402
 from kernels import gemv  # noqa: E402
 
 # name: (weight rows: N, or 2I for the gate/up pair; K; swiglu), the Qwen3-8B's projections
+# and the 0.6B's o_proj (split-K: the partial GEMV, then _splitk_reduce_kernel)
 PROJECTIONS = {"qkv": (6144, 4096, False), "o_proj": (4096, 4096, False),
                "gate_up": (24576, 4096, True), "down": (4096, 12288, False),
-               "lm_head": (151936, 4096, False)}
+               "lm_head": (151936, 4096, False), "o_proj_0.6b": (1024, 2048, False)}
 ROWS = (1, 13, 16)  # a decode step; the 13-token prompt of ``infer generate M Hello``; a verify
 
 
@@ -64,15 +65,17 @@ def main() -> None:
         for name, (n, k, swiglu) in PROJECTIONS.items():
             w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
             for m in ROWS:
-                with LaunchRecorder([gemv._gemv_kernel]) as rec:
+                kernels = [gemv._gemv_kernel, gemv._splitk_reduce_kernel]
+                with LaunchRecorder(kernels) as rec:
                     x = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
                     (gemv.gemv_swiglu if swiglu else gemv.gemv)(x, w)
-                ((key, (args, kwargs)),) = rec.calls["_gemv_kernel"].items()
-                _emit(f"{name}_m{m}", key, args, kwargs)
+                for kernel, suffix in zip(kernels, ("", "_reduce"), strict=True):
+                    for key, (args, kwargs) in rec.calls.get(kernel.fn.__name__, {}).items():
+                        _emit(f"{name}_m{m}{suffix}", kernel, key, args, kwargs)
 
 
-def _emit(case: str, key: str, args: tuple, kwargs: dict) -> None:
-    kernel = compile_launch(gemv._gemv_kernel, args, kwargs)
+def _emit(case: str, jit, key: str, args: tuple, kwargs: dict) -> None:
+    kernel = compile_launch(jit, args, kwargs)
     out = {"case": case}
     for suffix, text in (("ptx", clean_ptx(kernel.asm["ptx"])),
                          ("sass", sass(kernel.asm["cubin"]))):
