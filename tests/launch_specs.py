@@ -147,15 +147,17 @@ def gpu_facts(capability: tuple[int, int] = (9, 0), sms: int = 132) -> Iterator[
             setattr(mod, name, value)
 
 
-def generate_like(size: str, prompt_len: int, decode_steps: int, *, page_size: int = 64,
-                  num_pages: int = 64, layers: int | None = 2) -> None:
+def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1), *,
+                  page_size: int = 64, num_pages: int = 64, layers: int | None = 2) -> None:
     """The launches of a reply as ``infer generate`` runs it, on the meta device (launch them
     under a ``LaunchRecorder`` with ``execute=False``; under ``gpu_facts`` for a GPU's tiles):
     the prompt of ``prompt_len`` tokens (at most 16: the decode-path kernels) prefilled in one
-    chunk and its last row's logits, then ``decode_steps`` steps of the graph runner's bucket
-    of 1 row (``GraphRunner._run``'s model part, over ``StaticBuffers``). ``size``: a
-    ``models.random_checkpoint`` size (``"tiny"``, ``"8b"``, ...), with ``layers`` decoder
-    layers (None: all; every layer launches the same kernels). BF16 weights and cache."""
+    chunk and its last row's logits, then one step of the graph runner per entry of
+    ``buckets``, of that many rows (``GraphRunner._run``'s model part over ``StaticBuffers``:
+    1 is a plain decode step, 16 the largest speculative verify step, which ``generate`` never
+    runs by default). ``size``: a ``models.random_checkpoint`` size (``"tiny"``, ``"8b"``, ...),
+    with ``layers`` decoder layers (None: all; every layer launches the same kernels). BF16
+    weights and cache."""
     from infer.attention import TritonAttention
     from infer.kv_pool import KVPool
     from infer.meta import build_meta
@@ -193,9 +195,8 @@ def generate_like(size: str, prompt_len: int, decode_steps: int, *, page_size: i
         hidden = forward(torch.zeros(prompt_len, dtype=torch.int64, device=meta_dev), meta)
         project(model.lm_head, hidden[-1:])  # the first token's logits (session._forward)
         bufs = StaticBuffers.allocate(16, c.vocab_size, num_pages, meta_dev)
-        step = bufs.meta(1, page_size)
-        for _ in range(decode_steps):
-            project(model.lm_head, forward(bufs.input_ids[:1], step))
+        for rows in buckets:
+            project(model.lm_head, forward(bufs.input_ids[:rows], bufs.meta(rows, page_size)))
 
 
 def main() -> None:
@@ -206,7 +207,7 @@ def main() -> None:
 
     kernels = decode_path_kernels()
     with gpu_facts(), LaunchRecorder(kernels) as rec:
-        generate_like("8b", 13, 3)
+        generate_like("8b", 13)
     by_name = {k.fn.__name__: k for k in kernels}
     for name, specs in rec.specs.items():
         diff = differing(by_name[name], list(specs.values())) if len(specs) > 1 else {}

@@ -5,7 +5,8 @@ some GPUs (``griddepcontrol``, programmatic dependent launch, sm_90+) passes eve
 fails to compile on an older GPU. ``tests/compile_targets.py`` compiles stage 1, the combine, the
 KV store and the fused q/k-norm + RoPE + KV store with the constexprs their launchers pick for a
 target, in a subprocess (this suite runs under TRITON_INTERPRET=1); ``tests/compile_pdl_chain.py``
-reads where the PDL chain's waits and signals sit in the sm_90 PTX.
+reads where the PDL chain's waits and signals sit in the sm_90 PTX; ``tests/compile_launch_ptx.py``
+compiles the decode GEMM as its launches specialize it.
 """
 
 from __future__ import annotations
@@ -97,3 +98,21 @@ def test_pdl_chain_kernels_wait_before_touching_the_predecessors_data():
     for name in ("rmsnorm", "qk_norm_rope"):
         c = cases[name, True]
         assert c["wait"] and c["signal"] and c["stores_before_wait"] == 0, c
+
+
+def test_gemv_compiles_the_same_code_for_1_to_16_rows():
+    """The decode GEMM's launches on an H200 (``tests/compile_launch_ptx.py``: the 8B's
+    projections and the 0.6B's split-K o_proj at 1, 13 and 16 rows, specialized as a GPU launch
+    specializes them) have one key and one PTX per projection: the row count is not
+    specialized (``kernels/gemv.py``, "One compile per tile")."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(SCRIPT.with_name("compile_launch_ptx.py"))],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    cases = {c["case"]: c for c in map(json.loads, run.stdout.strip().splitlines())}
+    kernels = [(p, "") for p in ("qkv", "o_proj", "gate_up", "down", "lm_head", "o_proj_0.6b")]
+    for proj, suffix in [*kernels, ("o_proj_0.6b", "_reduce")]:
+        per_rows = {(cases[f"{proj}_m{m}{suffix}"]["key"], cases[f"{proj}_m{m}{suffix}"]["ptx"])
+                    for m in (1, 13, 16)}
+        assert len(per_rows) == 1, (proj, suffix, per_rows)
+    assert len(cases) == 3 * 7
