@@ -148,16 +148,18 @@ def gpu_facts(capability: tuple[int, int] = (9, 0), sms: int = 132) -> Iterator[
 
 
 def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1), *,
-                  page_size: int = 64, num_pages: int = 64, layers: int | None = 2) -> None:
+                  page_size: int = 64, num_pages: int = 64, layers: int | None = 2,
+                  kv_cache: str = "bf16", cached: int = 0) -> None:
     """The launches of a reply as ``infer generate`` runs it, on the meta device (launch them
     under a ``LaunchRecorder`` with ``execute=False``; under ``gpu_facts`` for a GPU's tiles):
     the prompt of ``prompt_len`` tokens (at most 16: the decode-path kernels) prefilled in one
-    chunk and its last row's logits, then one step of the graph runner per entry of
-    ``buckets``, of that many rows (``GraphRunner._run``'s model part over ``StaticBuffers``:
-    1 is a plain decode step, 16 the largest speculative verify step, which ``generate`` never
-    runs by default). ``size``: a ``models.random_checkpoint`` size (``"tiny"``, ``"8b"``, ...),
-    with ``layers`` decoder layers (None: all; every layer launches the same kernels). BF16
-    weights and cache."""
+    chunk after ``cached`` positions (a chat turn's history) and its last row's logits, then
+    one step of the graph runner per entry of ``buckets``, of that many rows
+    (``GraphRunner._run``'s model part over ``StaticBuffers``: 1 is a plain decode step, 16
+    the largest speculative verify step, which ``generate`` never runs by default). ``size``: a
+    ``models.random_checkpoint`` size (``"tiny"``, ``"8b"``, ...), with ``layers`` decoder
+    layers (None: all; every layer launches the same kernels). BF16 weights; ``kv_cache`` as
+    ``EngineConfig.kv_cache``."""
     from infer.attention import TritonAttention
     from infer.kv_pool import KVPool
     from infer.meta import build_meta
@@ -179,19 +181,19 @@ def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1)
         model = Qwen3ForCausalLM(c).to(torch.bfloat16).eval()
     meta_dev = torch.device("meta")
     pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, num_pages, page_size,
-                  "bf16", torch.bfloat16, meta_dev)
+                  kv_cache, torch.bfloat16, meta_dev)
     # the engine's split count: a GPU's (under gpu_facts) for a CUDA pool, 2 on the CPU
     splits_dev = torch.device("cuda", 0) if device.capability(meta_dev) else meta_dev
     attn = TritonAttention(pool, group=c.gqa_group, max_batch=1,
                            num_splits=default_num_splits(1, c.num_key_value_heads, splits_dev,
-                                                         torch.bfloat16))
+                                                         pool.layer(0).k.dtype))
 
     def forward(ids: torch.Tensor, meta) -> torch.Tensor:  # Qwen3ForCausalLM.forward on CUDA
         return model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn, meta)
 
     with torch.inference_mode():
-        pages = pool.allocate(1)
-        meta = build_meta([(pages, 0, prompt_len)], page_size, meta_dev)
+        pages = pool.allocate(-(-(cached + prompt_len) // page_size))
+        meta = build_meta([(pages, cached, prompt_len)], page_size, meta_dev)
         hidden = forward(torch.zeros(prompt_len, dtype=torch.int64, device=meta_dev), meta)
         project(model.lm_head, hidden[-1:])  # the first token's logits (session._forward)
         bufs = StaticBuffers.allocate(16, c.vocab_size, num_pages, meta_dev)
