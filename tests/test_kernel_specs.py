@@ -8,6 +8,8 @@ configuration whatever the rows (``kernels/gemv.py``, "One compile per tile"); R
 (with and without the residual add); q/k-norm + RoPE and the KV store once; stage 1 and the
 combine once for the prompt's ``NUM_QUERIES`` and once for the decode step (a 1-token prompt
 shares the decode step's combine; stage 1's decode step has slabs, the prompt's has not).
+Speculative verify steps add nothing, and a short prompt after a history shares the stage 1 of
+a first prompt of its length.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from launch_specs import LaunchRecorder, decode_path_kernels, generate_like, gpu
 from kernels import gemv
 
 
-def _reply_compiles(size: str, prompt_len: int, buckets=(1, 1, 1)) -> dict[str, int]:
+def _reply_compiles(size: str, prompt_len: int, buckets=(1, 1, 1), **kw) -> dict[str, int]:
     with gpu_facts(), LaunchRecorder(decode_path_kernels()) as rec:
-        generate_like(size, prompt_len, buckets)
+        generate_like(size, prompt_len, buckets, **kw)
     return rec.counts()
 
 
@@ -36,15 +38,23 @@ def test_reply_compiles_each_kernel_as_often_as_intended(size, prompt_len):
         "_decode_split_kernel": 2, "_combine_kernel": 1 if prompt_len == 1 else 2}
 
 
-def test_verify_steps_add_no_gemv_or_norm_compile():
-    """Speculative verify steps (2 to 16 one-query rows; ``chat``) reuse every GEMV and row
-    kernel; stage 1 and the combine compile once more for all of them together (the workspace
-    of several sequences has other strides than the one-sequence slice)."""
-    base = _reply_compiles("8b", 13)
-    verify = _reply_compiles("8b", 13, (1, 2, 4, 8, 16, 1))
-    assert {k: verify[k] - base[k] for k in base} == {
-        "_gemv_kernel": 0, "_rmsnorm_kernel": 0, "_qk_norm_rope_kernel": 0,
-        "_store_kv_kernel": 0, "_decode_split_kernel": 1, "_combine_kernel": 1}
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_verify_steps_add_no_compile(kv_cache):
+    """Speculative verify steps (2 to 16 one-query rows; ``chat``) reuse the decode step's
+    kernels: stage 1 and the combine do not specialize the lse strides, which differ between
+    the one-sequence workspace slice and the packed view of one-query rows."""
+    base = _reply_compiles("8b", 13, kv_cache=kv_cache)
+    assert _reply_compiles("8b", 13, (1, 2, 4, 8, 16, 1), kv_cache=kv_cache) == base
+
+
+def test_short_prompts_of_one_length_share_stage1_whatever_the_page_table():
+    """A prompt of up to 16 tokens after a cached history (a chat turn) reuses the stage 1 of a
+    first prompt of the same length: the page-table row stride (the table's width) is not
+    specialized."""
+    with gpu_facts(), LaunchRecorder(decode_path_kernels()) as rec:
+        for cached in (0, 100, 1000, 1100):  # tables 1, 2, 16 and 18 pages wide
+            generate_like("8b", 13, (), cached=cached)
+    assert rec.counts()["_decode_split_kernel"] == 1
 
 
 @pytest.mark.parametrize("n, k, swiglu", [(6144, 4096, False), (4096, 12288, False),

@@ -6,7 +6,7 @@ fails to compile on an older GPU. ``tests/compile_targets.py`` compiles stage 1,
 KV store and the fused q/k-norm + RoPE + KV store with the constexprs their launchers pick for a
 target, in a subprocess (this suite runs under TRITON_INTERPRET=1); ``tests/compile_pdl_chain.py``
 reads where the PDL chain's waits and signals sit in the sm_90 PTX; ``tests/compile_launch_ptx.py``
-compiles the decode GEMM as its launches specialize it.
+compiles the decode GEMM, stage 1 and the combine as their launches specialize them.
 """
 
 from __future__ import annotations
@@ -100,19 +100,22 @@ def test_pdl_chain_kernels_wait_before_touching_the_predecessors_data():
         assert c["wait"] and c["signal"] and c["stores_before_wait"] == 0, c
 
 
-def test_gemv_compiles_the_same_code_for_1_to_16_rows():
-    """The decode GEMM's launches on an H200 (``tests/compile_launch_ptx.py``: the 8B's
-    projections and the 0.6B's split-K o_proj at 1, 13 and 16 rows, specialized as a GPU launch
-    specializes them) have one key and one PTX per projection: the row count is not
-    specialized (``kernels/gemv.py``, "One compile per tile")."""
+def test_decode_launches_compile_once_per_code():
+    """``tests/compile_launch_ptx.py`` compiles the decode-path launches as an H200 specializes
+    them. The decode GEMM (the 8B's projections, the 0.6B's split-K o_proj) has one key and one
+    PTX for 1, 13 and 16 rows (the rows are not specialized: ``kernels/gemv.py``, "One compile
+    per tile"); stage 1 and the combine have one key and one PTX for a decode step and a 16-row
+    verify step (BF16 and INT8 caches; the lse strides are not specialized)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, str(SCRIPT.with_name("compile_launch_ptx.py"))],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     cases = {c["case"]: c for c in map(json.loads, run.stdout.strip().splitlines())}
-    kernels = [(p, "") for p in ("qkv", "o_proj", "gate_up", "down", "lm_head", "o_proj_0.6b")]
-    for proj, suffix in [*kernels, ("o_proj_0.6b", "_reduce")]:
-        per_rows = {(cases[f"{proj}_m{m}{suffix}"]["key"], cases[f"{proj}_m{m}{suffix}"]["ptx"])
-                    for m in (1, 13, 16)}
-        assert len(per_rows) == 1, (proj, suffix, per_rows)
-    assert len(cases) == 3 * 7
+    same = [[f"{p}_m{m}" for m in (1, 13, 16)]
+            for p in ("qkv", "o_proj", "gate_up", "down", "lm_head", "o_proj_0.6b")]
+    same.append([f"o_proj_0.6b_m{m}_reduce" for m in (1, 13, 16)])
+    same += [[f"{k}_{kv}_step1", f"{k}_{kv}_verify16"]
+             for k in ("stage1", "combine") for kv in ("bf16", "int8")]
+    for names in same:
+        assert len({(cases[n]["key"], cases[n]["ptx"]) for n in names}) == 1, names
+    assert len(cases) == 3 * 7 + 3 * 4  # + each attention kernel's prompt
