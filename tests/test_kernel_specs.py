@@ -60,14 +60,15 @@ def test_short_prompts_of_one_length_share_stage1_whatever_the_page_table():
 @pytest.mark.parametrize("n, k, swiglu", [(6144, 4096, False), (4096, 12288, False),
                                           (24576, 4096, True), (1024, 2048, False)])
 def test_gemv_one_key_for_1_to_16_rows(n, k, swiglu):
-    """Every row count shares one compiled GEMV (and split-K reduce: the 0.6B's o_proj)."""
+    """Every row count shares one compiled GEMV; the split-K reduce (the 0.6B's o_proj) keeps
+    Triton's specialization of M: 1, divisible by 16, other."""
     w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
     kernels = [gemv._gemv_kernel, gemv._splitk_reduce_kernel]
     with gpu_facts(), LaunchRecorder(kernels) as rec:
         for m in range(1, 17):
             x = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
             (gemv.gemv_swiglu if swiglu else gemv.gemv)(x, w)
-    expected = {"_gemv_kernel": 1} | ({"_splitk_reduce_kernel": 1} if n == 1024 else {})
+    expected = {"_gemv_kernel": 1} | ({"_splitk_reduce_kernel": 3} if n == 1024 else {})
     assert rec.counts() == expected
     assert rec.launches["_gemv_kernel"] == 16
 
