@@ -74,9 +74,9 @@ def test_gemv_one_key_for_1_to_16_rows(n, k, swiglu):
 
 
 def test_launch_key_follows_triton_int_rules():
-    """The rule the keys rest on (Triton 3.6, ``native_specialize_impl``): an int argument is a
-    constexpr when it is 1 and carries divisibility by 16 otherwise, unless the kernel names it
-    in ``do_not_specialize`` (the GEMV's ``M``)."""
+    """The rule the keys rest on (Triton 3.6, ``native_specialize_impl``): an int argument equal
+    to 1 becomes a constexpr and one divisible by 16 carries that divisibility, unless the kernel
+    names it in ``do_not_specialize`` (the GEMV's ``M``)."""
     from kernels.rmsnorm import _rmsnorm_kernel  # its row strides are plain, specialized ints
 
     x = torch.empty(16, 64, dtype=torch.float16, device="meta")
