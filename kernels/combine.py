@@ -15,7 +15,9 @@ BLOCK_D`` about 4096 float32 so the tile fits in registers and hundreds of split
 many programs (one load each rather than a few programs walking the splits: BENCHMARKS.md). The
 merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows; a row
 whose splits are all empty (a padding sequence with ``seq_len = 0``) gives exact zeros, never NaN.
-Oracle: ``kernels.reference.merge_partials``.
+Oracle: ``kernels.reference.merge_partials``. The lse strides are ``do_not_specialize``: they
+differ between the one-sequence workspace slice of a decode step and the packed view of a verify
+step, which compiled to the same code (``kernels/decode_attention.py``), and now share a compile.
 
 Design after vLLM's ``triton_merge_attn_states.py`` and the flash-decoding reduction (Dao et al.
 2023, "Flash-Decoding for long-context inference").
@@ -31,7 +33,7 @@ from kernels.checks import check_last_dim_contiguous
 from kernels.device import supports_pdl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_lb", "stride_lh", "stride_ls"])  # module notes
 def _combine_kernel(
     o_part_ptr,  # float32 [B, Hkv, NUM_SPLITS, ROWS, D]
     lse_ptr,  # float32 [B, Hkv, NUM_SPLITS, ROWS]

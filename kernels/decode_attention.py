@@ -46,6 +46,11 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
 - Output per split (contract in ``kernels/combine.py``): float32 ``o_part`` normalized within the
   split and natural-log ``lse``; an empty split (or a row whose keys are all masked) writes
   ``lse = -inf`` and zeros.
+- ``do_not_specialize``: the page-table row stride (the table's width: a prompt's own, or the
+  pool's in the graph runner's steps) and the lse strides (the workspace slice of one sequence,
+  or the packed view of a verify step's one-query rows) would otherwise make Triton compile
+  again for a stride of 1 or one divisible by 16; the decode and verify steps' kernels were the
+  same code (``tests/compile_launch_ptx.py``), so they now share one compile.
 - Programmatic dependent launch (``pdl``, CUDA sm_90+, ``griddepcontrol``): stage 1 and the
   combine are launched so that each may be scheduled while its predecessor in the stream (the KV
   store, stage 1) still runs, which hides the launch gap between kernels, also in a CUDA graph.
@@ -93,7 +98,8 @@ _LOG2E = 1.4426950408889634
 _LN2 = tl.constexpr(0.6931471805599453)
 
 
-@triton.jit
+# the page-table and lse strides vary with the step's layout but not the code (module notes)
+@triton.jit(do_not_specialize=["stride_pt", "stride_lb", "stride_lh", "stride_ls"])
 def _decode_split_kernel(
     q_ptr,  # [B * NUM_QUERIES, Hq, D]
     k_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
