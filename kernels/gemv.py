@@ -24,15 +24,6 @@ eager mode computes inside a short step is computed alone in graph mode, and bot
 same K/V. (Steps of more than 16 tokens go through cuBLAS and the prefill attention kernel, so
 results there do depend on how a prompt is chunked.)
 
-**One compile per tile.** ``M`` (the rows) is ``do_not_specialize``: Triton would otherwise
-compile one kernel for M == 1 (a constexpr), one for M divisible by 16 and one for the other row
-counts, so a reply's first 1-row step after a short prompt (``infer generate``) compiled every
-tile again. M only masks the rows of ``x`` and ``y``, which are padded to 16 either way: the
-M == 1 kernel differed only in those masks being constants (the same copies, loads and dots,
-a few integer instructions fewer per K-tile of a memory-bound loop;
-``tests/compile_launch_ptx.py`` compiles the launches as a GPU does). The split-K reduce keeps M
-specialized: it is latency-bound, and at M == 1 the compiler drops half of its loads.
-
 **Split-K** (``GemvTiles.split_k`` > 1, plain ``gemv`` only): program ``(j, s)`` walks the
 ``s``-th of ``split_k`` equal runs of K-tiles for rows block ``j`` and stores its float32 sum in
 a ``[split_k, 16, N]`` workspace; ``_splitk_reduce_kernel`` adds the partials in the order
@@ -69,7 +60,7 @@ MAX_ROWS = 16  # rows of x per call: the dot's M, padded
 SPLITK_REDUCE_COLUMNS = 128  # columns per program of the split-K reduce
 
 
-@triton.jit(do_not_specialize=["M"])  # one compile per tile for 1..16 rows (module notes)
+@triton.jit
 def _gemv_kernel(
     x_ptr,  # [M, K] model dtype, last dim contiguous
     w_ptr,  # [N, K] (SWIGLU: [2N, K] = [gate rows; up rows]) model dtype, last dim contiguous
@@ -134,7 +125,7 @@ def _gemv_kernel(
                  mask=in_m[:, None] & (out_n < N)[None, :])
 
 
-@triton.jit  # M specialized: at M == 1 half its loads go at compile time (module notes)
+@triton.jit  # M specialized on purpose: latency-bound, and at M == 1 half its loads go
 def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, stride_ym, SPLIT_K: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           USE_PDL: tl.constexpr = False):

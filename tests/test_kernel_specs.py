@@ -4,7 +4,9 @@ on the CPU, on meta-device shapes, with an H200's tiles and PDL choices).
 
 A reply as ``infer generate`` runs it: a prompt of up to 16 tokens prefilled through the
 decode-path kernels, then 1-row decode steps. Intended, per kernel: the GEMV once per tile
-configuration whatever the rows (``kernels/gemv.py``, "One compile per tile"); RMSNorm twice
+configuration and row class (Triton specializes ``M``: 1, divisible by 16, other; a
+``do_not_specialize`` M, branch ``cold-specs-gemv``, would make it once per tile, which waits
+for a GPU measurement of the decode step's speed); RMSNorm twice
 (with and without the residual add); q/k-norm + RoPE and the KV store once; stage 1 and the
 combine once for the prompt's ``NUM_QUERIES`` and once for the decode step (a 1-token prompt
 shares the decode step's combine; stage 1's decode step has slabs, the prompt's has not).
@@ -30,21 +32,28 @@ def _reply_compiles(size: str, prompt_len: int, buckets=(1, 1, 1), **kw) -> dict
 @pytest.mark.parametrize("size", ["8b", "tiny"])
 @pytest.mark.parametrize("prompt_len", [1, 2, 13, 16])
 def test_reply_compiles_each_kernel_as_often_as_intended(size, prompt_len):
-    """13 tokens: ``infer generate M Hello`` (the chat template); 11 compiles in all (14 when
-    the GEMV specialized its row count: M == 1 a constexpr, 13 not)."""
+    """13 tokens: ``infer generate M Hello`` (the chat template): 14 compiles in all, 6 of them
+    the GEMV's (its row count specialized: M == 1 a constexpr, 13 not; a 1-token prompt shares
+    the decode step's)."""
+    # every tile at M == 1 (the lm_head runs one row in the prompt too) and the tiles of the
+    # prompt's projections at its rows: the 8B's qkv and lm_head | o_proj and down | gate/up,
+    # 3 + 3; the tiny model's qkv shares o_proj's tile and its lm_head has its own, 3 + 2
+    prompt_gemvs = 0 if prompt_len == 1 else {"8b": 3, "tiny": 2}[size]
     assert _reply_compiles(size, prompt_len) == {
-        "_gemv_kernel": 3,  # qkv and lm_head | o_proj and down_proj | gate/up with SwiGLU
+        "_gemv_kernel": 3 + prompt_gemvs,
         "_rmsnorm_kernel": 2, "_qk_norm_rope_kernel": 1, "_store_kv_kernel": 1,
         "_decode_split_kernel": 2, "_combine_kernel": 1 if prompt_len == 1 else 2}
 
 
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_verify_steps_add_no_compile(kv_cache):
+def test_verify_steps_add_only_the_gemv_16_row_class(kv_cache):
     """Speculative verify steps (2 to 16 one-query rows; ``chat``) reuse the decode step's
-    kernels: stage 1 and the combine do not specialize the lse strides, which differ between
-    the one-sequence workspace slice and the packed view of one-query rows."""
+    attention kernels: stage 1 and the combine do not specialize the lse strides, which differ
+    between the one-sequence workspace slice and the packed view of one-query rows."""
     base = _reply_compiles("8b", 13, kv_cache=kv_cache)
-    assert _reply_compiles("8b", 13, (1, 2, 4, 8, 16, 1), kv_cache=kv_cache) == base
+    verify = _reply_compiles("8b", 13, (1, 2, 4, 8, 16, 1), kv_cache=kv_cache)
+    # the GEMV's third row class (16 rows: divisible by 16) is the one addition
+    assert verify == base | {"_gemv_kernel": 9}
 
 
 def test_short_prompts_of_one_length_share_stage1_whatever_the_page_table():
@@ -59,24 +68,25 @@ def test_short_prompts_of_one_length_share_stage1_whatever_the_page_table():
 
 @pytest.mark.parametrize("n, k, swiglu", [(6144, 4096, False), (4096, 12288, False),
                                           (24576, 4096, True), (1024, 2048, False)])
-def test_gemv_one_key_for_1_to_16_rows(n, k, swiglu):
-    """Every row count shares one compiled GEMV; the split-K reduce (the 0.6B's o_proj) keeps
-    Triton's specialization of M: 1, divisible by 16, other."""
+def test_gemv_keys_for_1_to_16_rows(n, k, swiglu):
+    """The GEMV and the split-K reduce (the 0.6B's o_proj) compile once per row class that
+    Triton specializes M into: 1, divisible by 16 (16), other (2..15)."""
     w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
     kernels = [gemv._gemv_kernel, gemv._splitk_reduce_kernel]
     with gpu_facts(), LaunchRecorder(kernels) as rec:
         for m in range(1, 17):
             x = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
             (gemv.gemv_swiglu if swiglu else gemv.gemv)(x, w)
-    expected = {"_gemv_kernel": 1} | ({"_splitk_reduce_kernel": 3} if n == 1024 else {})
+    expected = {"_gemv_kernel": 3} | ({"_splitk_reduce_kernel": 3} if n == 1024 else {})
     assert rec.counts() == expected
     assert rec.launches["_gemv_kernel"] == 16
 
 
 def test_launch_key_follows_triton_int_rules():
     """The rule the keys rest on (Triton 3.6, ``native_specialize_impl``): an int argument equal
-    to 1 becomes a constexpr and one divisible by 16 carries that divisibility, unless the kernel
-    names it in ``do_not_specialize`` (the GEMV's ``M``)."""
+    to 1 becomes a constexpr and one divisible by 16 carries that divisibility (unless the kernel
+    names it in ``do_not_specialize``, as stage 1 does its page-table stride): the GEMV's M
+    too."""
     from kernels.rmsnorm import _rmsnorm_kernel  # its row strides are plain, specialized ints
 
     x = torch.empty(16, 64, dtype=torch.float16, device="meta")
@@ -94,4 +104,4 @@ def test_launch_key_follows_triton_int_rules():
                           BLOCK_N=16, BLOCK_K=64, EVEN_K=True, SWIGLU=False, STAGES=1,
                           DOT_PREC="tf32")
 
-    assert gemv_key(1) == gemv_key(3) == gemv_key(16)
+    assert gemv_key(3) == gemv_key(5) and len({gemv_key(1), gemv_key(3), gemv_key(16)}) == 3
