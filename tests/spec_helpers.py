@@ -6,7 +6,7 @@ comparison."""
 from __future__ import annotations
 
 import torch
-from mock_engine import GREEDY, V, expected
+from mock_engine import GREEDY, VOCAB_LIMIT, V, expected
 
 
 class TailLookup:
@@ -28,7 +28,8 @@ def batch_and_alone(eng, shapes, new_tokens):
     alone, then together as one speculative batch: ``(batch replies, alone replies,
     the batch's sessions)``."""
     g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(0, 151669, (n,), generator=g).tolist() * reps for n, reps in shapes]
+    prompts = [torch.randint(0, VOCAB_LIMIT, (n,), generator=g).tolist() * reps
+               for n, reps in shapes]
     sp = GREEDY.replace(max_new_tokens=new_tokens)
     alone = [list(eng.new_session().generate(p, sp)) for p in prompts]
     sessions = [eng.new_session() for _ in prompts]

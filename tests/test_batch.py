@@ -12,8 +12,7 @@ buckets against single-sequence decode, BF16 and INT8.
 from __future__ import annotations
 
 import pytest
-import torch
-from mock_engine import GREEDY, NO_STOP, expected, mock_engine, prompt_of
+from mock_engine import GREEDY, NO_STOP, expected, mock_engine, prompt_of, random_ids
 
 from infer import Engine, EngineConfig, SamplingParams
 
@@ -125,10 +124,6 @@ def test_on_prefill_names_the_request():
 
 
 # ---------------------------------------------------------------------------- tiny Qwen3
-
-
-def random_ids(n: int, seed: int) -> list[int]:
-    return torch.randint(0, 151669, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 @pytest.mark.parametrize("attention,kv_cache", [("reference", "bf16"), ("reference", "int8"),

@@ -205,14 +205,13 @@ def test_phrase_prompt_repeats_a_seeded_phrase():
 
 def test_run_bench_speculates_on_tiny_qwen3(tiny_cpu):
     """Each length decoded again with speculation: the same greedy tokens, drafts made."""
-    from types import SimpleNamespace
+    from mock_engine import NO_STOP
 
     from infer import Engine, EngineConfig
     from infer.bench import run_bench
 
     cfg = EngineConfig("unused", ctx=512, page_size=16, device="cpu", attention="reference")
-    eng = Engine(cfg, model=tiny_cpu, tokenizer=SimpleNamespace(stop_ids=set(),
-                                                                vocab_limit=151669))
+    eng = Engine(cfg, model=tiny_cpu, tokenizer=NO_STOP)
     results = list(run_bench(eng, [64, 130], tokens=24, speculate=True))
     assert [r.prompt_tokens for r in results] == [64, 130]
     assert all(r.spec_fraction_of_ceiling is None for r in results)  # no ceiling on the CPU

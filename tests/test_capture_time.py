@@ -7,11 +7,10 @@ capture is counted and timed."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 from cli_helpers import FAST, invoke
-from mock_engine import GREEDY, mock_engine, prompt_of
+from mock_engine import GREEDY, NO_STOP, mock_engine, prompt_of
 
 from infer import Engine, EngineConfig
 from infer.ui.render import capture_note
@@ -67,8 +66,7 @@ def test_json_header_has_graph_capture_s(tiny_ckpt):
 def test_gpu_capture_is_counted_and_timed(gpu_qwen3_4l):
     cfg = EngineConfig("unused", ctx=1024, kv_cache="bf16", page_size=64, device="cuda",
                        attention="triton", cuda_graphs=True)
-    eng = Engine(cfg, model=gpu_qwen3_4l,
-                 tokenizer=SimpleNamespace(stop_ids=set(), vocab_limit=151669))
+    eng = Engine(cfg, model=gpu_qwen3_4l, tokenizer=NO_STOP)
     list(eng.new_session().generate(prompt_of(100), GREEDY.replace(max_new_tokens=8)))
     runner = eng.graph_runner()
     assert runner.captures >= 1 and runner.capture_s > 0

@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 from conftest import CONFIGS_DIR
+from mock_engine import VOCAB_LIMIT
 
 from models.config import Qwen3Config, YarnScaling
 from models.context import ContextPlan, plan_context, yarn_factor_for
 from models.loader import load_model, read_config
 
-VOCAB_LIMIT = 151669
 PROMPT_LEN = 24
 
 

@@ -281,14 +281,14 @@ def test_gpu_model_fused_logits_match_torch_path(gpu_bf16_model):
 
 @pytest.mark.gpu
 def test_gpu_fused_greedy_graphs_equal_eager(gpu_bf16_model):
-    from types import SimpleNamespace
+    from mock_engine import NO_STOP, random_ids
 
     from infer import Engine, EngineConfig, SamplingParams
 
     model = gpu_bf16_model
     model.use_fused_kernels = True
-    tok = SimpleNamespace(stop_ids=set(), vocab_limit=151669)
-    prompt = torch.randint(0, 151669, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+    tok = NO_STOP
+    prompt = random_ids(40)
     sp = SamplingParams(temperature=0.0, max_new_tokens=48)
     out = {}
     for graphs in (False, True):
