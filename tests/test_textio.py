@@ -150,3 +150,39 @@ def test_replace_surrogates_counts_like_decode_text():
     assert n == 5 and "\ufffd" in text
     assert textio.replace_surrogates("x\ud800y") == ("x\ufffdy", 1)  # a lone non-escape surrogate
     assert textio.replace_surrogates("caf\u00e9 \ufffd") == ("caf\u00e9 \ufffd", 0)
+
+
+def test_terminal_input_ends_at_one_ctrl_d():
+    """On a terminal a line then Ctrl-D on a line of its own ends the input (the note says so):
+    ``read_capped`` takes one raw read at a time there, where ``read(n)`` would wait past the
+    first Ctrl-D for a second one."""
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    code = ("import sys; from infer.ui.textio import read_capped; "
+            "print('GOT', len(read_capped(sys.stdin.buffer, '<stdin>')), flush=True)")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: stdin, stdout and stderr are the terminal
+        os.execvp(sys.executable, [sys.executable, "-c", code])
+    out = b""
+    try:
+        time.sleep(1.0)  # the child imports and starts reading
+        os.write(fd, b"hello\n")
+        time.sleep(0.3)
+        os.write(fd, b"\x04")  # one Ctrl-D at the start of a line
+        deadline = time.time() + 30
+        while b"GOT" not in out and time.time() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+    finally:
+        if b"GOT" not in out:
+            os.write(fd, b"\x04")  # let a child that waits for a second one end
+        os.waitpid(pid, 0)
+        os.close(fd)
+    assert b"GOT 6" in out, out

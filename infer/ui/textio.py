@@ -161,7 +161,12 @@ def read_capped(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
     limit = MAX_INPUT_BYTES if limit is None else limit
     chunks: list[bytes] = []
     total = 0
-    while chunk := stream.read(min(CHUNK_BYTES, limit + 1 - total)):
+    # A terminal: at most one raw read per call (a line, or b"" at Ctrl-D). ``read(n)`` would
+    # keep reading past the first Ctrl-D until n bytes or a second one.
+    tty = getattr(stream, "isatty", None)
+    read = stream.read1 if tty is not None and tty() and hasattr(stream, "read1") \
+        else stream.read
+    while chunk := read(min(CHUNK_BYTES, limit + 1 - total)):
         if not chunks and b"\x00" in chunk and detect_encoding(chunk)[0] == "utf-8":
             raise ValueError(
                 f"{name} looks like a binary file (it contains NUL bytes): give a text file "
