@@ -44,6 +44,28 @@ def test_closed_stdout_pipe_in_a_real_process(tiny_ckpt):
     assert "Error" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
 
 
+def test_closed_stderr_pipe_keeps_the_json_on_stdout(tiny_ckpt):
+    """`infer generate ... --json 2>&1 >out.json | head -c 3`: stderr's reader is gone, stdout is
+    still read: the reply's object is written and the command exits 0."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from cli import main; main()", "generate", str(tiny_ckpt),
+             "hi", *FAST, "--json"], stdout=subprocess.PIPE, stderr=w, text=True, timeout=120,
+            cwd=Path(__file__).parents[1])
+    finally:
+        os.close(w)
+    assert proc.returncode == 0
+    obj = json.loads(proc.stdout)
+    assert obj["command"] == "generate" and obj["new_tokens"] >= 1
+
+
 def test_stdout_closed_from_the_start_is_an_error_in_a_real_process(tiny_ckpt):
     """`infer generate ... >&-`: no stdout at all (sys.stdout is None), so the reply would be
     lost: one error line and exit 1, as `> /dev/full` gives, not a silent exit 0."""

@@ -94,13 +94,24 @@ class StdoutConsole(Console):
         raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
+class StderrConsole(Console):
+    """The rich console on stderr: when its reader goes away (``2>&1 >out.json | head``) it goes
+    quiet and the command goes on, since stdout (the reply, the ``--json`` object) may still be
+    read; rich's default would exit 1 there, and a BrokenPipeError would end the command as a
+    closed stdout does."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        quiet_stream(sys.stderr)  # later writes (warnings, the error line) go nowhere too
+
+
 class UI:
     """The two consoles: ``text`` gets the reply, ``err`` everything else (stderr)."""
 
     def __init__(self, opts: Options):
         self.opts = opts
         self.out = StdoutConsole(file=checked_stdout(), highlight=False, soft_wrap=True)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.err = StderrConsole(stderr=True, highlight=False, soft_wrap=True)
         self.text = self.err if opts.json else self.out
 
     def warn(self, msg: str) -> None:
@@ -161,9 +172,15 @@ def error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
 def quiet_stdout() -> None:
     """After a BrokenPipeError or an OutputError: point stdout at devnull so the interpreter's flush
     at exit does not fail again (the Python docs' note on SIGPIPE, library/signal.html)."""
+    quiet_stream(sys.stdout)
+
+
+def quiet_stream(stream) -> None:
+    """Point ``stream``'s file descriptor at devnull (``quiet_stdout``; stderr when its reader is
+    gone); nothing for a stream without one (tests)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stream.fileno())
     except (OSError, ValueError, AttributeError):  # no real file descriptor (tests)
         pass
 

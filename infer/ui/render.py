@@ -28,6 +28,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
+from infer.ui.console import StderrConsole
 from infer.ui.progress import PrefillBar
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -166,8 +167,7 @@ class ReplyView:
         if self.pretty:
             self.text.print(self._shown)
         elif self._raw:
-            self.text.file.write("\n")
-            self.text.file.flush()
+            self._write("\n")
         return Reply(raw="".join(self._raw), answer="".join(self._parts[False]).strip(),
                      thinking="".join(self._parts[True]).strip(), stats=self.session.stats,
                      interrupted=interrupted,
@@ -180,10 +180,24 @@ class ReplyView:
             return
         self._raw.append(piece)
         if not self.pretty and not self.hide_thinking:
-            self.text.file.write(piece)
-            self.text.file.flush()
+            self._write(piece)
         for seg in self._split.push(piece):
             self._segment(*seg)
+
+    def _write(self, text: str) -> None:
+        """Plain text to the reply's stream as it comes. Its reader gone: on stdout the
+        BrokenPipeError ends the command (the reader chose to stop); on stderr (``--json``
+        streams the reply there) the console goes quiet (``StderrConsole``) and the reply goes
+        on, for the object on stdout."""
+        if self.text.quiet:
+            return
+        try:
+            self.text.file.write(text)
+            self.text.file.flush()
+        except BrokenPipeError:
+            if not isinstance(self.text, StderrConsole):
+                raise
+            self.text.on_broken_pipe()
 
     def _segment(self, thinking: bool, text: str) -> None:
         self._parts[thinking].append(text)
@@ -191,8 +205,7 @@ class ReplyView:
             return
         if not self.pretty:
             if self.hide_thinking:
-                self.text.file.write(text)
-                self.text.file.flush()
+                self._write(text)
             return
         if self._last_kind != thinking:  # a new section: drop its leading blank lines
             text = text.lstrip("\n")
