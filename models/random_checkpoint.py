@@ -252,6 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config-dir", default=None, help=f"default {DEFAULT_CONFIG_DIR}")
     p.add_argument("--device", default=None, help="default: cuda if available")
     a = p.parse_args(argv)
+    if not a.out.strip():  # Path("") is the current folder: files would land wherever we are
+        p.error("--out is empty: give the folder to write the checkpoint to")
     if a.tokenizer is None:
         if not (DEFAULT_TOKENIZER_DIR / "tokenizer.json").is_file():
             p.error(f"no tokenizer.json in {DEFAULT_TOKENIZER_DIR} (the default): pass "

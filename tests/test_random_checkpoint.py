@@ -221,3 +221,16 @@ def test_random_checkpoint_cli_writes_a_folder_infer_accepts(tmp_path, tokenizer
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"no tokenizer.json in {tmp_path / 'nowhere'} (the default): pass --tokenizer DIR" in err
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize("out", ["", "  "])
+def test_random_checkpoint_empty_out_is_refused(tmp_path, capsys, monkeypatch, out):
+    """``--out ''`` would be the current folder (a repository's root, in the README's
+    command): refused, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["--out", out, "--device", "cpu"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "--out is empty: give the folder to write the checkpoint to")
+    assert list(tmp_path.iterdir()) == []
