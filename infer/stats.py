@@ -51,10 +51,18 @@ class GenerationStats:
         return self.accepted / self.verify_steps if self.verify_steps else 0.0
 
     def to_dict(self) -> dict:
+        """The fields and the derived ``prefill_tokens`` (the prompt tokens to prefill),
+        ``decode_tokens_per_s`` and ``mean_accepted``, for ``--json``. What was not measured is
+        None rather than 0.0: ``ttft_s`` when no token arrived (a prefill cut by Ctrl-C), and
+        ``decode_tokens_per_s`` with fewer than 2 tokens (no interval to measure)."""
         d = asdict(self)
         d["prefill_tokens"] = self.prefill_tokens
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
         d["mean_accepted"] = self.mean_accepted
+        if self.new_tokens == 0 and self.ttft_s == 0.0:
+            d["ttft_s"] = None
+        if self.new_tokens < 2:
+            d["decode_tokens_per_s"] = None
         return d
 
     def token_arrived(self, t0: float, now: float | None = None) -> None:

@@ -195,6 +195,20 @@ def test_reset_and_sessions_share_the_pool():
     assert list(a.generate(pb, GREEDY.replace(max_new_tokens=3))) == rb
 
 
+def test_stats_to_dict_says_none_for_what_was_not_measured():
+    """No token yet (a prefill cut short): no time to first token; one token: no decode rate
+    (the stats line leaves it out too); the plain fields stay numbers."""
+    from infer.stats import GenerationStats
+
+    d = GenerationStats(prompt_tokens=7).to_dict()
+    assert d["ttft_s"] is None and d["decode_tokens_per_s"] is None and d["decode_s"] == 0.0
+    assert d["prefill_tokens"] == 7 and d["mean_accepted"] == 0.0
+    one = GenerationStats(prompt_tokens=7, new_tokens=1, ttft_s=0.25).to_dict()
+    assert one["ttft_s"] == 0.25 and one["decode_tokens_per_s"] is None
+    stop_first = GenerationStats(prompt_tokens=7, ttft_s=0.25).to_dict()  # a stop id first
+    assert stop_first["ttft_s"] == 0.25
+
+
 def test_stats_to_dict():
     s = mock_engine().new_session()
     list(s.generate(prompt_of(5), GREEDY.replace(max_new_tokens=4)))
