@@ -26,7 +26,7 @@ ALLOW_PATTERNS = [
 ]
 
 _LOCAL_HINT = ("pass a local folder holding config.json, tokenizer.json, tokenizer_config.json "
-               "and *.safetensors instead (python -m models.random_checkpoint --out DIR writes "
+               "and *.safetensors instead (python3 -m models.random_checkpoint --out DIR writes "
                "one, with the tokenizer files of --tokenizer DIR)")
 _TOKENIZER_HINT = ("copy tokenizer.json and tokenizer_config.json of the same model into it "
                    "(e.g. from a Qwen3 checkpoint folder)")
@@ -122,16 +122,18 @@ def resolve_model(name_or_path: str | Path) -> Path:
         no_such = isinstance(e, (RepositoryNotFoundError, RevisionNotFoundError)) or (
             isinstance(e, EntryNotFoundError) and not isinstance(e, LocalEntryNotFoundError))
         fetch = f"cannot fetch {name} from the Hugging Face hub"
+        # an id is also a relative path: say that no such folder exists (a mistyped path)
+        here = f" (there is no folder {name} here either)"
         if offline:  # bad input: the user asked for the cache only
             raise ValueError(f"{fetch}: HF_HUB_OFFLINE is set and it is not in the HF cache; "
-                             f"unset HF_HUB_OFFLINE, or {_LOCAL_HINT}") from None
+                             f"unset HF_HUB_OFFLINE, or {_LOCAL_HINT}{here}") from None
         if no_such:  # bad input: the hub answered that there is no such (accessible) repo
             raise ValueError(f"{fetch}: no such repository or revision, or it is private or "
-                             f"gated (log in for those); {_LOCAL_HINT}") from None
+                             f"gated (log in for those); {_LOCAL_HINT}{here}") from None
         reason = _reason(e)  # the hub could not be reached: a runtime failure
         raise HubUnreachableError(
             f"{fetch}: the hub cannot be reached{f' ({reason})' if reason else ''} and it is "
-            f"not in the HF cache; check the network, or {_LOCAL_HINT}") from None
+            f"not in the HF cache; check the network, or {_LOCAL_HINT}{here}") from None
     return check_model_folder(Path(folder))
 
 

@@ -136,8 +136,10 @@ def test_missing_repo_is_bad_input(cls, monkeypatch, tmp_path):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
-    with pytest.raises(ValueError, match="no such repository.*local folder"):
+    with pytest.raises(ValueError, match="no such repository.*local folder") as e:
         resolve_model("no-such-owner/no-such-model")
+    # an id is a relative path too: a mistyped folder reads as one that is not there
+    assert str(e.value).endswith("(there is no folder no-such-owner/no-such-model here either)")
 
 
 @pytest.mark.parametrize("name", ["", "  "])
