@@ -235,6 +235,21 @@ def test_chat_too_long_message_is_an_error_but_the_chat_goes_on(tiny_ckpt):
     assert "(0 reused)" in result.stderr  # "hi" was answered after the error
 
 
+def test_chat_piped_crlf_lines_and_nul_bytes(tiny_ckpt):
+    """CRLF lines are the same messages as LF ones (input() keeps the \\r); a message with NUL
+    bytes is refused as generate refuses such input, and the chat goes on."""
+    crlf = invoke("chat", tiny_ckpt, *FAST, "--json", "--no-think", input="hi\r\n")
+    lf = invoke("chat", tiny_ckpt, *FAST, "--json", "--no-think", input="hi\n")
+    assert crlf.exit_code == lf.exit_code == 0, crlf.output
+    assert json.loads(crlf.stdout)["prompt_tokens"] == json.loads(lf.stdout)["prompt_tokens"]
+    result = invoke("chat", tiny_ckpt, *FAST, "--json", "--no-think", input="a\x00b\nhi\n")
+    assert result.exit_code == 2, result.output
+    bad, reply = (json.loads(line) for line in result.stdout.splitlines())
+    assert bad == {"error": "the message contains NUL bytes (binary input?): send text; or "
+                            "/reset", "turn": 1}
+    assert reply["command"] == "chat" and reply["reused_tokens"] == 0
+
+
 def test_attention_backends_agree_through_the_cli(tiny_ckpt):
     # Under pytest on the CPU the Triton kernels run in the interpreter (conftest.py). Seeded
     # sampling, not greedy: the tiny model's greedy reply is blank lines, a weak comparison.

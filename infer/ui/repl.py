@@ -63,6 +63,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             prompt_to.print()
             return code
         line = user_text(ui, line, "the message")  # invalid bytes on stdin: U+FFFD
+        line = line.removesuffix("\r")  # piped CRLF lines: input() keeps the \r
         cmd = line.strip()
         if not cmd:
             continue
@@ -92,6 +93,11 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
                          if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
             continue
         turn += 1
+        if "\x00" in line:  # generate and summarize refuse such input too
+            code = code or 2
+            _turn_error(ui, "the message contains NUL bytes (binary input?): send text; or "
+                        "/reset", turn)
+            continue
         try:
             ids = conv.add_user(line)
             check_fits(len(ids), engine.ctx, max_ctx=engine.context.max_ctx)
@@ -106,9 +112,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             msg, bad_input = error_message(e, o.debug)
             msg += "; or /reset" if bad_input else ""
             code = 1 if not bad_input or code == 1 else 2
-            ui.err.print(f"[bold red]error:[/] {escape(msg)}")
-            if o.json:
-                ui.emit_json({"error": msg, "turn": turn})
+            _turn_error(ui, msg, turn)
             continue
         last = reply
         # The reply as the model wrote it (thinking included; the template drops old thinking).
@@ -122,3 +126,10 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             ui.warn(f"the context is full ({engine.ctx} tokens): /reset, or restart with a "
                     "larger --ctx")
 
+
+
+def _turn_error(ui: UI, msg: str, turn: int) -> None:
+    """A failed turn's one line on stderr (and with ``--json`` its ``{"error", "turn"}`` line)."""
+    ui.err.print(f"[bold red]error:[/] {escape(msg)}")
+    if ui.opts.json:
+        ui.emit_json({"error": msg, "turn": turn})
