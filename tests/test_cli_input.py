@@ -37,6 +37,7 @@ def plain_summary(tiny_ckpt, tmp_path_factory):
 def test_summarize_file(plain_summary, tok):
     assert plain_summary["prompt_tokens"] == len(summary_ids(tok, TEXT))
     assert plain_summary["input_chars"] == len(TEXT) and plain_summary["replaced_bytes"] == 0
+    assert plain_summary["split"] is False  # one reply: the key is there, false
     assert plain_summary["command"] == "summarize"
 
 

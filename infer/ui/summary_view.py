@@ -38,7 +38,7 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     # parts help when the text is too long, not when the prompt fits and the reply budget is
     # what does not (check_fits then says so)
     if no_split or len(ids) + 1 <= cfg.ctx:
-        one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, **extra)
+        one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, **extra, split=False)
         return
     from infer.textsplit import split_text
 
