@@ -118,6 +118,9 @@ def generate(
             raise ValueError("the prompt is empty: give some text, or - to read standard input")
         else:
             prompt = setup.user_text(ui, prompt, "the prompt")
+        if system is not None and raw:
+            raise ValueError("--system has no effect with --raw (the prompt is fed as it is, "
+                             "without the chat template): drop one of them")
         if system is not None:
             system = setup.user_text(ui, system, "--system")
         cfg, tok, plan = setup.prepare(ui, model)

@@ -259,3 +259,17 @@ def test_max_new_tokens_negative_says_zero_is_allowed(tiny_ckpt):
     result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--max-new-tokens", "-1")
     assert_one_line_error(result, 2, "--max-new-tokens must be an integer >= 0 (0 = no limit)",
                           "-1")
+
+
+def test_raw_with_system_is_refused(tiny_ckpt):
+    result = invoke("generate", tiny_ckpt, "hi", "--raw", "--system", "be brief", *FAST)
+    assert_one_line_error(result, 2, "--system has no effect with --raw", "drop one of them")
+
+
+def test_speculate_on_with_a_presence_penalty_says_it_is_off(tiny_ckpt):
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--speculate", "on",
+                    "--presence-penalty", "1")
+    assert result.exit_code == 0, result.output
+    assert "note: --speculate on does nothing with --presence-penalty" in result.stderr
+    quiet = invoke("generate", tiny_ckpt, "hi", *FAST, "--speculate", "on")
+    assert "presence" not in quiet.stderr

@@ -43,6 +43,9 @@ def prepare(ui: UI, model: str):
                        page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
                        attention=o.attention.value, cuda_graphs=o.cuda_graphs)
     SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
+    if getattr(o, "speculate", None) == "on" and o.presence_penalty:
+        ui.note("--speculate on does nothing with --presence-penalty (speculative decoding is "
+                "always off with a presence penalty): the reply decodes plainly")
     check_device_available(cfg.torch_device)
     if (cfg.attention == "triton" and cfg.torch_device.type == "cpu"
             and os.environ.get("TRITON_INTERPRET") != "1"):
