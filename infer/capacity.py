@@ -18,6 +18,7 @@ import torch
 from infer.config import KV_CACHES, MAX_BATCH, EngineConfig, pool_pages
 from infer.kv_pool import KVPool
 from models.config import Qwen3Config
+from models.context import largest_context
 
 FIXED_MARGIN = 1 << 30  # CUDA context leftovers, allocator fragmentation, workspaces (bytes)
 
@@ -95,7 +96,8 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     budget = free - weights
     if bytes_needed(cfg, mc, attention, cfg.kv_cache, cfg.ctx) <= budget:
         return
-    fits = ", ".join(f"{kv}: {largest_ctx(budget, cfg, mc, attention, kv)} tokens"
+    cap = largest_context(mc)  # no hint past what the checkpoint supports
+    fits = ", ".join(f"{kv}: {min(largest_ctx(budget, cfg, mc, attention, kv), cap)} tokens"
                      for kv in KV_CACHES)
     gib = 1 << 30
     raise ValueError(f"--ctx {cfg.ctx} with {kv_cache_words(cfg)} does not fit: "
@@ -156,8 +158,10 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = T
         return KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
                                      cfg.page_size, kv_cache, dtype_bytes)
 
-    def largest(kv_cache: str) -> int:  # one context and its slack page (batch 1)
-        return max(0, (avail - wbytes) // per_page(kv_cache) - 1) * cfg.page_size
+    def largest(kv_cache: str) -> int:  # one context and its slack page (batch 1), at most
+        # what the checkpoint supports
+        fit = max(0, (avail - wbytes) // per_page(kv_cache) - 1) * cfg.page_size
+        return min(fit, largest_context(mc))
 
     wbytes = weight_bytes(cfg.model, mc, cfg.torch_dtype) if weights else 0
     pool = cfg.num_pages * per_page(cfg.kv_cache)

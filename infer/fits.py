@@ -19,10 +19,12 @@ def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> No
     if n_prompt + 1 > max_ctx:
         raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text")
     if n_prompt + n_reply > max_ctx:
+        room = ctx - n_prompt  # what fits at this --ctx; past it, --ctx must grow too
+        fix = (f"lower --max-new-tokens to at most {room}" if room >= 1 else
+               f"raise --ctx and lower --max-new-tokens to at most {max_ctx - n_prompt}")
         raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
-                         f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: lower "
-                         f"--max-new-tokens to at most {max_ctx - n_prompt}, or shorten "
-                         "the text")
+                         f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: {fix}, "
+                         "or shorten the text")
     if max_new <= 0:
         size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
         raise ValueError(f"the prompt is {n_prompt} tokens, {size} the context of {ctx} "

@@ -127,6 +127,30 @@ def test_host_capacity_names_the_stored_dtype_and_suggests_int8(qwen8b, monkeypa
         capacity.check_host_capacity(cfg16, qwen8b)  # bfloat16 activations: bf16 is bf16
 
 
+def test_capacity_hints_stop_at_the_largest_context_the_model_supports(qwen8b, monkeypatch,
+                                                                       tmp_path):
+    """A memory that holds more int8 cache than the checkpoint's largest context (131072 for
+    Qwen3-8B) is not hinted past it: the hint must be a --ctx that works."""
+    from models.context import largest_context
+
+    top = largest_context(qwen8b)
+    per_page = capacity.KVPool.bytes_per_page(
+        qwen8b.num_hidden_layers, qwen8b.num_key_value_heads, qwen8b.head_dim, 64, "bf16", 4)
+    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
+    # float32 pages for 3/4 of the top context: int8 (a quarter of the bytes) holds 3x the top
+    monkeypatch.setattr(capacity, "available_host_bytes",
+                        lambda: weights + (3 * top // 4 // 64 + 1) * per_page)
+    cfg = EngineConfig(tmp_path, ctx=top, device="cpu", kv_cache="bf16")
+    with pytest.raises(ValueError) as e:
+        capacity.check_host_capacity(cfg, qwen8b)
+    assert f"use --kv-cache int8 (it fits {top} tokens)" in str(e.value)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 50, 1 << 50))
+    huge = EngineConfig(tmp_path, ctx=1 << 40, device="cuda", kv_cache="bf16")
+    with pytest.raises(ValueError) as e:
+        capacity.check_capacity(huge, qwen8b, "triton", torch.device("cuda"))
+    assert f"bf16: {top} tokens, int8: {top} tokens" in str(e.value)
+
+
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 def test_gpu_capacity_suggests_int8_only_when_it_is_not_int8(qwen8b, monkeypatch, tmp_path,
                                                               kv_cache):

@@ -64,9 +64,13 @@ def test_check_fits_past_the_largest_context():
     assert "shorten" in msg and "--ctx" not in msg
     with pytest.raises(ValueError) as info:  # the prompt fits alone, not with the reply
         check_fits(top - 100, 32768, 1000, max_ctx=top)
-    msg = str(info.value)
-    assert "largest context" in msg and "--max-new-tokens to at most 100" in msg
-    assert "--ctx" not in msg
+    msg = str(info.value)  # --ctx 32768 holds not even the prompt: it must grow too
+    assert "largest context" in msg
+    assert "raise --ctx and lower --max-new-tokens to at most 100" in msg
+    with pytest.raises(ValueError) as info:  # a huge reply budget at a small --ctx
+        check_fits(3, 1024, 10**20, max_ctx=top)
+    msg = str(info.value)  # the budget that works at this --ctx, not the model's largest
+    assert "lower --max-new-tokens to at most 1021, or shorten" in msg
     with pytest.raises(ValueError) as info:  # within the model's reach: suggest a --ctx
         check_fits(100_000, 32768, max_ctx=top)
     assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
