@@ -231,8 +231,17 @@ def test_chat_too_long_message_is_an_error_but_the_chat_goes_on(tiny_ckpt):
                     input="word " * 100 + "\n/unknown\nhi\n/exit\n")
     assert result.exit_code == 2, result.output  # piped: the failed turn shows in the exit code
     assert "longer than the context of 64 tokens" in result.stderr
+    error = next(ln for ln in result.stderr.splitlines() if "longer than the context" in ln)
+    assert "/reset" not in error  # nothing to clear yet: no "or /reset" hint
     assert "unknown command /unknown" in result.stderr
     assert "(0 reused)" in result.stderr  # "hi" was answered after the error
+
+
+def test_chat_error_after_a_reply_suggests_reset(tiny_ckpt):
+    result = invoke("chat", tiny_ckpt, "--ctx", "64", "--device", "cpu", "--max-new-tokens", "2",
+                    input="hi\n" + "word " * 100 + "\n")
+    error = next(ln for ln in result.stderr.splitlines() if "longer than the context" in ln)
+    assert error.endswith("; or /reset")  # a conversation is cached: clearing it makes room
 
 
 def test_chat_piped_crlf_lines_and_nul_bytes(tiny_ckpt):
@@ -245,8 +254,8 @@ def test_chat_piped_crlf_lines_and_nul_bytes(tiny_ckpt):
     result = invoke("chat", tiny_ckpt, *FAST, "--json", "--no-think", input="a\x00b\nhi\n")
     assert result.exit_code == 2, result.output
     bad, reply = (json.loads(line) for line in result.stdout.splitlines())
-    assert bad == {"error": "the message contains NUL bytes (binary input?): send text; or "
-                            "/reset", "turn": 1}
+    assert bad == {"error": "the message contains NUL bytes (binary input?): send text",
+                   "turn": 1}
     assert reply["command"] == "chat" and reply["reused_tokens"] == 0
 
 

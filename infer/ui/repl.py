@@ -95,8 +95,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
         turn += 1
         if "\x00" in line:  # generate and summarize refuse such input too
             code = code or 2
-            _turn_error(ui, "the message contains NUL bytes (binary input?): send text; or "
-                        "/reset", turn)
+            _turn_error(ui, "the message contains NUL bytes (binary input?): send text", turn)
             continue
         try:
             ids = conv.add_user(line)
@@ -110,7 +109,8 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             if o.debug:
                 traceback.print_exc(file=sys.stderr)
             msg, bad_input = error_message(e, o.debug)
-            msg += "; or /reset" if bad_input else ""
+            # (a conversation to clear: /reset makes room; none: it would change nothing)
+            msg += "; or /reset" if bad_input and session.num_cached else ""
             code = 1 if not bad_input or code == 1 else 2
             _turn_error(ui, msg, turn)
             continue
