@@ -115,3 +115,16 @@ def test_bad_split_flags_are_one_line_errors(tiny_ckpt, book, flags, needle):
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error:") and needle in lines[-1], result.stderr
     assert "Traceback" not in result.output
+
+
+def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch):
+    """``--batch`` more than fit in memory: the error names the dtype the pool stores (float32
+    for ``--kv-cache bf16`` on the CPU), as the other capacity errors do."""
+    import infer.capacity
+
+    monkeypatch.setattr(infer.capacity, "largest_batch", lambda *a, **k: 2)
+    path, _ = book
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "3")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "fit in memory with --kv-cache bf16 (float32 on the CPU)")

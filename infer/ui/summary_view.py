@@ -99,7 +99,7 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
         return 1  # the engine's capacity check names the largest context that fits
     if batch is not None and batch > fits:
         raise ValueError(f"--batch {batch} does not fit: {fits} sequences of --ctx {cfg.ctx} "
-                         f"fit in memory with --kv-cache {cfg.kv_cache}")
+                         f"fit in memory with {kv_cache_words(cfg)}")
     chosen = min(batch or want, want, fits)
     cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
     ui.note(f"decoding {chosen} part{'s' if chosen > 1 else ''} at a time ({fits} fit in "
