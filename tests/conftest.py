@@ -106,6 +106,23 @@ def gpu_qwen3_4l(tiny_ckpt_factory):
     torch.cuda.empty_cache()
 
 
+@pytest.fixture(scope="module", params=["tiny", "0.6b-4l"])
+def gpu_bf16_model(request, tiny_ckpt_factory):
+    """The tiny and a 4-layer Qwen3-0.6B-shaped random model in bfloat16 on the GPU, one per
+    test module and param (GPU tests only); a test may switch ``use_fused_kernels``, which is
+    back on for the next module."""
+    from models.loader import load_model
+
+    kw = dict(dtype="bfloat16")
+    if request.param != "tiny":
+        kw.update(size="0.6b", num_hidden_layers=4)
+    model = load_model(tiny_ckpt_factory(**kw), device="cuda", dtype=torch.bfloat16)
+    yield model
+    model.use_fused_kernels = True
+    del model
+    torch.cuda.empty_cache()
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt(tiny_ckpt_factory, tokenizer_dir) -> Path:
     """A tiny tied float32 Qwen3 checkpoint (vocab 151936) with the real tokenizer files."""

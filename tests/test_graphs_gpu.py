@@ -16,19 +16,6 @@ from infer.meta import build_meta
 from infer.sampling import sample
 
 
-@pytest.fixture(scope="module", params=["tiny", "0.6b-4l"])
-def gpu_model(request, tiny_ckpt_factory):
-    from models.loader import load_model
-
-    kw = dict(dtype="bfloat16")
-    if request.param != "tiny":
-        kw.update(size="0.6b", num_hidden_layers=4)
-    model = load_model(tiny_ckpt_factory(**kw), device="cuda", dtype=torch.bfloat16)
-    yield model
-    del model
-    torch.cuda.empty_cache()
-
-
 def gpu_engine(model, kv_cache: str, graphs: bool, ctx: int = 512) -> Engine:
     cfg = EngineConfig("unused", ctx=ctx, kv_cache=kv_cache, page_size=16, device="cuda",
                        attention="triton", cuda_graphs=graphs)
@@ -40,11 +27,11 @@ def gpu_engine(model, kv_cache: str, graphs: bool, ctx: int = 512) -> Engine:
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 @pytest.mark.parametrize("presence", [0.0, 1.5])
-def test_gpu_greedy_graph_equals_eager(gpu_model, kv_cache, presence):
+def test_gpu_greedy_graph_equals_eager(gpu_bf16_model, kv_cache, presence):
     p = random_ids(40)  # + 64 new tokens: pages 3..7 are added during decode
     sp = GREEDY.replace(max_new_tokens=64, presence_penalty=presence)
-    eager = list(gpu_engine(gpu_model, kv_cache, False).new_session().generate(p, sp))
-    eng = gpu_engine(gpu_model, kv_cache, True)
+    eager = list(gpu_engine(gpu_bf16_model, kv_cache, False).new_session().generate(p, sp))
+    eng = gpu_engine(gpu_bf16_model, kv_cache, True)
     graph = list(eng.new_session().generate(p, sp))
     assert len(eager) == 64
     assert graph == eager
@@ -59,10 +46,10 @@ def stored_at(pool, page: int, off: int) -> list[torch.Tensor]:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_gpu_replay_is_bit_exact(gpu_model, kv_cache):
+def test_gpu_replay_is_bit_exact(gpu_bf16_model, kv_cache):
     """Each replay's hidden state, logits, sampled id and stored K/V equal an eager forward of
     the same token at the same position, bit for bit (positions 40..51 cross a page)."""
-    eng = gpu_engine(gpu_model, kv_cache, True)
+    eng = gpu_engine(gpu_bf16_model, kv_cache, True)
     model, pool = eng.model, eng.pool
     n = 40
     pages = pool.allocate(pool.pages_for(n))
@@ -92,8 +79,8 @@ def test_gpu_replay_is_bit_exact(gpu_model, kv_cache):
 
 
 @pytest.mark.gpu
-def test_gpu_seeded_sampling_reproducible(gpu_model):
-    eng = gpu_engine(gpu_model, "bf16", True)
+def test_gpu_seeded_sampling_reproducible(gpu_bf16_model):
+    eng = gpu_engine(gpu_bf16_model, "bf16", True)
     p = random_ids(30, seed=1)
 
     def run(seed):
@@ -106,18 +93,18 @@ def test_gpu_seeded_sampling_reproducible(gpu_model):
 
 
 @pytest.mark.gpu
-def test_gpu_seeded_sampling_graph_equals_eager(gpu_model):
+def test_gpu_seeded_sampling_graph_equals_eager(gpu_bf16_model):
     """torch replays a registered generator's Philox offsets exactly as eager ops consume them,
     so with bit-exact logits the sampled reply is the same with and without graphs."""
     p = random_ids(30, seed=2)
     sp = SAMPLED.replace(seed=11, max_new_tokens=48)
-    eager = list(gpu_engine(gpu_model, "bf16", False).new_session().generate(p, sp))
-    assert list(gpu_engine(gpu_model, "bf16", True).new_session().generate(p, sp)) == eager
+    eager = list(gpu_engine(gpu_bf16_model, "bf16", False).new_session().generate(p, sp))
+    assert list(gpu_engine(gpu_bf16_model, "bf16", True).new_session().generate(p, sp)) == eager
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
-def test_gpu_multi_turn_session_graph_equals_eager(gpu_model, kv_cache):
+def test_gpu_multi_turn_session_graph_equals_eager(gpu_bf16_model, kv_cache):
     def conversation(eng: Engine) -> list:
         s = eng.new_session()
         p1 = random_ids(30, seed=3)
@@ -130,9 +117,9 @@ def test_gpu_multi_turn_session_graph_equals_eager(gpu_model, kv_cache):
         r3 = list(s.generate(p3, SAMPLED.replace(seed=5, max_new_tokens=30)))
         return [r1, r2, r3, s.cached_ids], s.stats.reused_tokens
 
-    eng = gpu_engine(gpu_model, kv_cache, True)
+    eng = gpu_engine(gpu_bf16_model, kv_cache, True)
     (graph, reused_graph), (eager, reused_eager) = (
-        conversation(eng), conversation(gpu_engine(gpu_model, kv_cache, False)))
+        conversation(eng), conversation(gpu_engine(gpu_bf16_model, kv_cache, False)))
     assert graph == eager
     # both run one token ahead (one decode loop): the 10th token was fed before the close, so it
     # is cached and reused in the third turn
@@ -141,13 +128,13 @@ def test_gpu_multi_turn_session_graph_equals_eager(gpu_model, kv_cache):
 
 
 @pytest.mark.gpu
-def test_gpu_graphs_per_sampling_mode_are_bounded(gpu_model):
-    eng = gpu_engine(gpu_model, "bf16", True)
+def test_gpu_graphs_per_sampling_mode_are_bounded(gpu_bf16_model):
+    eng = gpu_engine(gpu_bf16_model, "bf16", True)
     p = random_ids(20, seed=6)
     modes = [GREEDY] + [SAMPLED.replace(top_k=k) for k in range(1, MAX_GRAPHS + 1)]
     for sp in modes + modes[:1]:
         list(eng.new_session().generate(p, sp.replace(seed=0, max_new_tokens=4)))
     assert eng.graph_runner().num_graphs == MAX_GRAPHS
     greedy = list(eng.new_session().generate(p, GREEDY.replace(max_new_tokens=20)))
-    eager = gpu_engine(gpu_model, "bf16", False)
+    eager = gpu_engine(gpu_bf16_model, "bf16", False)
     assert greedy == list(eager.new_session().generate(p, GREEDY.replace(max_new_tokens=20)))

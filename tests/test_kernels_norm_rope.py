@@ -245,20 +245,6 @@ def test_gpu_qk_norm_rope_bf16_8b_shapes(tokens, yarn):
         assert err_kernel <= 1.1 * err_torch
 
 
-@pytest.fixture(scope="module", params=["tiny", "0.6b-4l"])
-def gpu_bf16_model(request, tiny_ckpt_factory):
-    from models.loader import load_model
-
-    kw = dict(dtype="bfloat16")
-    if request.param != "tiny":
-        kw.update(size="0.6b", num_hidden_layers=4)
-    model = load_model(tiny_ckpt_factory(**kw), device="cuda", dtype=torch.bfloat16)
-    yield model
-    model.use_fused_kernels = True
-    del model
-    torch.cuda.empty_cache()
-
-
 @pytest.mark.gpu
 def test_gpu_model_fused_logits_match_torch_path(gpu_bf16_model):
     model = gpu_bf16_model
