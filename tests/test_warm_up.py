@@ -69,6 +69,7 @@ def test_triton_key_thread(monkeypatch):
     from triton.runtime.cache import triton_key
 
     monkeypatch.delenv("TRITON_INTERPRET")
+    triton_key.cache_clear()  # so that only the thread can fill the cache below
     thread = start_triton_key(torch.device("cuda"))  # hashing needs no GPU
     assert thread is not None and thread.daemon
     thread.join(timeout=60)

@@ -43,7 +43,7 @@ def prepare(ui: UI, model: str):
                        page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
                        attention=o.attention.value, cuda_graphs=o.cuda_graphs)
     SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
-    if getattr(o, "speculate", None) == "on" and o.presence_penalty:
+    if o.speculate == "on" and o.presence_penalty:  # Speculate is a str enum
         ui.note("--speculate on does nothing with --presence-penalty (speculative decoding is "
                 "always off with a presence penalty): the reply decodes plainly")
     check_device_available(cfg.torch_device)

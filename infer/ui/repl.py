@@ -127,7 +127,6 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
                     "larger --ctx")
 
 
-
 def _turn_error(ui: UI, msg: str, turn: int) -> None:
     """A failed turn's one line on stderr (and with ``--json`` its ``{"error", "turn"}`` line)."""
     ui.err.print(f"[bold red]error:[/] {escape(msg)}")
