@@ -1,6 +1,7 @@
 """The benchmark scripts that CI can smoke-test on the CPU, on a tiny random checkpoint:
-``benchmarks/profile_decode.py`` (issue 16's decode-step profile) and
-``benchmarks/load_weights.py`` (weight loading GB/s). Their JSON lines keep their keys."""
+``benchmarks/profile_decode.py`` (issue 16's decode-step profile),
+``benchmarks/load_weights.py`` (weight loading GB/s), ``benchmarks/profile_prefill.py`` (the
+prefill by kernel kind). Their JSON lines keep their keys."""
 
 from __future__ import annotations
 
@@ -104,3 +105,38 @@ def test_load_weights_runs_on_the_cpu(tiny_ckpt_factory, capsys):
     for r in lines[2:]:
         assert r["gb_per_s"] > 0
     assert all(len(r["runs_s"]) >= 1 for r in lines[3:])
+
+
+def test_profile_prefill_runs_on_the_cpu(tiny_ckpt, capsys):
+    """benchmarks/profile_prefill.py: the kinds' seconds add up to the busy time, the tiny
+    model's matmuls land in ``projections``, and the FLOP counts are the formulas'."""
+    from benchmarks.profile_prefill import main
+
+    rec = main(["--ckpt", str(tiny_ckpt), "--tokens", "48", "--chunk", "16", "--device", "cpu"])
+    assert _lines(capsys) == [rec]
+    assert rec["activity"] == "cpu" and rec["tokens"] == 48 and rec["chunk"] == 16
+    assert rec["ttft_s"] > 0 and rec["by_kind_s"]["projections"] > 0
+    assert sum(rec["by_kind_s"].values()) == pytest.approx(rec["busy_s"], abs=1e-3)
+    assert rec["projection_flop"] > 0 and rec["attention_flop"] > 0
+
+
+def test_profile_prefill_kinds_and_flop():
+    from types import SimpleNamespace
+
+    from benchmarks.profile_prefill import kind_of, prefill_flop
+
+    assert kind_of("_prefill_attention_kernel") == "attention"
+    assert kind_of("nvjet_tst_128x256_64x4_2x1_v_bz_coopB_TNT") == "projections"
+    assert kind_of("sm90_xmma_gemm_bf16bf16_bf16f32") == "projections"
+    assert kind_of("_gemv_kernel") == "projections"
+    assert kind_of("_rmsnorm_kernel") == "norm_rope"
+    assert kind_of("_qk_norm_rope_kernel") == "norm_rope"
+    assert kind_of("_store_kv_kernel") == "kv_store"
+    assert kind_of("void at::native::vectorized_elementwise_kernel<4>") == "activation"
+    assert kind_of("Memcpy DtoD (Device -> Device)") == "other"
+    # one layer, hidden 4, 2 query heads and 1 KV head of 2, intermediate 8, 3 tokens:
+    # q 4x4 + k, v 4x2 each + o 4x4 + gate/up/down 3 x 4x8 = 144 weights, x 2 x 3 tokens;
+    # attention 2 x 2 x 2 heads x 2 dims x 3^2 / 2
+    cfg = SimpleNamespace(hidden_size=4, num_attention_heads=2, num_key_value_heads=1,
+                          head_dim=2, intermediate_size=8, num_hidden_layers=1)
+    assert prefill_flop(cfg, 3) == (2.0 * 144 * 3, 2.0 * 2.0 * 2 * 2 * 9 / 2)
