@@ -32,6 +32,8 @@
 #   fusions    the decode A/B of the PDL chain against
 #              split-K alone (benchmarks/decode_e2e.py --variants ..., 2 rounds alternating):
 #              the 8B ($CKPT) BF16 at 4k and 32k, then the 0.6B; FUSION_VARIANTS overrides
+#   prefill    a 32k prefill's kernel time by kind against its FLOP counts, BF16 and INT8, the
+#              8B (benchmarks/profile_prefill.py)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
 #              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
@@ -111,6 +113,13 @@ for what in "$@"; do
       python3 benchmarks/decode_e2e.py --size 0.6b --workdir /tmp --lengths 4096 32768 \
           --kv bf16 --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 \
           | tee "$OUT/fusions_0.6b.jsonl" ;;
+    prefill)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      for kv in bf16 int8; do
+        python3 benchmarks/profile_prefill.py --ckpt "$CKPT" --tokens 32768 --kv $kv 2>&1 \
+          | tee -a "$OUT/profile_prefill.jsonl"
+      done ;;
     ttft)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"

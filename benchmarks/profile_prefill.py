@@ -12,10 +12,11 @@ the prefill and the first token, as ``infer bench`` reports it), and profiles a 
 - ``attention``: the paged prefill attention kernel (``_prefill``);
 - ``norm_rope``: RMSNorm, q/k-norm + RoPE; ``kv_store``: the pool writes (``store_kv``);
 - ``activation``: SwiGLU and other elementwise kernels (``elementwise``, ``silu``);
-- ``other``: the rest (embedding, copies, sampling), with its largest names in ``other_top``.
+- ``other``: the rest (embedding, copies, sampling).
 
 One JSON line: ``ttft_s``, ``busy_s`` (the profiled prefill's kernel time, summed),
-``by_kind_s``, and the FLOP ceilings: ``projection_flop`` (2 x the layers' weight parameters x
+``by_kind_s``, ``top`` (the 10 kernel names of most time: name, kind, seconds, calls), and
+the FLOP ceilings: ``projection_flop`` (2 x the layers' weight parameters x
 tokens) and ``attention_flop`` (causal: 2 x 2 x heads x head_dim x tokens^2 / 2 per layer),
 each kind's ``tflops`` (its FLOP over its kernel time), and ``compute_floor_s`` (both FLOP
 counts at ``--peak-tflops``, default 790: the dense BF16 rate an H200 sustains in practice,
@@ -47,6 +48,9 @@ KINDS = (  # (kind, name pattern), first match wins
 )
 
 
+TOP = 10  # kernel names listed in ``top``
+
+
 def kind_of(name: str) -> str:
     """The kind (``KINDS``) of a kernel or op name; ``"other"`` when none matches."""
     for kind, pattern in KINDS:
@@ -68,17 +72,19 @@ def prefill_flop(cfg, tokens: int) -> tuple[float, float]:
 
 
 def by_kind(events: list, cuda: bool) -> tuple[dict[str, float], list[list]]:
-    """Seconds per kind, and the three largest ``other`` names with their seconds."""
+    """Seconds per kind, and the ``TOP`` names of most time as ``[name, kind, seconds,
+    calls]``."""
     sums: dict[str, float] = {}
-    other: dict[str, float] = {}
+    names: dict[str, list] = {}
     for e in events:
         s = (e.time_range.elapsed_us() if cuda else e.self_cpu_time_total) * 1e-6
         k = kind_of(e.name)
         sums[k] = sums.get(k, 0.0) + s
-        if k == "other":
-            other[e.name] = other.get(e.name, 0.0) + s
-    top = sorted(other.items(), key=lambda kv: -kv[1])[:3]
-    return sums, [[n[:60], round(s, 4)] for n, s in top]
+        entry = names.setdefault(e.name, [e.name[:60], k, 0.0, 0])
+        entry[2] += s
+        entry[3] += 1
+    top = sorted(names.values(), key=lambda v: -v[2])[:TOP]
+    return sums, [[n, k, round(s, 4), c] for n, k, s, c in top]
 
 
 def run(args) -> dict:
@@ -107,7 +113,7 @@ def run(args) -> dict:
             torch.cuda.synchronize(eng.device)
     want = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
     events = [e for e in prof.events() if e.device_type == want]
-    sums, other_top = by_kind(events, cuda)
+    sums, top = by_kind(events, cuda)
     proj_flop, attn_flop = prefill_flop(eng.model_config, args.tokens)
     tflops = {k: round(f / sums[k] / 1e12, 1) for k, f in
               (("projections", proj_flop), ("attention", attn_flop)) if sums.get(k)}
@@ -116,7 +122,7 @@ def run(args) -> dict:
             "tokens": args.tokens, "chunk": eng.config.chunk,
             "ttft_s": round(ttft, 4), "busy_s": round(sum(sums.values()), 4),
             "by_kind_s": {k: round(v, 4) for k, v in sorted(sums.items())},
-            "other_top": other_top, "projection_flop": proj_flop, "attention_flop": attn_flop,
+            "top": top, "projection_flop": proj_flop, "attention_flop": attn_flop,
             "tflops": tflops,
             "compute_floor_s": round((proj_flop + attn_flop) / (args.peak_tflops * 1e12), 4)}
 

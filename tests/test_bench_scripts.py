@@ -118,6 +118,8 @@ def test_profile_prefill_runs_on_the_cpu(tiny_ckpt, capsys):
     assert rec["ttft_s"] > 0 and rec["by_kind_s"]["projections"] > 0
     assert sum(rec["by_kind_s"].values()) == pytest.approx(rec["busy_s"], abs=1e-3)
     assert rec["projection_flop"] > 0 and rec["attention_flop"] > 0
+    assert rec["top"] and all(rec["by_kind_s"][kind] >= s > 0 and calls >= 1
+                              for _, kind, s, calls in rec["top"])
 
 
 def test_profile_prefill_kinds_and_flop():
