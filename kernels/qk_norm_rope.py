@@ -1,9 +1,16 @@
 """Per-head q/k RMSNorm followed by RoPE, for q and k in one launch.
 
-Grid ``(T, Hq + Hkv)``: one program per (token, head) row of ``head_dim`` values, which it loads as
-the two rotate-half halves ``x1 = x[:D/2]`` and ``x2 = x[D/2:]``. It computes the token's cos/sin
-itself from ``positions`` and ``inv_freq`` (no table: any position works, and nothing is read on
-the host), then writes ``(n1 cos - n2 sin, n2 cos + n1 sin)`` where ``n = weight * rmsnorm(x)``.
+Grid ``(T, (Hq + Hkv) / G)``: one program per token and group of ``G`` heads
+(``heads_per_program``), each head a row of ``head_dim`` values, which it loads as the two
+rotate-half halves ``x1 = x[:D/2]`` and ``x2 = x[D/2:]``. It computes the token's cos/sin itself
+from ``positions`` and ``inv_freq`` (no table: any position works, and nothing is read on the
+host), once for its ``G`` heads, then writes ``(n1 cos - n2 sin, n2 cos + n1 sin)`` where
+``n = weight * rmsnorm(x)`` for each. ``G`` is 1 for steps of up to ``MAX_DECODE_ROWS`` tokens
+(the decode and verify steps: 40 one-head programs finish sooner than 5 of eight heads) and up
+to 8 for prefill chunks, where one program per head would compute the same full-range
+``cosf``/``sinf`` 40 times per token and launch 40 one-warp programs per token. A head's row is
+computed by the same code with the same cos/sin in either case, so the results do not depend
+on ``G`` (tested bit for bit).
 
 Numerics mirror ``models/qwen3.py`` + ``models/rope.py`` (transformers' Qwen3) step by step,
 including every rounding to the model dtype: the norm as in ``kernels/rmsnorm.py``;
@@ -98,10 +105,11 @@ def _qk_norm_rope_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
     PRECISE_TRIG: tl.constexpr,
+    HEADS_PER_PROGRAM: tl.constexpr = 1,  # G: divides Hq + Hkv (heads_per_program)
     USE_PDL: tl.constexpr = False,  # on the PDL chain (kernels/pdl_chain.py)
 ):
     tok = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1)
+    group = tl.program_id(1)
     HALF: tl.constexpr = HEAD_DIM // 2
     dtype = q_out_ptr.dtype.element_ty
     offs = tl.arange(0, BLOCK_HALF)
@@ -112,16 +120,30 @@ def _qk_norm_rope_kernel(
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()  # q and k: the qkv GEMV's output
-    if head < NUM_Q_HEADS:
-        h = head.to(tl.int64)
-        _norm_rope_row(q_ptr + tok * stride_qt + h * stride_qh, qw_ptr,
-                       q_out_ptr + tok * stride_qot + h * stride_qoh,
-                       cos, sin, eps, offs, mask, HEAD_DIM, HALF)
-    else:
-        h = (head - NUM_Q_HEADS).to(tl.int64)
-        _norm_rope_row(k_ptr + tok * stride_kt + h * stride_kh, kw_ptr,
-                       k_out_ptr + tok * stride_kot + h * stride_koh,
-                       cos, sin, eps, offs, mask, HEAD_DIM, HALF)
+    for i in tl.static_range(HEADS_PER_PROGRAM):
+        head = group * HEADS_PER_PROGRAM + i
+        if head < NUM_Q_HEADS:
+            h = head.to(tl.int64)
+            _norm_rope_row(q_ptr + tok * stride_qt + h * stride_qh, qw_ptr,
+                           q_out_ptr + tok * stride_qot + h * stride_qoh,
+                           cos, sin, eps, offs, mask, HEAD_DIM, HALF)
+        else:
+            h = (head - NUM_Q_HEADS).to(tl.int64)
+            _norm_rope_row(k_ptr + tok * stride_kt + h * stride_kh, kw_ptr,
+                           k_out_ptr + tok * stride_kot + h * stride_koh,
+                           cos, sin, eps, offs, mask, HEAD_DIM, HALF)
+
+
+MAX_DECODE_ROWS = 16  # steps of up to this many tokens keep one head per program
+
+
+def heads_per_program(num_tokens: int, num_heads: int) -> int:
+    """``G``, the heads of one token per program of ``_qk_norm_rope_kernel``: 1 for a step of
+    at most ``MAX_DECODE_ROWS`` tokens, else the largest of 8, 4, 2 that divides ``num_heads``
+    (Hq + Hkv; 1 if none does)."""
+    if num_tokens <= MAX_DECODE_ROWS:
+        return 1
+    return next((g for g in (8, 4, 2) if num_heads % g == 0), 1)
 
 
 def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
@@ -159,15 +181,17 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor,
     if num_tokens == 0:
         return q_out, k_out
     pdl = chain_pdl(q.device)
-    _qk_norm_rope_kernel[(num_tokens, num_q_heads + k.shape[1])](
+    num_heads = num_q_heads + k.shape[1]
+    group = heads_per_program(num_tokens, num_heads)
+    _qk_norm_rope_kernel[(num_tokens, num_heads // group)](
         q_ptr=q, k_ptr=k, qw_ptr=q_weight, kw_ptr=k_weight, q_out_ptr=q_out, k_out_ptr=k_out,
         pos_ptr=positions, inv_freq_ptr=inv_freq,
         stride_qt=q.stride(0), stride_qh=q.stride(1), stride_kt=k.stride(0), stride_kh=k.stride(1),
         stride_qot=q_out.stride(0), stride_qoh=q_out.stride(1),
         stride_kot=k_out.stride(0), stride_koh=k_out.stride(1),
         eps=float(eps), attention_factor=float(attention_factor),
-        NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim, **_launch_options(head_dim),
-        **({"USE_PDL": True, "launch_pdl": True} if pdl else {}),
+        NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim, HEADS_PER_PROGRAM=group,
+        **_launch_options(head_dim), **({"USE_PDL": True, "launch_pdl": True} if pdl else {}),
     )
     return q_out, k_out
 

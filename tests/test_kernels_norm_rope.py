@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from kernels import reference as ref
-from kernels.qk_norm_rope import qk_norm_rope
+from kernels.qk_norm_rope import MAX_DECODE_ROWS, qk_norm_rope
+from kernels.qk_norm_rope import heads_per_program as heads_per_program_of
 from kernels.rmsnorm import rmsnorm
 from models.config import YarnScaling
 from models.qwen3 import RMSNorm
@@ -150,6 +151,32 @@ def test_qk_norm_rope_contiguous_inputs_and_small_positions():
     torch.testing.assert_close(ko, rk, **TOL[torch.float32])
 
 
+def _qk_in_decode_steps(q, k, qw, kw, pos, inv_freq, af):
+    """qk_norm_rope launched on steps of MAX_DECODE_ROWS tokens (one head per program)."""
+    outs = [qk_norm_rope(q[i:i + MAX_DECODE_ROWS], k[i:i + MAX_DECODE_ROWS], qw, kw, 1e-6,
+                         pos[i:i + MAX_DECODE_ROWS], inv_freq, af)
+            for i in range(0, q.shape[0], MAX_DECODE_ROWS)]
+    return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+
+
+@pytest.mark.parametrize(("kv_heads", "group", "heads_per_program"),
+                         [(2, 3, 8), (1, 5, 2), (1, 4, 1)])
+def test_qk_norm_rope_head_groups_equal_one_head_per_program(kv_heads, group,
+                                                             heads_per_program):
+    """A prefill chunk's programs take G heads of a token each; every row comes out bit for bit
+    as a decode step's one-head programs compute it, and matches the reference."""
+    tokens = 2 * MAX_DECODE_ROWS + 3
+    assert heads_per_program_of(tokens, kv_heads * (group + 1)) == heads_per_program
+    assert heads_per_program_of(MAX_DECODE_ROWS, kv_heads * (group + 1)) == 1
+    case = _qk_case(tokens, kv_heads, group, 32, torch.float32, True, 131072)
+    qo, ko = qk_norm_rope(case[0], case[1], case[2], case[3], 1e-6, *case[4:])
+    sq, sk = _qk_in_decode_steps(*case)
+    assert torch.equal(qo, sq) and torch.equal(ko, sk)
+    rq, rk = ref.qk_norm_rope(case[0], case[1], case[2], case[3], 1e-6, *case[4:])
+    torch.testing.assert_close(qo, rq, **TOL[torch.float32])
+    torch.testing.assert_close(ko, rk, **TOL[torch.float32])
+
+
 def test_qk_norm_rope_rejects_bad_inputs():
     q, k, qw, kw, pos, inv_freq, af = _qk_case(2, 1, 2, 16, torch.float32, False, 100)
     with pytest.raises(ValueError, match="positions"):
@@ -243,6 +270,19 @@ def test_gpu_qk_norm_rope_bf16_8b_shapes(tokens, yarn):
               f"vs float32: kernel {err_kernel:.3g}, torch path {err_torch:.3g}")
         torch.testing.assert_close(got, want, **TOL[torch.bfloat16])
         assert err_kernel <= 1.1 * err_torch
+
+
+@pytest.mark.gpu
+def test_gpu_qk_norm_rope_head_groups_bit_exact():
+    """The 8B's 40 heads, 300 tokens: 8 heads per program equal one head per program (16-token
+    launches) bit for bit in bfloat16."""
+    torch.manual_seed(0)
+    case = [t.cuda() if isinstance(t, torch.Tensor) else t
+            for t in _qk_case(300, 8, 4, 128, torch.bfloat16, True, 131072)]
+    assert heads_per_program_of(300, 40) == 8
+    qo, ko = qk_norm_rope(case[0], case[1], case[2], case[3], 1e-6, *case[4:])
+    sq, sk = _qk_in_decode_steps(*case)
+    assert torch.equal(qo, sq) and torch.equal(ko, sk)
 
 
 @pytest.mark.gpu
