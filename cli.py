@@ -182,11 +182,14 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """
     ui = UI(opts)
     with errors(opts.debug, opts.json):
-        from infer.ui.repl import run_repl  # the chat loop: not for --help or the other commands
+        # the chat loop: not for --help or the other commands
+        from infer.ui.repl import check_reply_budget, run_repl
 
         if system is not None:
             system = setup.user_text(ui, system, "--system")
-        cfg, tok, _ = setup.prepare(ui, model)
+        cfg, tok, plan = setup.prepare(ui, model)
+        check_reply_budget(tok, system, cfg.ctx, opts.max_new_tokens, think=opts.think,
+                           max_ctx=plan.max_ctx)
         engine, load_s = setup.load_engine(ui, cfg, tok)
         # the decode step's capture before the first turn (its length is not known yet)
         setup.warm_engine(ui, engine, engine.default_sampling(**opts.sampling_overrides()))
