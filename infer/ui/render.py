@@ -233,7 +233,7 @@ class ReplyView:
         if stats is None or stats is self._prev_stats:
             return Text("starting ...", style="dim")
         if stats.new_tokens == 0:
-            return Text(f"prefilling {stats.prefill_tokens:,} tokens "
+            return Text(f"prefilling {stats.prompt_tokens - stats.reused_tokens:,} tokens "
                         f"({stats.reused_tokens:,} reused) · "
                         f"{time.perf_counter() - self._t0:.1f} s", style="dim")
         line = f"{stats.new_tokens:,} tokens · {stats.decode_tokens_per_s:.1f} tok/s"
