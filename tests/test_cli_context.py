@@ -94,3 +94,18 @@ def test_chat_refuses_a_reply_budget_no_turn_fits_as_generate_does(tiny_ckpt, to
     ok = invoke("chat", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--max-new-tokens", "2",
                 input="hi\n")
     assert ok.exit_code == 0 and "error" not in ok.stderr, ok.output
+
+
+def test_check_fits_says_1_token_not_1_tokens():
+    from infer.fits import check_fits
+
+    with pytest.raises(ValueError) as info:  # generate --raw Hello --ctx 64 --max-new-tokens 64
+        check_fits(1, 64, 64, max_ctx=131072)
+    assert str(info.value).startswith("the prompt is 1 token and the reply up to 64")
+    with pytest.raises(ValueError) as info:
+        check_fits(1, 1, max_ctx=131072)
+    assert "the prompt is 1 token, which leaves no room for a reply in the context of 1 token:" \
+        in str(info.value)
+    with pytest.raises(ValueError, match="the prompt is 2000 tokens, longer than the context of "
+                                         "1024 tokens"):
+        check_fits(2000, 1024, max_ctx=131072)

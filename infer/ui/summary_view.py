@@ -29,6 +29,7 @@ from infer.ui.oneshot import one_shot, reply_once
 from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
 from infer.ui.render import Reply
+from infer.wording import counted
 
 
 def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_split: bool,
@@ -84,7 +85,7 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     stages = {"parts": len(pieces), "batch": cfg.max_batch,
               "map_prefill_s": round(t.map_prefill_s, 3),
               "map_decode_s": round(t.map_decode_s, 3), "reduce_s": round(t.reduce_s, 3)}
-    suffix = (f" · {stages['parts']} parts, {cfg.max_batch} at a time: prefill "
+    suffix = (f" · {counted(stages['parts'], 'part')}, {cfg.max_batch} at a time: prefill "
               f"{t.map_prefill_s:.1f} s, decode {t.map_decode_s:.1f} s, reduce {t.reduce_s:.1f} s")
     drafted = sum(p.drafted for p in sm.parts)
     if drafted:
@@ -110,8 +111,9 @@ def _interrupted(ui: UI, engine, load_s: float, extra: dict, suffix: str, sm, n:
         ui.emit_json(reply_record("summarize", engine, reply, load_s, **extra))
     else:
         done = sum(p.level == 0 for p in sm.parts)
-        ui.err.print(f"interrupted summarizing the parts: {done} of {n} part summaries "
-                     f"finished{suffix}", style="dim")
+        ui.err.print(f"interrupted summarizing the parts: {done} of "
+                     f"{counted(n, 'part summary', 'part summaries')} finished{suffix}",
+                     style="dim")
     raise typer.Exit(130)
 
 
@@ -133,7 +135,7 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
                          f"fit in memory with {kv_cache_words(cfg)}")
     chosen = min(batch or want, want, fits)
     cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
-    ui.note(f"decoding {chosen} part{'s' if chosen > 1 else ''} at a time ({fits} fit in "
+    ui.note(f"decoding {counted(chosen, 'part')} at a time ({fits} fit in "
             f"memory): {_size(_kv_bytes(cfg, plan.config))} of {cache} KV cache each")
     return chosen
 
