@@ -129,7 +129,8 @@ def generate(
         one_shot("generate", ui, cfg, tok, ids, max_ctx=plan.max_ctx)
 
 
-@app.command(cls=Command)
+@app.command(cls=Command,
+             short_help="Summarize a text FILE (in parts when it is longer than the context).")
 @shared_options(max_new_tokens=1024)
 def summarize(
     file: Annotated[str, typer.Argument(
@@ -177,16 +178,20 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """Talk with MODEL. /reset clears the conversation, /stats shows numbers, /exit or /quit
     quits, //text sends /text.
 
-    Ctrl-C during a reply stops that reply; Ctrl-C or Ctrl-D at the prompt quits. With piped
-    input the exit code is 2 if a turn failed on bad input (1 on a runtime failure).
+    Ctrl-C during a reply stops that reply; Ctrl-C or Ctrl-D at the prompt quits.
+
+    With piped input the exit code is 2 if a turn failed on bad input (1 on a runtime failure).
     """
     ui = UI(opts)
     with errors(opts.debug, opts.json):
-        from infer.ui.repl import run_repl  # the chat loop: not for --help or the other commands
+        # the chat loop: not for --help or the other commands
+        from infer.ui.repl import check_reply_budget, run_repl
 
         if system is not None:
             system = setup.user_text(ui, system, "--system")
-        cfg, tok, _ = setup.prepare(ui, model)
+        cfg, tok, plan = setup.prepare(ui, model)
+        check_reply_budget(tok, system, cfg.ctx, opts.max_new_tokens, think=opts.think,
+                           max_ctx=plan.max_ctx)
         engine, load_s = setup.load_engine(ui, cfg, tok)
         # the decode step's capture before the first turn (its length is not known yet)
         setup.warm_engine(ui, engine, engine.default_sampling(**opts.sampling_overrides()))

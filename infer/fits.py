@@ -5,6 +5,8 @@ the chat loop check through ``check_fits``; the decode loop stops a reply by the
 
 from __future__ import annotations
 
+from infer.wording import counted
+
 
 def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> None:
     """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
@@ -14,21 +16,22 @@ def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> No
     n_reply = max(max_new, 1)
     if n_prompt + n_reply <= ctx:
         return
+    prompt = f"the prompt is {counted(n_prompt, 'token', grouped=False)}"
     need = -(-(n_prompt + n_reply) // 1024)
     beyond = f"beyond the largest context this model supports ({max_ctx} tokens)"
     if n_prompt + 1 > max_ctx:
-        raise ValueError(f"the prompt is {n_prompt} tokens, {beyond}: shorten the text")
+        raise ValueError(f"{prompt}, {beyond}: shorten the text")
     if n_prompt + n_reply > max_ctx:
         room = ctx - n_prompt  # what fits at this --ctx; past it, --ctx must grow too
         fix = (f"lower --max-new-tokens to at most {room}" if room >= 1 else
                f"raise --ctx and lower --max-new-tokens to at most {max_ctx - n_prompt}")
-        raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+        raise ValueError(f"{prompt} and the reply up to {max_new} "
                          f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: {fix}, "
                          "or shorten the text")
     if max_new <= 0:
         size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
-        raise ValueError(f"the prompt is {n_prompt} tokens, {size} the context of {ctx} "
-                         f"tokens: raise --ctx (e.g. --ctx {need}k) or shorten the input")
-    raise ValueError(f"the prompt is {n_prompt} tokens and the reply up to {max_new} "
+        raise ValueError(f"{prompt}, {size} the context of {counted(ctx, 'token', grouped=False)}"
+                         f": raise --ctx (e.g. --ctx {need}k) or shorten the input")
+    raise ValueError(f"{prompt} and the reply up to {max_new} "
                      f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
                      f"{ctx} tokens: raise --ctx (e.g. --ctx {need}k) or lower --max-new-tokens")

@@ -144,7 +144,7 @@ class Session:
         pending: list[tuple[torch.cuda.Event | None, int]] = []  # chunks enqueued, not reported
         for s in range(reuse, len(prompt), chunk):
             hidden = self._forward(prompt[s:s + chunk])
-            done = min(s + chunk, len(prompt)) - reuse
+            done = stats.prefill_tokens = min(s + chunk, len(prompt)) - reuse
             event = chunk_event(eng.device)
             pending.append((event, done))
             if on_enqueued is not None and (done >= CAPTURE_AHEAD_TOKENS or done == total):

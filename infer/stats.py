@@ -13,6 +13,8 @@ class GenerationStats:
     Attributes:
         prompt_tokens: tokens in the prompt passed to ``generate``.
         reused_tokens: prompt tokens whose K/V were reused from the previous turn (not prefilled).
+        prefill_tokens: prompt tokens prefilled so far (their K/V stored): ``prompt_tokens -
+            reused_tokens`` once the prefill has finished, fewer when it was cut (Ctrl-C).
         new_tokens: tokens yielded (a stop token is not counted).
         ttft_s: seconds from the ``generate`` call's first step to the first sampled token on the
             host (prefill included; in a batch, every sequence's prefill).
@@ -26,6 +28,7 @@ class GenerationStats:
 
     prompt_tokens: int
     reused_tokens: int = 0
+    prefill_tokens: int = 0
     new_tokens: int = 0
     ttft_s: float = 0.0
     decode_s: float = 0.0
@@ -33,10 +36,6 @@ class GenerationStats:
     accepted: int = 0
     verify_steps: int = 0
     stop_reason: str = ""
-
-    @property
-    def prefill_tokens(self) -> int:
-        return self.prompt_tokens - self.reused_tokens
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -51,12 +50,12 @@ class GenerationStats:
         return self.accepted / self.verify_steps if self.verify_steps else 0.0
 
     def to_dict(self) -> dict:
-        """The fields and the derived ``prefill_tokens`` (the prompt tokens to prefill),
-        ``decode_tokens_per_s`` and ``mean_accepted``, for ``--json``. What was not measured is
-        None rather than 0.0: ``ttft_s`` when no token arrived (a prefill cut by Ctrl-C), and
-        ``decode_tokens_per_s`` with fewer than 2 tokens (no interval to measure)."""
+        """The fields and the derived ``decode_tokens_per_s`` and ``mean_accepted``, for
+        ``--json`` (``prefill_tokens`` moved after ``stop_reason``, its place). What was not
+        measured is None rather than 0.0: ``ttft_s`` when no token arrived (a prefill cut by
+        Ctrl-C), and ``decode_tokens_per_s`` with fewer than 2 tokens (no interval to measure)."""
         d = asdict(self)
-        d["prefill_tokens"] = self.prefill_tokens
+        d["prefill_tokens"] = d.pop("prefill_tokens")
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
         d["mean_accepted"] = self.mean_accepted
         if self.new_tokens == 0 and self.ttft_s == 0.0:

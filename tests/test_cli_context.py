@@ -76,3 +76,36 @@ def test_check_fits_past_the_largest_context():
     assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
     with pytest.raises(ValueError, match="supports \\(262144 tokens\\)"):  # Qwen3-4B-2507
         check_fits(300_000, 262144, max_ctx=262144)
+
+
+def test_chat_refuses_a_reply_budget_no_turn_fits_as_generate_does(tiny_ckpt, tok):
+    """--max-new-tokens past the context: chat refuses it at start-up (exit 2, one line, before
+    any turn), with generate's wording for the shortest prompt a turn can have."""
+    n = len(tok.chat_ids([{"role": "user", "content": ""}], enable_thinking=True))
+    result = invoke("chat", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--max-new-tokens",
+                    "2000", input="hi\n")
+    assert_one_line_error(result, 2, f"even with an empty message the prompt is {n} tokens and "
+                          "the reply up to 2000 (--max-new-tokens)", "raise --ctx (e.g. --ctx 2k)")
+    generate = invoke("generate", tiny_ckpt, "hi", "--ctx", "1k", "--device", "cpu",
+                      "--max-new-tokens", "2000")
+    assert generate.exit_code == 2
+    assert "more than the context of 1024 tokens" in generate.stderr
+    assert "more than the context of 1024 tokens" in result.stderr
+    ok = invoke("chat", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--max-new-tokens", "2",
+                input="hi\n")
+    assert ok.exit_code == 0 and "error" not in ok.stderr, ok.output
+
+
+def test_check_fits_says_1_token_not_1_tokens():
+    from infer.fits import check_fits
+
+    with pytest.raises(ValueError) as info:  # generate --raw Hello --ctx 64 --max-new-tokens 64
+        check_fits(1, 64, 64, max_ctx=131072)
+    assert str(info.value).startswith("the prompt is 1 token and the reply up to 64")
+    with pytest.raises(ValueError) as info:
+        check_fits(1, 1, max_ctx=131072)
+    assert "the prompt is 1 token, which leaves no room for a reply in the context of 1 token:" \
+        in str(info.value)
+    with pytest.raises(ValueError, match="the prompt is 2000 tokens, longer than the context of "
+                                         "1024 tokens"):
+        check_fits(2000, 1024, max_ctx=131072)

@@ -37,6 +37,54 @@ def test_help_panels_in_one_order_and_flags_without_a_type():
     assert "--no-think" in invoke("generate", "--help").stdout  # the flag pairs are still shown
 
 
+def kept_line_breaks(lines: list[str], width: int) -> list[str]:
+    """The lines of wrapped prose whose next line's first word would have fit on them: a line
+    break kept from the source text, not made by the wrap (rich wraps greedily)."""
+    return [a for a, b in zip(lines, lines[1:], strict=False)
+            if a and b and len(a) + 1 + len(b.split()[0]) <= width]
+
+
+def help_prose(out: str) -> list[tuple[list[str], int]]:
+    """The prose of a rendered --help as (lines, width) blocks: each paragraph of the text
+    under the usage line, and each entry of the Commands panel (its help column)."""
+    lines = out.splitlines()
+    width = max(len(line) for line in lines)
+    start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
+    end = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+    blocks, para = [], []
+    for line in [*lines[start:end], ""]:
+        if line.strip():
+            para.append(line.strip())
+        elif para:
+            blocks.append((para, width - 2))
+            para = []
+    if "─ Commands ─" in out:
+        panel = lines[next(i for i, ln in enumerate(lines) if "─ Commands ─" in ln) + 1:]
+        col = None
+        for row in panel:
+            if row.startswith("╰"):
+                break
+            inner = row[1:-1]
+            m = re.match(r" (\S+)(\s+)(\S)", inner)
+            if m:
+                col = m.start(3)
+                blocks.append(([], len(inner) - col - 1))
+            blocks[-1][0].append(inner[col:].rstrip())
+    return blocks
+
+
+@pytest.mark.parametrize("command", ["", "generate", "summarize", "chat", "bench"])
+def test_help_prose_wraps_at_the_width_only(command, monkeypatch):
+    """At 80 columns every line of help prose is wrapped by rich, none broken where the source
+    broke it: typer keeps the line breaks of a docstring's later paragraphs, and of the first
+    one in the Commands list (summarize's entry and chat's second paragraph were broken)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke(*filter(None, [command, "--help"]))
+    assert result.exit_code == 0, result.output
+    for lines, width in help_prose(result.stdout):
+        assert kept_line_breaks(lines, width) == [], (lines, width)
+
+
 def test_version(capsys):
     from importlib.metadata import version
 

@@ -157,6 +157,16 @@ def test_no_prefill_bar_when_stderr_is_not_a_terminal(tiny_ckpt, monkeypatch):
     assert " of 5," not in result.stderr and "Ctrl-C stops" not in result.stderr
 
 
+def test_json_prefill_tokens_of_an_interrupted_prefill_are_those_prefilled(tiny_ckpt,
+                                                                          monkeypatch):
+    interrupt_third_chunk(monkeypatch)
+    result = invoke("generate", tiny_ckpt, "word " * 5000, *FAST, *LONG, "--json")
+    assert result.exit_code == 130, result.output
+    obj = json.loads(result.stdout)
+    assert obj["interrupted"] is True and obj["prompt_tokens"] > 5000
+    assert obj["prefill_tokens"] == 2 * 512  # the two chunks before the Ctrl-C
+
+
 def test_chat_ctrl_c_in_a_long_prefill_keeps_the_session(tiny_ckpt, monkeypatch):
     interrupt_third_chunk(monkeypatch)
     monkeypatch.setenv("FORCE_COLOR", "1")

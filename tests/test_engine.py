@@ -133,6 +133,22 @@ def test_interrupt_inside_a_step_keeps_session_consistent(fail_on_call):
     assert s.stats.reused_tokens == min(len(cached), len(p) - 1)
 
 
+def test_prefill_tokens_counts_what_an_interrupted_prefill_stored():
+    """Ctrl-C in the third prefill chunk: prefill_tokens is the two chunks cached, not the
+    prompt; the next reply prefills the rest only (and says so)."""
+    model = SumModel(fail_on_call=3)
+    eng = mock_engine(chunk=7, model=model)
+    s = eng.new_session()
+    p = prompt_of(30)
+    with pytest.raises(KeyboardInterrupt):
+        list(s.generate(p, GREEDY.replace(max_new_tokens=4)))
+    assert s.stats.stop_reason == "interrupted" and s.num_cached == 14
+    assert s.stats.prefill_tokens == 14 and s.stats.to_dict()["prefill_tokens"] == 14
+    model.fail_on_call = None
+    assert list(s.generate(p, GREEDY.replace(max_new_tokens=4))) == expected(p, 4)
+    assert s.stats.reused_tokens == 14 and s.stats.prefill_tokens == 30 - 14
+
+
 def test_stop_id_ends_reply_and_is_not_yielded():
     p = prompt_of(10)
     full = expected(p, 10)
@@ -202,7 +218,7 @@ def test_stats_to_dict_says_none_for_what_was_not_measured():
 
     d = GenerationStats(prompt_tokens=7).to_dict()
     assert d["ttft_s"] is None and d["decode_tokens_per_s"] is None and d["decode_s"] == 0.0
-    assert d["prefill_tokens"] == 7 and d["mean_accepted"] == 0.0
+    assert d["prefill_tokens"] == 0 and d["mean_accepted"] == 0.0  # the engine counts them
     one = GenerationStats(prompt_tokens=7, new_tokens=1, ttft_s=0.25).to_dict()
     assert one["ttft_s"] == 0.25 and one["decode_tokens_per_s"] is None
     stop_first = GenerationStats(prompt_tokens=7, ttft_s=0.25).to_dict()  # a stop id first

@@ -233,3 +233,19 @@ def test_stats_line_of_a_one_token_reply_has_no_rate():
     stats = GenerationStats(prompt_tokens=8, new_tokens=1, ttft_s=0.1, stop_reason="length")
     line = format_stats(stats, ceiling=200.0)
     assert "1 new token ·" in line and "tok/s" not in line and "ceiling" not in line
+
+
+def test_a_count_of_one_reads_singular_in_the_stats_and_status_lines():
+    stats = GenerationStats(prompt_tokens=1, new_tokens=1, ttft_s=0.1, stop_reason="length")
+    assert format_stats(stats, chat=True).startswith("prompt 1 token (0 reused) · 1 new token ·")
+    stats.new_tokens, stats.stop_reason = 0, "interrupted"
+    assert format_stats(stats) == "prompt 1 token · interrupted during prefill"
+    session = FakeSession(1)
+    view = ReplyView(Console(file=io.StringIO()), Console(file=io.StringIO()), FakeEngine(PIECES),
+                     session)
+    session.stats = GenerationStats(prompt_tokens=5, reused_tokens=4)  # a chat turn's prefill
+    assert view.status_line().plain.startswith("prefilling 1 token (4 reused) · ")
+    session.stats.new_tokens = 1
+    assert view.status_line().plain.startswith("1 token · ")
+    session.stats.new_tokens = 1234
+    assert view.status_line().plain.startswith("1,234 tokens · ")

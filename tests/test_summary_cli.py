@@ -2,7 +2,7 @@
 random Qwen3 on the CPU: the note with both token counts and the batch the capacity check chose,
 part summaries as they finish, the final summary on stdout, the stage times in the stats line;
 ``--json`` with the parts (ranges that cover the file once) and stages; ``--no-split`` and bad
-``--batch`` / ``--part-tokens`` values as one-line errors."""
+``--batch`` / ``--part-tokens`` values as one-line errors; Ctrl-C during the parts."""
 
 from __future__ import annotations
 
@@ -128,3 +128,47 @@ def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch):
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines()[-1].endswith(
         "fit in memory with --kv-cache bf16 (float32 on the CPU)")
+
+
+def ctrl_c_at_prefill(monkeypatch, start: int) -> None:
+    """Ctrl-C as the ``start``-th reply (1-based) begins its prefill (a session's first chunk)."""
+    from infer.engine import Session
+
+    real, starts = Session._forward, []
+
+    def forward(self, ids, *args, **kwargs):
+        if self.num_cached == 0:
+            starts.append(len(ids))
+            if len(starts) == start:
+                raise KeyboardInterrupt
+        return real(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "_forward", forward)
+
+
+@pytest.mark.parametrize("json_flag", [True, False])
+def test_ctrl_c_during_the_parts_is_an_interrupted_result_as_in_one_part(tiny_ckpt, book,
+                                                                         tmp_path, monkeypatch,
+                                                                         json_flag):
+    """Ctrl-C in the second part (--batch 1: the first has finished): exit 130 with the result
+    so far, as a one-part summarize cut by Ctrl-C gives (the same fields, interrupted), not the
+    error object."""
+    path, _ = book
+    short = tmp_path / "short.txt"
+    short.write_text("A short text.\n")
+    flags = ["--json"] if json_flag else []
+    ctrl_c_at_prefill(monkeypatch, 1)
+    one = invoke("summarize", short, "--model", tiny_ckpt, *LONG, *flags)
+    ctrl_c_at_prefill(monkeypatch, 2)
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "1", *flags)
+    assert one.exit_code == result.exit_code == 130, result.output
+    assert "error" not in result.stderr and "Traceback" not in result.output
+    if not json_flag:
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith("interrupted summarizing the parts: 1 of ") and "parts, 1 at" in line
+        return
+    obj, one_obj = json.loads(result.stdout), json.loads(one.stdout)
+    assert obj.keys() == one_obj.keys() | {"stages", "parts"}
+    assert obj["interrupted"] is one_obj["interrupted"] is True
+    assert obj["stop_reason"] == "interrupted" and obj["text"] == "" and obj["split"] is True
+    assert len(obj["parts"]) == 1 and obj["stages"]["parts"] >= 2

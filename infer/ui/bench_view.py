@@ -17,6 +17,7 @@ from rich.table import Table
 from infer.bench import BenchResult, cache_dtype, run_bench
 from infer.ui.console import UI
 from infer.ui.records import bench_record
+from infer.wording import counted
 from models.dtypes import SHORT_NAMES
 
 
@@ -65,7 +66,8 @@ def measure(ui: UI, engine, lengths: list[int], tokens: int, speculate: bool = F
     again = ", then again speculating" if speculate else ""
     try:
         for n in lengths:
-            with ui.status(f"{n:,} tokens: prefill, then {tokens} decode steps{again} ..."):
+            with ui.status(f"{counted(n, 'token')}: prefill, then "
+                           f"{counted(tokens, 'decode step')}{again} ..."):
                 results.append(next(runs))
     except KeyboardInterrupt:
         ui.err.print("[yellow]interrupted[/]")

@@ -30,6 +30,7 @@ from rich.text import Text
 
 from infer.ui.console import StderrConsole
 from infer.ui.progress import PrefillBar
+from infer.wording import counted
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -74,15 +75,16 @@ def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str
     tokens/s (and the ceiling when known), why it stopped. ``stats``: ``GenerationStats``.
     A reply stopped before its first token says "interrupted during prefill" instead."""
     reused = f" ({stats.reused_tokens:,} reused)" if chat else ""
+    prompt = f"prompt {counted(stats.prompt_tokens, 'token')}{reused}"
     if stats.new_tokens == 0 and stats.stop_reason == "interrupted":
-        return f"prompt {stats.prompt_tokens:,} tokens{reused} · interrupted during prefill"
+        return f"{prompt} · interrupted during prefill"
     tps = f" · {stats.decode_tokens_per_s:.1f} tok/s decode"
     if ceiling:
         tps += f" (ceiling {ceiling:.0f}, {100 * stats.decode_tokens_per_s / ceiling:.0f}%)"
     if stats.new_tokens < 2:  # no decode rate after the first token
         tps = ""
-    new = f"{stats.new_tokens:,} new token{'' if stats.new_tokens == 1 else 's'}"
-    return (f"prompt {stats.prompt_tokens:,} tokens{reused} · {new} · "
+    new = counted(stats.new_tokens, "new token")
+    return (f"{prompt} · {new} · "
             f"first token {stats.ttft_s:.2f} s{tps}{speculation_note(stats)} · "
             f"stop: {stats.stop_reason}")
 
@@ -233,10 +235,10 @@ class ReplyView:
         if stats is None or stats is self._prev_stats:
             return Text("starting ...", style="dim")
         if stats.new_tokens == 0:
-            return Text(f"prefilling {stats.prefill_tokens:,} tokens "
+            return Text(f"prefilling {counted(stats.prompt_tokens - stats.reused_tokens, 'token')} "
                         f"({stats.reused_tokens:,} reused) · "
                         f"{time.perf_counter() - self._t0:.1f} s", style="dim")
-        line = f"{stats.new_tokens:,} tokens · {stats.decode_tokens_per_s:.1f} tok/s"
+        line = f"{counted(stats.new_tokens, 'token')} · {stats.decode_tokens_per_s:.1f} tok/s"
         ceiling = self.engine.ceiling_tokens_per_s(self.session.num_cached)
         if ceiling:
             line += f" (ceiling {ceiling:.0f} tok/s)"

@@ -2,8 +2,9 @@
 
 Owns the chat commands (``/reset``, ``/stats``, ``/exit``, ``/quit``; ``//text`` sends ``/text``)
 and the per-turn error handling: a failed turn prints its error, drops the message, and the chat
-goes on; ``run_repl`` returns the exit code the failures call for. The messages and each turn's
-prompt ids are ``infer/ui/conversation.py``'s. No tensor math here.
+goes on; ``run_repl`` returns the exit code the failures call for. Before the chat starts,
+``check_reply_budget`` refuses a ``--max-new-tokens`` that no turn can fit. The messages and each
+turn's prompt ids are ``infer/ui/conversation.py``'s. No tensor math here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.markup import escape
 from infer.fits import check_fits
 from infer.ui.console import UI, OutputError, error_message
 from infer.ui.conversation import Conversation
+from infer.ui.oneshot import chat_messages
 from infer.ui.prepare import user_text
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView, capture_note, format_stats
@@ -27,6 +29,22 @@ CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numb
 CHAT_COMMANDS = ("/reset", "/stats", "/exit", "/quit")
 
 _COMMAND = re.compile(r"/[A-Za-z]")
+
+
+def check_reply_budget(tokenizer, system: str | None, ctx: int, max_new: int, *, think: bool,
+                       max_ctx: int) -> None:
+    """Refuse a ``--max-new-tokens`` that no turn can fit, before the chat starts: the prompt of
+    an empty first message (``system`` and the template alone; every turn's prompt is at least
+    that long) and its reply must fit, as ``check_fits`` demands of ``generate``.
+
+    Raises:
+        ValueError: they do not (``check_fits``'s message, said of an empty message).
+    """
+    ids = tokenizer.chat_ids(chat_messages(system, ""), enable_thinking=think)
+    try:
+        check_fits(len(ids), ctx, max_new, max_ctx=max_ctx)
+    except ValueError as e:
+        raise ValueError(f"no chat turn fits: even with an empty message {e}") from None
 
 
 def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:

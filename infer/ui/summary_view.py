@@ -8,21 +8,28 @@ before loading, the capacity check decides how many parts decode together (``--b
 as many as fit, up to 16) and says so; each part summary is shown on stderr as it finishes (part k
 of N), the prefill of each part on a progress status, and the final summary streams on stdout
 like any reply. ``--json`` adds the parts (level, index, character and token ranges, summary) and
-the stage times to the reply's object; the stats line gives the stage times too.
+the stage times to the reply's object; the stats line gives the stage times too. Ctrl-C during the
+parts ends the command as during a one-part summary: the result so far (the parts finished; an
+empty final reply, ``interrupted``), then exit code 130.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import typer
 from rich.markup import escape
 
 from infer.fits import check_fits
+from infer.stats import GenerationStats
 from infer.summarize import Summarizer
 from infer.summary_prompts import check_plan
 from infer.ui.console import UI
 from infer.ui.oneshot import one_shot, reply_once
 from infer.ui.prepare import load_engine, warm_engine
+from infer.ui.records import reply_record
+from infer.ui.render import Reply
+from infer.wording import counted
 
 
 def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_split: bool,
@@ -32,7 +39,7 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     Raises:
         ValueError: a text too long with ``--no-split``, a context too small for parts, a
             ``--batch`` that does not fit in memory.
-        typer.Exit(130): Ctrl-C cut the final reply.
+        typer.Exit(130): Ctrl-C cut the parts or the final reply (the result is shown first).
     """
     max_new = ui.opts.max_new_tokens
     # parts help when the text is too long, not when the prompt fits and the reply budget is
@@ -67,21 +74,47 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
             elif status is not None:
                 status.update("decoding the summaries ...")
 
-        final = sm.run(text, pieces=pieces, on_part=lambda p: _show_part(ui, p),
-                       on_prefill=on_prefill)
-    check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
+        try:
+            final = sm.run(text, pieces=pieces, on_part=lambda p: _show_part(ui, p),
+                           on_prefill=on_prefill)
+        except KeyboardInterrupt:  # shown below as an interrupted reply, not as an error
+            final = None
+    if final is not None:
+        check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
     t = sm.times
-    stages = {"parts": len([p for p in sm.parts if p.level == 0]), "batch": cfg.max_batch,
+    stages = {"parts": len(pieces), "batch": cfg.max_batch,
               "map_prefill_s": round(t.map_prefill_s, 3),
               "map_decode_s": round(t.map_decode_s, 3), "reduce_s": round(t.reduce_s, 3)}
-    suffix = (f" · {stages['parts']} parts, {cfg.max_batch} at a time: prefill "
+    suffix = (f" · {counted(stages['parts'], 'part')}, {cfg.max_batch} at a time: prefill "
               f"{t.map_prefill_s:.1f} s, decode {t.map_decode_s:.1f} s, reduce {t.reduce_s:.1f} s")
     drafted = sum(p.drafted for p in sm.parts)
     if drafted:
         suffix += f" · part drafts: {sum(p.accepted for p in sm.parts):,} of {drafted:,} accepted"
     extra = {**extra, "split": True, "stages": stages,
              "parts": [p.to_dict() for p in sm.parts]}
+    if final is None:
+        _interrupted(ui, engine, load_s, extra, suffix, sm, len(pieces))
     reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)
+
+
+def _interrupted(ui: UI, engine, load_s: float, extra: dict, suffix: str, sm, n: int) -> None:
+    """Ctrl-C during the parts: the result as a one-part summary cut by Ctrl-C shows it (the
+    ``--json`` object, ``extra`` with the parts finished, or a stats line with ``suffix``), for a
+    final reply that never began (no prompt, no tokens, ``interrupted``).
+
+    Raises:
+        typer.Exit(130): always, after the result.
+    """
+    if ui.opts.json:
+        stats = GenerationStats(prompt_tokens=0, stop_reason="interrupted")
+        reply = Reply(raw="", answer="", thinking="", stats=stats, interrupted=True, ceiling=None)
+        ui.emit_json(reply_record("summarize", engine, reply, load_s, **extra))
+    else:
+        done = sum(p.level == 0 for p in sm.parts)
+        ui.err.print(f"interrupted summarizing the parts: {done} of "
+                     f"{counted(n, 'part summary', 'part summaries')} finished{suffix}",
+                     style="dim")
+    raise typer.Exit(130)
 
 
 def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
@@ -102,7 +135,7 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
                          f"fit in memory with {kv_cache_words(cfg)}")
     chosen = min(batch or want, want, fits)
     cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
-    ui.note(f"decoding {chosen} part{'s' if chosen > 1 else ''} at a time ({fits} fit in "
+    ui.note(f"decoding {counted(chosen, 'part')} at a time ({fits} fit in "
             f"memory): {_size(_kv_bytes(cfg, plan.config))} of {cache} KV cache each")
     return chosen
 
