@@ -27,6 +27,9 @@
 #              then the wall time of `infer generate` 8B, 64 tokens, twice on a fresh Triton
 #              cache (the first run compiles every kernel: the cold start, with the count of
 #              kernel specializations it compiled, by name; the second is warm)
+#   startup    `infer generate` 8B, 64 tokens, from the shell in fresh processes (warm caches):
+#              one untimed run, then the plain and the staged loader (INFER_STAGED_LOAD=1)
+#              alternating, 3 each: wall, load_s, and the process's exit after the JSON
 #   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
 #              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
 #   fusions    the decode A/B of the PDL chain against
@@ -152,6 +155,27 @@ for what in "$@"; do
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({'what': 'generate_wall', 'run': int(sys.argv[2]), 'rc': int(sys.argv[3]), 'wall_s': round(float(sys.argv[5]) - float(sys.argv[4]), 2), 'load_s': d.get('load_s'), 'ttft_s': d.get('ttft_s'), 'new_tokens': d.get('new_tokens')}))" \
             "$OUT/generate_$run.json" "$run" "$rc" "$t0" "$t1" | tee -a "$OUT/load_weights.jsonl" \
             || tail -n 3 "$OUT/generate_$run.err"
+      done ;;
+    startup)
+      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      cat "$CKPT"/*.safetensors > /dev/null
+      python3 cli.py generate "$CKPT" Hello --max-new-tokens 64 --json > /dev/null 2>&1
+      for run in 1 2 3; do
+        for staged in 0 1; do
+          INFER_STAGED_LOAD=$staged python3 - "$CKPT" "$run" "$staged" <<'PY' | tee -a "$OUT/startup.jsonl"
+import json, subprocess, sys, time
+t0 = time.time()
+p = subprocess.Popen([sys.executable, "cli.py", "generate", sys.argv[1], "Hello",
+                      "--max-new-tokens", "64", "--json"], stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL, text=True)
+line = p.stdout.readline(); t1 = time.time(); p.stdout.read(); p.wait(); t2 = time.time()
+d = json.loads(line) if line.strip() else {}
+print(json.dumps({"what": "startup", "run": int(sys.argv[2]), "staged": sys.argv[3] == "1",
+                  "rc": p.returncode, "wall_s": round(t2 - t0, 2), "exit_s": round(t2 - t1, 2),
+                  **{k: d.get(k) for k in ("load_s", "warm_up_s", "ttft_s")}}))
+PY
+        done
       done ;;
     profile)
       for size in 8b 0.6b; do

@@ -13,8 +13,9 @@ Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``
    (``safe_open``) and copied into place. With ``INFER_STAGED_LOAD=1`` on CUDA,
    ``models/weight_stream.py`` reads the files into a few pinned staging buffers on reader
    threads while the previous buffers' host-to-device copies run (the casts to the run dtype on
-   the GPU): the same bytes, bit for bit. It is opt-in until an A/B shows it faster: its one
-   measurement so far was not (BENCHMARKS.md, "Start-up").
+   the GPU): the same bytes, bit for bit. It is opt-in until a fresh process's first load (the
+   CLI's case, ``gpu_check.sh startup``) has been measured against this path; reloads within
+   one process are several times faster with it (BENCHMARKS.md, "Start-up").
    Each tensor is checked for inf/NaN after the copy, on its device (non-finite weights would
    give garbage text with exit 0); the first one in load order is named.
 
