@@ -6,11 +6,11 @@ rotate-half halves ``x1 = x[:D/2]`` and ``x2 = x[D/2:]``. It computes the token'
 from ``positions`` and ``inv_freq`` (no table: any position works, and nothing is read on the
 host), once for its ``G`` heads, then writes ``(n1 cos - n2 sin, n2 cos + n1 sin)`` where
 ``n = weight * rmsnorm(x)`` for each. ``G`` is 1 for steps of up to ``MAX_DECODE_ROWS`` tokens
-(the decode and verify steps: 40 one-head programs finish sooner than 5 of eight heads) and up
-to 8 for prefill chunks, where one program per head would compute the same full-range
-``cosf``/``sinf`` 40 times per token and launch 40 one-warp programs per token. A head's row is
-computed by the same code with the same cos/sin in either case, so the results do not depend
-on ``G`` (tested bit for bit).
+(the decode and verify steps, where a step is latency-bound and its few programs run side by
+side) and up to 8 for prefill chunks, where one program per head would compute the same
+full-range ``cosf``/``sinf`` once per head of every token and launch one one-warp program per
+head. A head's row is computed by the same code with the same cos/sin in either case, so the
+results do not depend on ``G`` (tested bit for bit).
 
 Numerics mirror ``models/qwen3.py`` + ``models/rope.py`` (transformers' Qwen3) step by step,
 including every rounding to the model dtype: the norm as in ``kernels/rmsnorm.py``;
