@@ -34,4 +34,5 @@ def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> No
                          f": raise --ctx (e.g. --ctx {need}k) or shorten the input")
     raise ValueError(f"{prompt} and the reply up to {max_new} "
                      f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
-                     f"{ctx} tokens: raise --ctx (e.g. --ctx {need}k) or lower --max-new-tokens")
+                     f"{counted(ctx, 'token', grouped=False)}: raise --ctx (e.g. --ctx {need}k) or "
+                     "lower --max-new-tokens")

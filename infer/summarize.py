@@ -191,8 +191,10 @@ class Summarizer:
                 prompts.append(self.prompt_ids(GROUP_PROMPT, texts[-1], first=first + 1,
                                                last=first + len(g), n=m))
                 first += len(g)
-            summaries = self._map(level, texts, prompts, on_part, on_prefill, sep="\n\n")
-            self.times.reduce_s += time.perf_counter() - t0
+            try:
+                summaries = self._map(level, texts, prompts, on_part, on_prefill, sep="\n\n")
+            finally:  # an interrupted level's time counts too
+                self.times.reduce_s += time.perf_counter() - t0
 
     def _group(self, labelled: list[str]) -> list[list[str]]:
         """Consecutive summaries in groups whose combining prompt (+ reply) fits, each of at
@@ -239,23 +241,25 @@ class Summarizer:
                 finished: set[int] = set()
                 t0 = time.perf_counter()
                 first = None
-                for j, tok in eng.generate_batch(reqs, sp, on_prefill=cb,
-                                                   speculate=self.speculate):
-                    if first is None:
-                        first = time.perf_counter()
-                    toks[j].append(tok)
-                    if sessions[j].stats.stop_reason:  # its last token
-                        finished.add(j)
+                try:
+                    for j, tok in eng.generate_batch(reqs, sp, on_prefill=cb,
+                                                       speculate=self.speculate):
+                        if first is None:
+                            first = time.perf_counter()
+                        toks[j].append(tok)
+                        if sessions[j].stats.stop_reason:  # its last token
+                            finished.add(j)
+                            self._done(level, group[j], n, spans, prompts, toks[j],
+                                       sessions[j].stats, out, on_part)
+                    for j in sorted(set(range(len(group))) - finished):  # ended on a stop id
                         self._done(level, group[j], n, spans, prompts, toks[j],
                                    sessions[j].stats, out, on_part)
-                for j in sorted(set(range(len(group))) - finished):  # ended on a stop id
-                    self._done(level, group[j], n, spans, prompts, toks[j], sessions[j].stats,
-                               out, on_part)
-                end = time.perf_counter()
-                first = first or end
-                if level == 0:
-                    self.times.map_prefill_s += first - t0
-                    self.times.map_decode_s += end - first
+                finally:  # an interrupted batch's time counts too
+                    end = time.perf_counter()
+                    first = first or end
+                    if level == 0:
+                        self.times.map_prefill_s += first - t0
+                        self.times.map_decode_s += end - first
         finally:
             for s in sessions:
                 s.reset()

@@ -81,10 +81,10 @@ def test_check_fits_past_the_largest_context():
 def test_chat_refuses_a_reply_budget_no_turn_fits_as_generate_does(tiny_ckpt, tok):
     """--max-new-tokens past the context: chat refuses it at start-up (exit 2, one line, before
     any turn), with generate's wording for the shortest prompt a turn can have."""
-    n = len(tok.chat_ids([{"role": "user", "content": ""}], enable_thinking=True))
+    n = len(tok.chat_ids([{"role": "user", "content": ""}], enable_thinking=True)) + 1
     result = invoke("chat", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--max-new-tokens",
                     "2000", input="hi\n")
-    assert_one_line_error(result, 2, f"even with an empty message the prompt is {n} tokens and "
+    assert_one_line_error(result, 2, f"even with a one-token message the prompt is {n} tokens and "
                           "the reply up to 2000 (--max-new-tokens)", "raise --ctx (e.g. --ctx 2k)")
     generate = invoke("generate", tiny_ckpt, "hi", "--ctx", "1k", "--device", "cpu",
                       "--max-new-tokens", "2000")
@@ -94,6 +94,18 @@ def test_chat_refuses_a_reply_budget_no_turn_fits_as_generate_does(tiny_ckpt, to
     ok = invoke("chat", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--max-new-tokens", "2",
                 input="hi\n")
     assert ok.exit_code == 0 and "error" not in ok.stderr, ok.output
+
+
+def test_chat_reply_budget_boundary_is_the_shortest_sendable_message(tok):
+    """The shortest message a chat turn can send is one token ("a"; empty lines are skipped):
+    a budget that fits beside it passes, one more token is refused."""
+    from infer.ui.repl import check_reply_budget
+
+    n = len(tok.chat_ids([{"role": "user", "content": "a"}], enable_thinking=True))
+    assert n == len(tok.chat_ids([{"role": "user", "content": ""}], enable_thinking=True)) + 1
+    check_reply_budget(tok, None, 256, 256 - n, think=True, max_ctx=40960)
+    with pytest.raises(ValueError, match="one-token message"):
+        check_reply_budget(tok, None, 256, 256 - n + 1, think=True, max_ctx=40960)
 
 
 def test_check_fits_says_1_token_not_1_tokens():
@@ -106,6 +118,9 @@ def test_check_fits_says_1_token_not_1_tokens():
         check_fits(1, 1, max_ctx=131072)
     assert "the prompt is 1 token, which leaves no room for a reply in the context of 1 token:" \
         in str(info.value)
+    with pytest.raises(ValueError) as info:  # generate a --raw --ctx 1 --max-new-tokens 1
+        check_fits(1, 1, 1, max_ctx=131072)
+    assert "more than the context of 1 token:" in str(info.value)
     with pytest.raises(ValueError, match="the prompt is 2000 tokens, longer than the context of "
                                          "1024 tokens"):
         check_fits(2000, 1024, max_ctx=131072)

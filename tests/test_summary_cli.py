@@ -172,3 +172,14 @@ def test_ctrl_c_during_the_parts_is_an_interrupted_result_as_in_one_part(tiny_ck
     assert obj["interrupted"] is one_obj["interrupted"] is True
     assert obj["stop_reason"] == "interrupted" and obj["text"] == "" and obj["split"] is True
     assert len(obj["parts"]) == 1 and obj["stages"]["parts"] >= 2
+
+
+def test_ctrl_c_inside_a_batch_counts_the_time_it_ran(tiny_ckpt, book, monkeypatch):
+    """Ctrl-C at the second part's prefill, both parts in one batch: the batch never finished,
+    yet its time (the first part's whole prefill) is in the stage times, not 0.0."""
+    path, _ = book
+    ctrl_c_at_prefill(monkeypatch, 2)
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "2", "--json")
+    assert result.exit_code == 130, result.output
+    obj = json.loads(result.stdout)
+    assert obj["parts"] == [] and obj["stages"]["map_prefill_s"] > 0

@@ -34,17 +34,18 @@ _COMMAND = re.compile(r"/[A-Za-z]")
 def check_reply_budget(tokenizer, system: str | None, ctx: int, max_new: int, *, think: bool,
                        max_ctx: int) -> None:
     """Refuse a ``--max-new-tokens`` that no turn can fit, before the chat starts: the prompt of
-    an empty first message (``system`` and the template alone; every turn's prompt is at least
-    that long) and its reply must fit, as ``check_fits`` demands of ``generate``.
+    the shortest first message a user can send (empty lines are skipped, so one token: the
+    template and ``system`` with an empty message, plus one) and its reply must fit, as
+    ``check_fits`` demands of ``generate``.
 
     Raises:
-        ValueError: they do not (``check_fits``'s message, said of an empty message).
+        ValueError: they do not (``check_fits``'s message, said of a one-token message).
     """
-    ids = tokenizer.chat_ids(chat_messages(system, ""), enable_thinking=think)
+    n = len(tokenizer.chat_ids(chat_messages(system, ""), enable_thinking=think)) + 1
     try:
-        check_fits(len(ids), ctx, max_new, max_ctx=max_ctx)
+        check_fits(n, ctx, max_new, max_ctx=max_ctx)
     except ValueError as e:
-        raise ValueError(f"no chat turn fits: even with an empty message {e}") from None
+        raise ValueError(f"no chat turn fits: even with a one-token message {e}") from None
 
 
 def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
