@@ -151,7 +151,7 @@ def test_chat_scripted_session(tiny_ckpt):
     assert "conversation cleared" in err
     cached = [line for line in err.splitlines() if "tokens cached" in line]
     assert len(cached) == 2
-    assert "context: 0 of 1024 tokens cached" in cached[1]  # /reset freed the conversation
+    assert "context: 0 of 1,024 tokens cached" in cached[1]  # /reset freed the conversation
     assert "context: 0 of" not in cached[0]
 
 

@@ -79,7 +79,7 @@ class FakeSession:
                                                    self.chunk), start=1):
                         if k == self.ctrl_c_at:
                             raise KeyboardInterrupt
-                        self.num_cached = min(done, len(ids))
+                        self.num_cached = self.stats.prefill_tokens = min(done, len(ids))
                         self.on_prefill(self.num_cached, len(ids))
                 for i in range(self.n):
                     self.stats.new_tokens += 1
@@ -214,7 +214,7 @@ def test_ctrl_c_during_a_long_prefill_ends_the_reply():
     assert reply.raw == "" and reply.stats.new_tokens == 0 and out == ""
     assert session.num_cached == 2048  # the chunks that completed
     assert "2,048 of 10,000 tokens" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
-    assert format_stats(reply.stats).endswith("interrupted during prefill")
+    assert format_stats(reply.stats).endswith("interrupted during prefill (2,048 stored)")
 
 
 def test_stats_line_gives_the_drafts_when_the_reply_speculated():
@@ -239,7 +239,7 @@ def test_a_count_of_one_reads_singular_in_the_stats_and_status_lines():
     stats = GenerationStats(prompt_tokens=1, new_tokens=1, ttft_s=0.1, stop_reason="length")
     assert format_stats(stats, chat=True).startswith("prompt 1 token (0 reused) · 1 new token ·")
     stats.new_tokens, stats.stop_reason = 0, "interrupted"
-    assert format_stats(stats) == "prompt 1 token · interrupted during prefill"
+    assert format_stats(stats) == "prompt 1 token · interrupted during prefill (0 stored)"
     session = FakeSession(1)
     view = ReplyView(Console(file=io.StringIO()), Console(file=io.StringIO()), FakeEngine(PIECES),
                      session)

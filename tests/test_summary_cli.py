@@ -38,6 +38,7 @@ def test_long_file_is_summarized_in_parts_json(tiny_ckpt, book):
     assert obj["split"] is True and obj["input_chars"] == len(text)
     parts = [p for p in obj["parts"] if p["level"] == 0]
     assert len(parts) == obj["stages"]["parts"] >= 2
+    assert [p["index"] for p in parts] == list(range(len(parts)))  # in text order
     assert parts[0]["chars"][0] == 0 and parts[-1]["chars"][1] == len(text)
     assert all(a["chars"][1] == b["chars"][0] for a, b in zip(parts, parts[1:], strict=False))
     assert all(p["prompt_tokens"] + 16 <= 2048 and p["summary"] for p in parts)

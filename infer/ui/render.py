@@ -73,11 +73,12 @@ class ThinkSplitter:
 def format_stats(stats, ceiling: float | None = None, chat: bool = False) -> str:
     """One line: prompt tokens (reused, in a chat), new tokens, time to first token, decode
     tokens/s (and the ceiling when known), why it stopped. ``stats``: ``GenerationStats``.
-    A reply stopped before its first token says "interrupted during prefill" instead."""
+    A reply stopped before its first token says "interrupted during prefill" instead, with the
+    prompt tokens whose K/V were stored by then."""
     reused = f" ({stats.reused_tokens:,} reused)" if chat else ""
     prompt = f"prompt {counted(stats.prompt_tokens, 'token')}{reused}"
     if stats.new_tokens == 0 and stats.stop_reason == "interrupted":
-        return f"{prompt} · interrupted during prefill"
+        return f"{prompt} · interrupted during prefill ({stats.prefill_tokens:,} stored)"
     tps = f" · {stats.decode_tokens_per_s:.1f} tok/s decode"
     if ceiling:
         tps += f" (ceiling {ceiling:.0f}, {100 * stats.decode_tokens_per_s / ceiling:.0f}%)"

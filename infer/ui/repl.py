@@ -107,7 +107,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             ui.err.print("[dim]conversation cleared[/]")
             continue
         if cmd == "/stats":
-            used = f"context: {session.num_cached} of {engine.ctx} tokens cached"
+            used = f"context: {session.num_cached:,} of {engine.ctx:,} tokens cached"
             ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True) + "; " + used
                          if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
             continue

@@ -91,7 +91,7 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     if drafted:
         suffix += f" · part drafts: {sum(p.accepted for p in sm.parts):,} of {drafted:,} accepted"
     extra = {**extra, "split": True, "stages": stages,
-             "parts": [p.to_dict() for p in sm.parts]}
+             "parts": [p.to_dict() for p in sorted(sm.parts, key=lambda p: (p.level, p.index))]}
     if final is None:
         _interrupted(ui, engine, load_s, extra, suffix, sm, len(pieces))
     reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)
