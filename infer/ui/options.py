@@ -73,6 +73,7 @@ _ENGINE_FLAGS = (
         help="Prompt tokens per prefill step (default: 2048 on CUDA, 512 on CPU).",
         show_default=False, rich_help_panel=ENGINE)], None),
     ("attention", Annotated[Attention, typer.Option(
+        metavar="<backend>",  # the choices are in the help (the list would wrap mid-word)
         help="Attention backend: reference (PyTorch), triton (kernels), auto (best available).",
         rich_help_panel=ENGINE)], Attention.auto),
     ("cuda_graphs", Annotated[bool | None, typer.Option(
