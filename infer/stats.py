@@ -51,9 +51,10 @@ class GenerationStats:
 
     def to_dict(self) -> dict:
         """The fields and the derived ``decode_tokens_per_s`` and ``mean_accepted``, for
-        ``--json`` (``prefill_tokens`` moved after ``stop_reason``, its place). What was not
-        measured is None rather than 0.0: ``ttft_s`` when no token arrived (a prefill cut by
-        Ctrl-C), and ``decode_tokens_per_s`` with fewer than 2 tokens (no interval to measure)."""
+        ``--json`` (``prefill_tokens`` after ``stop_reason``, where ``--json`` has always had
+        it). What was not measured is None rather than 0.0: ``ttft_s`` when no token arrived (a
+        prefill cut by Ctrl-C), and ``decode_tokens_per_s`` with fewer than 2 tokens (no
+        interval to measure)."""
         d = asdict(self)
         d["prefill_tokens"] = d.pop("prefill_tokens")
         d["decode_tokens_per_s"] = self.decode_tokens_per_s
