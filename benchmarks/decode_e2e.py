@@ -19,7 +19,9 @@ drift of the card hits every variant alike): ``default`` runs the flags as shipp
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
 projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the KV store in the
 q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PDL chain
-(``kernels.pdl_chain.ENABLED``): ``split_k+pdl_chain`` is what ships; ``+`` joins them. Each
+(``kernels.pdl_chain.ENABLED``), ``gemv_prefetch`` with the GEMVs' weight tiles loaded before
+their PDL wait (``kernels.tiles.GEMV_PREFETCH``): ``split_k+pdl_chain`` is what ships; ``+``
+joins them. Each
 JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
@@ -52,7 +54,8 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
-         "pdl_chain": (kernels.pdl_chain, "ENABLED")}
+         "pdl_chain": (kernels.pdl_chain, "ENABLED"),
+         "gemv_prefetch": (kernels.tiles, "GEMV_PREFETCH")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 
@@ -71,10 +74,10 @@ def parse_variants(text: str) -> list[str]:
 
 def set_variant(name: str) -> None:
     """Set the module flags of ``FLAGS`` for variant ``name`` (all off for ``base``, as
-    shipped for ``default``)."""
+    shipped for ``default``; ``default+X``: as shipped with X on as well)."""
     parts = set(name.split("+"))
     for key, (module, attr) in FLAGS.items():
-        setattr(module, attr, SHIPPED[key] if "default" in parts else key in parts)
+        setattr(module, attr, ("default" in parts and SHIPPED[key]) or key in parts)
 
 
 def checkpoint(args) -> Path:
