@@ -19,9 +19,8 @@ drift of the card hits every variant alike): ``default`` runs the flags as shipp
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
 projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the KV store in the
 q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PDL chain
-(``kernels.pdl_chain.ENABLED``), ``gemv_prefetch`` with the GEMVs' weight tiles loaded before
-their PDL wait (``kernels.tiles.GEMV_PREFETCH``): ``split_k+pdl_chain`` is what ships; ``+``
-joins them. Each
+(``kernels.pdl_chain.ENABLED``): ``split_k+pdl_chain`` is what ships; ``+`` joins them
+(``default+X``: as shipped, with X on as well). Each
 JSON line names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
@@ -54,8 +53,7 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
-         "pdl_chain": (kernels.pdl_chain, "ENABLED"),
-         "gemv_prefetch": (kernels.tiles, "GEMV_PREFETCH")}
+         "pdl_chain": (kernels.pdl_chain, "ENABLED")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

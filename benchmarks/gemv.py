@@ -19,8 +19,6 @@ Printed, one JSON line each:
   layer: the projections' share of a decode step, per layer.
 
 ``--rows`` (default 1) is the number of rows of x, the tokens of the step (1 to 16).
-``--prefetch 1,2`` adds ``impl`` ``ours_pre{p}`` lines (``GemvTiles.prefetch``: weight tiles
-loaded before the PDL wait), for each projection and for the ``mlp`` and ``layer_gemvs`` chains.
 ``--split-k 2,4,8`` adds ``impl`` ``ours_split{s}`` lines for the plain projections: the default
 tiles with ``split_k = s`` (``kernels/gemv.py``'s split-K, not picked by default yet). Expected
 on the 0.6B's ``o_proj`` and ``down_proj`` (32 programs by default on 132 SMs): most of the way
@@ -32,14 +30,12 @@ Run: ``python3 benchmarks/gemv.py [--size 8b] [--layers 36] [--rows 1]`` (GPU on
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 
-import kernels.tiles
 from benchmarks.timing import bench_graph_many, read_bandwidth
 from kernels.gemv import gemv, gemv_swiglu
 from kernels.silu_mul import silu_mul
@@ -55,19 +51,6 @@ def emit(rec: dict) -> None:
           flush=True)
 
 
-@contextlib.contextmanager
-def with_prefetch(impl: str):
-    """``ours_preP``: ``kernels.tiles``' prefetch flag on with P tiles inside the block (the
-    graphs capture ``gemv_tiles``' choice); any other impl: as shipped."""
-    saved = kernels.tiles.GEMV_PREFETCH, kernels.tiles.PREFETCH_TILES
-    if impl.startswith("ours_pre"):
-        kernels.tiles.GEMV_PREFETCH, kernels.tiles.PREFETCH_TILES = True, int(impl[8:])
-    try:
-        yield
-    finally:
-        kernels.tiles.GEMV_PREFETCH, kernels.tiles.PREFETCH_TILES = saved
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", choices=list(SIZES), default="8b")
@@ -75,12 +58,8 @@ def main() -> None:
     ap.add_argument("--rep-ms", type=int, default=200)
     ap.add_argument("--rows", type=int, default=1, help="tokens of the step, 1 to 16")
     ap.add_argument("--split-k", default="", help="split_k values to try, e.g. 2,4,8")
-    ap.add_argument("--prefetch", default="", help="GemvTiles.prefetch values to try: 1,2")
     args = ap.parse_args()
     splits = [int(v) for v in args.split_k.split(",") if v]
-    prefetch = [int(v) for v in args.prefetch.split(",") if v]
-    if any(p not in (1, 2) for p in prefetch):
-        ap.error("--prefetch takes 1 and/or 2")
     if not 1 <= args.rows <= 16:
         ap.error("--rows must be 1 to 16")
     if args.layers < 1 or args.rep_ms < 1:
@@ -113,9 +92,6 @@ def main() -> None:
         for sk in splits if name != "gate_up_proj" else ():
             t = replace(gemv_tiles(dev, dt, n, k, False), split_k=sk)
             impls.append((f"ours_split{sk}", lambda w, xi=xi, t=t: gemv(xi, w, tiles=t)))
-        for pre in prefetch:
-            t = replace(gemv_tiles(dev, dt, n, k, False), prefetch=pre)
-            impls.append((f"ours_pre{pre}", lambda w, xi=xi, t=t: gemv(xi, w, tiles=t)))
         for impl, fn in impls:
             us = per_layer([lambda w=w, fn=fn: fn(w) for w in ws], len(ws))
             emit({"what": "gemv", "proj": name, "impl": impl, "rows": m, "n": n, "k": k,
@@ -128,14 +104,12 @@ def main() -> None:
 
     def mlp(impl, i):
         wgu, wd = weights["gate_up_proj"][i], weights["down_proj"][i]
-        if impl.startswith("ours"):  # ours_preP: the tiles at capture time (with_prefetch)
+        if impl == "ours":
             return lambda: gemv(gemv_swiglu(h, wgu), wd)
         return lambda: F.linear(silu_mul(F.linear(h, wgu, out=gu_out)), wd)
 
-    ours = ["ours", "cublas"] + [f"ours_pre{p}" for p in prefetch]
-    for impl in ours:
-        with with_prefetch(impl):
-            us = per_layer([mlp(impl, i) for i in range(args.layers)], args.layers)
+    for impl in ("ours", "cublas"):
+        us = per_layer([mlp(impl, i) for i in range(args.layers)], args.layers)
         emit({"what": "mlp", "impl": impl, "rows": m, "layers": args.layers, "us": us,
               "GB/s": mlp_bytes / us / 1e3, "frac_bw": mlp_bytes / us / 1e3 / bw})
 
@@ -144,13 +118,12 @@ def main() -> None:
 
     def layer(impl, i):
         wqkv, wo = weights["qkv_proj"][i], weights["o_proj"][i]
-        if impl.startswith("ours"):
+        if impl == "ours":
             return [lambda: gemv(h, wqkv), lambda: gemv(a, wo), mlp(impl, i)]
         return [lambda: F.linear(h, wqkv), lambda: F.linear(a, wo), mlp(impl, i)]
 
-    for impl in ours:
-        with with_prefetch(impl):
-            us = per_layer([f for i in range(args.layers) for f in layer(impl, i)], args.layers)
+    for impl in ("ours", "cublas"):
+        us = per_layer([f for i in range(args.layers) for f in layer(impl, i)], args.layers)
         emit({"what": "layer_gemvs", "impl": impl, "rows": m, "layers": args.layers, "us": us,
               "GB/s": layer_bytes / us / 1e3, "frac_bw": layer_bytes / us / 1e3 / bw})
 

@@ -28,8 +28,8 @@
 #              cache (the first run compiles every kernel: the cold start, with the count of
 #              kernel specializations it compiled, by name; the second is warm)
 #   startup    `infer generate` 8B, 64 tokens, from the shell in fresh processes (warm caches):
-#              one untimed run, then the plain and the staged loader (INFER_STAGED_LOAD=1)
-#              alternating, 3 each: wall, load_s, and the process's exit after the JSON
+#              one untimed run, then the plain (INFER_STAGED_LOAD=0) and the staged loader
+#              (the default) alternating, 3 each: wall, load_s, the process's exit after the JSON
 #   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
 #              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
 #   fusions    the decode A/B of the PDL chain against

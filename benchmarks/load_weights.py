@@ -5,12 +5,13 @@ Prints one JSON line per measurement (GB = 1e9 bytes of safetensors data per sec
 - ``read``: the host ceiling: every file read into pinned buffers by the loader's reader threads,
   nothing copied on (``models.weight_stream``'s reads alone);
 - ``h2d``: the bus ceiling: one pinned buffer copied to the device again and again;
-- ``load``: ``models.loader.load_model`` through the staged copy (``INFER_STAGED_LOAD=1``; meta
+- ``load``: ``models.loader.load_model`` through the staged copy (the CUDA default; meta
   model, allocation, header checks, finiteness checks included), median of ``--reps``;
 - ``load_plain``: the peer, the loader's one-tensor-at-a-time path (``safe_open`` +
-  ``copy_``), its default. One untimed load first (the caching allocator then holds the
-  model's memory for every timed load alike: the first load of a process also pays
-  ``cudaMalloc``), then the two alternate, so that neither gains from going second;
+  ``copy_``; ``INFER_STAGED_LOAD=0``, and the CPU's path). One untimed load first (the caching
+  allocator then holds the model's memory for every timed load alike: the first load of a
+  process also pays ``cudaMalloc``), then the two alternate, so that neither gains from going
+  second;
 - ``load_file``: the second peer, safetensors' own ``load_file(path, device=...)`` per file
   (the tensors alone, no model);
 - with ``--sweep``, ``load`` again for each staging size x buffer count.

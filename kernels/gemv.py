@@ -38,19 +38,9 @@ output never exists.
 
 **PDL chain** (``GemvTiles.pdl``, ``kernels/pdl_chain.py``): launched with programmatic dependent
 launch, a program waits for its predecessor (the norm or the combine that writes ``x``) before
-its first load of ``x``, streams the weight, and lets its successor be scheduled when its weight
-stream is done; the split-K reduce waits and signals at its start. Results are the same bit for
-bit; only when each kernel starts moves.
-
-**Weight tiles before the wait** (``GemvTiles.prefetch``: 0, 1 or 2; at most the tiles of a
-program's K run): a program loads its first weight tiles into registers before ``gdc_wait``, as
-one ``[BLOCK_N, prefetch * BLOCK_K]`` tile (two separate tiles would serialize: the compiler
-stages each one through shared memory as soon as it arrives), so that their reads overlap the
-predecessor's tail instead of starting when it ends (the ramp of a memory-bound kernel); one dot
-over those columns runs first, then the pipelined loop streams the rest. On tensor cores a dot
-over 2 x BLOCK_K columns issues the same k-steps in the same order as two dots, so the sums are
-the loop's own; the peel runs without PDL too (so the interpreter tests it, where a wider dot may
-round differently: the CPU tests check it on exact values).
+its first load, streams the weight, and lets its successor be scheduled when its weight stream
+is done; the split-K reduce waits and signals at its start. Results are the same bit for bit;
+only when each kernel starts moves.
 
 Tiling after the split-K-free "skinny GEMM" of decode kernels in llama.cpp (``mul_mat_vec``) and
 vLLM; the gate/up epilogue follows vLLM's ``silu_and_mul`` numerics. SwiGLU: Shazeer 2020.
@@ -86,7 +76,6 @@ def _gemv_kernel(
     SPLIT_K: tl.constexpr = 1,  # > 1: y_ptr is the float32 [SPLIT_K, BLOCK_M, N] workspace
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
     USE_PDL: tl.constexpr = False,  # PDL chain (module notes): wait, stream, signal
-    PRE_TILES: tl.constexpr = 0,  # 0, 1 or 2 weight tiles loaded before the wait (notes)
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -103,29 +92,9 @@ def _gemv_kernel(
     if SPLIT_K > 1:
         k_lo = tl.program_id(1) * K_PER_SPLIT
         k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    # The first PRE_TILES weight tiles are loaded before the wait as one [BLOCK_N, PRE_TILES *
-    # BLOCK_K] tile (weights are never written on the chain), so that their reads overlap the
-    # predecessor's tail; one dot over those columns then runs first (module notes).
-    if PRE_TILES > 0:  # the launcher keeps these columns inside the program's K run
-        pre_cols = k_lo + tl.arange(0, PRE_TILES * BLOCK_K)
-        w_pre_tile = w_ptr + rows_n[:, None] * stride_wn + pre_cols[None, :]
-        u_pre_tile = w_ptr + (rows_n + N)[:, None] * stride_wn + pre_cols[None, :]
-        pre_in_k = pre_cols < K  # only a partial last tile of K is masked
-        if EVEN_K:
-            w_pre = tl.load(w_pre_tile)
-            u_pre = tl.load(u_pre_tile) if SWIGLU else w_pre
-        else:
-            w_pre = tl.load(w_pre_tile, mask=pre_in_k[None, :], other=0.0)
-            u_pre = tl.load(u_pre_tile, mask=pre_in_k[None, :], other=0.0) if SWIGLU else w_pre
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # x (the predecessor's output) and y's storage from here on
-    if PRE_TILES > 0:  # the peeled columns first: the loop's own order of the sums
-        x_pre_tile = x_ptr + rows_m[:, None] * stride_xm + pre_cols[None, :]
-        x_pre = tl.load(x_pre_tile, mask=in_m[:, None] & pre_in_k[None, :], other=0.0)
-        acc = tl.dot(x_pre, tl.trans(w_pre), acc, input_precision=DOT_PREC)
-        if SWIGLU:
-            acc_up = tl.dot(x_pre, tl.trans(u_pre), acc_up, input_precision=DOT_PREC)
-    for k0 in tl.range(k_lo + PRE_TILES * BLOCK_K, k_hi, BLOCK_K, num_stages=STAGES):
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_tile + k0, mask=in_m[:, None], other=0.0)
             w = tl.load(w_tile + k0)
@@ -210,7 +179,6 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        PRE_TILES=_pre_tiles(tiles, k),
         **_chain_options(x.device, tiles))
     return y
 
@@ -221,12 +189,6 @@ def _chain_options(device: torch.device, tiles: GemvTiles) -> dict:
     if tiles.pdl and supports_pdl(device):
         return {"USE_PDL": True, "launch_pdl": True}
     return {}
-
-
-def _pre_tiles(tiles: GemvTiles, run: int) -> int:
-    """``tiles.prefetch`` clamped to the K tiles of the shortest run of ``run`` columns (a peeled
-    tile past the run would only be masked reads)."""
-    return 2 if tiles.prefetch == 2 and run > tiles.block_k else min(tiles.prefetch, 1)
 
 
 def split_runs(k: int, block_k: int, split_k: int) -> tuple[int, int]:
@@ -249,9 +211,7 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int
         EVEN_K=k % per == 0,  # every split a whole number of full column blocks
         SWIGLU=False, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", SPLIT_K=splits,
-        K_PER_SPLIT=per, num_warps=tiles.num_warps,
-        PRE_TILES=_pre_tiles(tiles, k - (splits - 1) * per),
-        **chain)
+        K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain)
     _splitk_reduce_kernel[(triton.cdiv(n, SPLITK_REDUCE_COLUMNS),)](
         ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS,
         BLOCK_N=SPLITK_REDUCE_COLUMNS, **chain)

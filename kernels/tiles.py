@@ -27,11 +27,6 @@ from kernels.device import capability, sm_count
 # in BENCHMARKS.md, "Split-K for narrow projections"); ``benchmarks/decode_e2e.py`` turns it off.
 GEMV_SPLIT_K = True
 
-# Whether ``gemv_tiles`` has each GEMV program load ``PREFETCH_TILES`` weight tiles before its
-# PDL wait (``GemvTiles.prefetch``); ``benchmarks/decode_e2e.py`` A/Bs it (``gemv_prefetch``).
-GEMV_PREFETCH = False
-PREFETCH_TILES = 2
-
 
 def _pow2(name: str, value: int) -> None:
     if value < 1 or value & (value - 1):
@@ -199,9 +194,6 @@ class GemvTiles:
             when ``GEMV_SPLIT_K`` is set.
         pdl: run on the PDL chain (``kernels/pdl_chain.py``; sm_90+ only, ignored elsewhere;
             results unchanged); ``gemv_tiles`` sets it from ``kernels.pdl_chain.ENABLED``.
-        prefetch: weight tiles (0 to 2) each program loads before its PDL wait
-            (``kernels/gemv.py``, module notes; results unchanged); ``gemv_tiles`` sets
-            ``PREFETCH_TILES`` when ``GEMV_PREFETCH`` is on.
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -213,13 +205,10 @@ class GemvTiles:
     num_warps: int = 4
     split_k: int = 1
     pdl: bool = False
-    prefetch: int = 0
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)
         _pow2("block_k", self.block_k)
-        if self.prefetch not in (0, 1, 2):
-            raise ValueError(f"prefetch must be 0, 1 or 2 weight tiles, got {self.prefetch!r}")
         _pow2("num_warps", self.num_warps)
         if self.block_n < 16 or self.block_k < 16 or self.num_stages < 1:
             raise ValueError("block_n and block_k must be >= 16 (tensor-core dots), num_stages "
@@ -237,12 +226,10 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     (n >= 6144: qkv_proj, lm_head) 64 x 128 with 5 stages; n < 6144 (o_proj, down_proj) 32 x 256
     with 5 stages; the SwiGLU gate/up pair 32 x 128 with 3 stages (each program streams two
     tiles). float32 takes half the columns (the same bytes per tile, within the shared memory a
-    CTA may use). The interpreter: small tiles. ``pdl`` follows ``kernels.pdl_chain.ENABLED``,
-    ``prefetch`` is ``PREFETCH_TILES`` when ``GEMV_PREFETCH`` is on (else 0).
+    CTA may use). The interpreter: small tiles. ``pdl`` follows ``kernels.pdl_chain.ENABLED``.
     """
-    prefetch = PREFETCH_TILES if GEMV_PREFETCH else 0
     if capability(device) is None:
-        return GemvTiles(16, min(64, max(16, triton.next_power_of_2(k))), 1, prefetch=prefetch)
+        return GemvTiles(16, min(64, max(16, triton.next_power_of_2(k))), 1)
     if swiglu:
         block_n, block_k, stages = 32, 128, 3
     elif n >= 6144:
@@ -254,8 +241,7 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     split = 1
     if GEMV_SPLIT_K and not swiglu:
         split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device))
-    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED,
-                     prefetch=prefetch)
+    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED)
 
 
 def gemv_split_k(row_blocks: int, k_tiles: int, sms: int, max_split: int = 8,

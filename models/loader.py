@@ -10,12 +10,11 @@ Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``
    dtype, then copy every tensor straight into its place (a fused ``qkv_proj``/``gate_up_proj``
    receives each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host
    memory never holds a second copy of the model. The tensors are read one at a time
-   (``safe_open``) and copied into place. With ``INFER_STAGED_LOAD=1`` on CUDA,
-   ``models/weight_stream.py`` reads the files into a few pinned staging buffers on reader
-   threads while the previous buffers' host-to-device copies run (the casts to the run dtype on
-   the GPU): the same bytes, bit for bit. It is opt-in until a fresh process's first load (the
-   CLI's case, ``gpu_check.sh startup``) has been measured against this path; reloads within
-   one process are several times faster with it (BENCHMARKS.md, "Start-up").
+   (``safe_open``) and copied into place on the CPU. On CUDA (the default there;
+   ``INFER_STAGED_LOAD=0`` opts out) ``models/weight_stream.py`` reads the files into a few
+   pinned staging buffers on reader threads while the previous buffers' host-to-device copies
+   run (the casts to the run dtype on the GPU): the same bytes, bit for bit, 2-3x faster than
+   tensor by tensor in a fresh process (BENCHMARKS.md, "Start-up").
    Each tensor is checked for inf/NaN after the copy, on its device (non-finite weights would
    give garbage text with exit 0); the first one in load order is named.
 
@@ -203,10 +202,10 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
 
 
 def _staged(device: torch.device) -> bool:
-    """Whether the weights go through ``models.weight_stream``'s pinned staging buffers (CUDA
-    with ``INFER_STAGED_LOAD=1``), or tensor by tensor (the default, and always on the CPU,
+    """Whether the weights go through ``models.weight_stream``'s pinned staging buffers (CUDA,
+    unless ``INFER_STAGED_LOAD=0``), or tensor by tensor (that opt-out, and always on the CPU,
     where there is no host-to-device copy to overlap)."""
-    return device.type == "cuda" and os.environ.get("INFER_STAGED_LOAD") == "1"
+    return device.type == "cuda" and os.environ.get("INFER_STAGED_LOAD", "1") != "0"
 
 
 def _copy_plain(stored: dict, targets: dict, params: dict) -> None:

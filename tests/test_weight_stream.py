@@ -102,6 +102,17 @@ def test_staged_names_a_value_beyond_the_run_dtype(tiny_ckpt_factory, staged, tm
         load_model(folder, dtype=torch.float16)
 
 
+@pytest.mark.parametrize("env,device,want", [(None, "cuda", True), ("1", "cuda", True),
+                                             ("0", "cuda", False), (None, "cpu", False),
+                                             ("1", "cpu", False)])
+def test_staged_is_the_cuda_default_and_opts_out(monkeypatch, env, device, want):
+    if env is None:
+        monkeypatch.delenv("INFER_STAGED_LOAD", raising=False)
+    else:
+        monkeypatch.setenv("INFER_STAGED_LOAD", env)
+    assert loader._staged(torch.device(device)) is want
+
+
 def test_mixed_dtypes_with_odd_sizes_are_aligned_and_exact(tmp_path):
     """A file whose float32 tensors sit at offsets that are not multiples of 4 (after odd-sized
     float16 ones): each piece starts a batch where its dtype's view would be misaligned."""
