@@ -17,6 +17,10 @@
 #   trainwide  train the wide one instead (Qwen3-1.7B's layers, 3 of them: a decode step bound
 #              by weight reads, as the real models' are; ~4 min, BENCHMARKS.md's wide #1)
 #              into $SMALL; the steps below then measure it
+#   traingrow  train the small Qwen3 (2400 steps, ~3.8 min), widen it to hidden 2048 and MLP
+#              6144 without changing its function, train on ~250 steps at that width (~0.9
+#              min; benchmarks/small_lm_grow.py): a copying model whose decode is bound by its
+#              weight bytes, into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
@@ -107,6 +111,12 @@ for what in "$@"; do
              --copy-steps 550 --lr 1e-3 --minutes 4.2 ${TRAIN_ARGS:-} \
              --report "$OUT/train_wide.jsonl" > "$OUT/train_wide.log" 2>&1
            echo "trainwide rc=$?"; grep -v train_progress "$OUT/train_wide.log" | tail -n 12 ;;
+    traingrow) python3 benchmarks/train_small_qwen3.py --texts "$SHARED/data/texts" \
+             --tokenizer "$SHARED/data/qwen3-tokenizer" --out "$SMALL" --steps 2400 \
+             --copy-steps 1400 --minutes 3.8 --grow-hidden 2048 --grow-intermediate 6144 \
+             --grow-steps 250 --grow-minutes 0.9 ${TRAIN_ARGS:-} \
+             --report "$OUT/train_grow.jsonl" > "$OUT/train_grow.log" 2>&1
+           echo "traingrow rc=$?"; grep -v train_progress "$OUT/train_grow.log" | tail -n 16 ;;
     fusions)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"

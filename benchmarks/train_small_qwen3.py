@@ -10,10 +10,14 @@ training part of ``--texts`` (``benchmarks/heldout_texts.py``: the last ~5 % of 
 chapter heading on, is held out; ``held_out_texts`` is that split), about 1.03M tokens.
 
 The training loop (AdamW, warmup and cosine decay, copying rows, the ``--minutes`` bound) is
-``benchmarks/small_lm_train.py``'s ``train``. Seeded: the same ``--seed`` gives the same initial
-weights (drawn on the CPU) and the same batches; with ``--deterministic`` (the default) the GPU
-kernels are deterministic too, so a run that is not time-bound gives the same weights again on
-the same GPU and software.
+``benchmarks/small_lm_train.py``'s ``train``. With ``--grow-hidden H`` the trained model is then
+widened to hidden H (and ``--grow-intermediate``) without changing its function
+(``benchmarks/small_lm_grow.py``) and trained on for ``--grow-steps`` at that width: a model that
+learned to copy at a width where that is quick, made wide enough that its decode is bound by
+its weight bytes; the saved checkpoint is the grown one. Seeded: the same ``--seed`` gives the
+same initial weights (drawn on the CPU) and the same batches; with ``--deterministic`` (the
+default) the GPU kernels are deterministic too, so a run that is not time-bound gives the same
+weights again on the same GPU and software.
 
 Afterwards it prints one JSON line per measurement, and writes them to ``--report``: the device,
 ``train`` (steps, tokens, final loss, seconds, tokens/s), ``saved``, ``heldout_loss``,
@@ -43,7 +47,12 @@ from benchmarks.heldout_texts import (  # noqa: E402  (held_out_texts: the split
 )
 from benchmarks.linear_cross_entropy import DEFAULT_CHUNK  # noqa: E402
 from benchmarks.run_info import run_info  # noqa: E402
-from benchmarks.small_lm import build_model, save_checkpoint, small_config  # noqa: E402
+from benchmarks.small_lm import (  # noqa: E402
+    build_model,
+    forward_batch,
+    save_checkpoint,
+    small_config,
+)
 from benchmarks.small_lm_eval import (  # noqa: E402
     copy_eval,
     copy_samples,
@@ -51,6 +60,7 @@ from benchmarks.small_lm_eval import (  # noqa: E402
     induction,
     load_check,
 )
+from benchmarks.small_lm_grow import grow  # noqa: E402
 from benchmarks.small_lm_train import train  # noqa: E402
 from models.random_checkpoint import DEFAULT_TOKENIZER_DIR, SHARED  # noqa: E402
 from models.tokenizer import Qwen3Tokenizer  # noqa: E402
@@ -120,6 +130,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name, default in (("hidden", 512), ("layers", 8), ("heads", 8), ("kv-heads", 4),
                           ("head-dim", 64), ("intermediate", 1536)):
         a(f"--{name}", type=int, default=default)
+    a("--grow-hidden", type=int, default=0,
+      help="after training, widen the model to this hidden size (benchmarks/small_lm_grow.py) "
+           "and train on at that width (0: off)")
+    a("--grow-intermediate", type=int, default=0, help="the grown MLP width (0: --intermediate)")
+    a("--grow-steps", type=int, default=250, help="training steps after growing")
+    a("--grow-minutes", type=float, default=1.0, help="wall-clock cap on those steps")
+    a("--grow-lr", type=float, default=3e-4, help="their peak learning rate")
+    a("--grow-noise", type=float, default=1e-3, help="std of the grown weights' new entries")
     args = p.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.seq < 2 or args.minutes <= 0:
         p.error("--steps, --batch must be >= 1, --seq >= 2 and --minutes > 0")
@@ -131,6 +149,15 @@ def parse_args(argv=None) -> argparse.Namespace:
            args.intermediate) < 1 or args.heads % args.kv_heads:
         p.error("--hidden, --layers, --heads, --kv-heads, --head-dim and --intermediate must be "
                 ">= 1, and --heads a multiple of --kv-heads (GQA groups)")
+    if args.grow_hidden:
+        args.grow_intermediate = args.grow_intermediate or args.intermediate
+        if args.grow_hidden < args.hidden or args.grow_intermediate < args.intermediate:
+            p.error("--grow-hidden and --grow-intermediate must be >= --hidden and "
+                    "--intermediate (a model only grows)")
+        if args.grow_steps < 0 or args.grow_minutes <= 0 or not args.grow_lr > 0 \
+                or args.grow_noise < 0:
+            p.error("--grow-steps must be >= 0, --grow-minutes and --grow-lr > 0, "
+                    "--grow-noise >= 0")
     args.log_every = max(1, args.log_every)
     return args
 
@@ -183,9 +210,14 @@ def run(args, dev: torch.device, emit) -> None:
               "head_dim", "intermediate_size", "vocab_size")},
           **{k: getattr(args, k) for k in ("seq", "batch", "steps", "minutes", "lr", "warmup",
                                            "weight_decay", "repeat_frac", "copy_steps", "seed",
-                                           "compile", "deterministic")}})
+                                           "compile", "deterministic")},
+          **({k: getattr(args, k) for k in ("grow_hidden", "grow_intermediate", "grow_steps",
+                                            "grow_minutes", "grow_lr", "grow_noise")}
+             if args.grow_hidden else {})})
     with deterministic(args.deterministic):
         emit(train(model, data, args, held_ids, emit))
+        if args.grow_hidden:
+            model, cfg = grow_and_train(model, cfg, data, args, held_ids, emit)
     model.eval().requires_grad_(False)
     out = save_checkpoint(model, cfg, args.out, args.tokenizer)
     emit({"what": "saved", "path": str(out), "bytes": sum(
@@ -200,6 +232,43 @@ def run(args, dev: torch.device, emit) -> None:
                        what="induction_random"))
         emit(copy_eval(model, copy_samples(held, tok, args.copy_samples)))
     emit(load_check(model, out, held_ids[:args.check_tokens]))
+
+
+def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[int],
+                   emit) -> tuple:
+    """Widen the trained ``model`` (``--grow-*``), check what growing changed, train on at the
+    new width (no copying-only steps; ``--repeat-frac`` copying rows); returns the grown model
+    and its config. Emits ``induction_random`` of the model before growing (what_before_grow),
+    a ``grow`` record (shapes, parameters, the largest logit change and argmax agreement on
+    held-out tokens) and the second ``train`` record (``phase: grown``)."""
+    amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=data.device.type == "cuda")
+    shuffled = torch.tensor(held_ids)[torch.randperm(
+        len(held_ids), generator=torch.Generator().manual_seed(args.seed))].tolist()
+    probe = torch.tensor(held_ids[:min(len(held_ids), args.seq)], device=data.device)[None]
+    model.eval()
+    with amp, torch.no_grad():
+        emit(induction(model, shuffled, args.induction_length, args.induction_passages,
+                       what="induction_random_before_grow"))
+        before = forward_batch(model, probe).float() @ model.lm_head.weight.float().T
+    grown, grown_cfg = grow(model, cfg, args.grow_hidden, args.grow_intermediate,
+                            noise_std=args.grow_noise, seed=args.seed)
+    grown.eval()
+    with amp, torch.no_grad():
+        after = forward_batch(grown, probe).float() @ grown.lm_head.weight.float().T
+    grown.train()
+    emit({"what": "grow", "hidden": [cfg["hidden_size"], args.grow_hidden],
+          "intermediate": [cfg["intermediate_size"], args.grow_intermediate],
+          "params": sum(p.numel() for p in grown.parameters()), "noise_std": args.grow_noise,
+          "max_abs_logit_change": round(float((after - before).abs().max()), 5),
+          "max_abs_logit": round(float(before.abs().max()), 4),
+          "argmax_agree": round(float((after.argmax(-1) == before.argmax(-1)).float().mean()), 4)})
+    del model
+    phase = argparse.Namespace(**{**vars(args), "steps": args.grow_steps, "copy_steps": 0,
+                                  "lr": args.grow_lr, "minutes": args.grow_minutes,
+                                  "warmup": 0.1})
+    if args.grow_steps:
+        emit({**train(grown, data, phase, held_ids, emit), "phase": "grown"})
+    return grown, grown_cfg
 
 
 if __name__ == "__main__":
