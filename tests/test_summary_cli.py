@@ -221,6 +221,8 @@ def test_ctrl_c_before_any_part_is_the_same_interrupted_result(tiny_ckpt, book, 
     assert obj["stop_reason"] == "interrupted" and obj["text"] == "" and obj["split"] is True
     assert obj["parts"] == [] and obj["new_tokens"] == 0 and obj["ttft_s"] is None
     assert {k: obj[k] for k in HEADER} == {k: one_obj[k] for k in HEADER}
+    # seconds are floats, before any graph runner too (the engine's sum of none was int 0)
+    assert all(isinstance(o[k], float) for o in (obj, one_obj) for k in HEADER if k.endswith("_s"))
     assert (obj["load_s"] is None) is (stage != "warm")  # the load had not finished
     parts = obj["stages"]["parts"]
     assert (parts, obj["stages"]["batch"]) == ((None, None) if stage == "split" else (3, 3))
