@@ -122,7 +122,7 @@ def generate(
             raise ValueError("--system has no effect with --raw (the prompt is fed as it is, "
                              "without the chat template): drop one of them")
         if system is not None:
-            system = setup.user_text(ui, system, "--system")
+            system = setup.system_text(ui, system)
         cfg, tok, plan = setup.prepare(ui, model)
         ids = tok.encode(prompt) if raw else tok.chat_ids(chat_messages(system, prompt),
                                                           enable_thinking=opts.think)
@@ -188,7 +188,7 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
         from infer.ui.repl import check_reply_budget, run_repl
 
         if system is not None:
-            system = setup.user_text(ui, system, "--system")
+            system = setup.system_text(ui, system)
         cfg, tok, plan = setup.prepare(ui, model)
         check_reply_budget(tok, system, cfg.ctx, opts.max_new_tokens, think=opts.think,
                            max_ctx=plan.max_ctx)

@@ -144,7 +144,7 @@ class Engine:
     def graph_capture_s(self) -> float:
         """Host seconds this engine has spent capturing CUDA graphs (``GraphRunner.capture_s``;
         0.0 without graphs)."""
-        return sum(r.capture_s for r in self._runners.values())
+        return sum((r.capture_s for r in self._runners.values()), 0.0)
 
     def take_capture_s(self) -> float:
         """The capture seconds since the previous call (the first call: since start-up), for a

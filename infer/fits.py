@@ -1,21 +1,27 @@
 """The one context rule: a prompt and its reply fit in the context (prompt + reply <= ctx), and no
-context is longer than the checkpoint supports (``models.context``). The engine, the commands and
-the chat loop check through ``check_fits``; the decode loop stops a reply by the same rule
-(``infer/decode_loop.py``)."""
+context is longer than the checkpoint supports (``models.context``). The engine and the commands
+check through ``check_fits``, the chat loop through ``fits`` (it words its own message, of the
+message sent); the decode loop stops a reply by the same rule (``infer/decode_loop.py``)."""
 
 from __future__ import annotations
 
 from infer.wording import counted
 
 
+def fits(n_prompt: int, ctx: int, max_new: int = 0) -> bool:
+    """Whether the prompt and a reply of ``max_new`` tokens (0: no limit, so at least one token)
+    fit in the context."""
+    return n_prompt + max(max_new, 1) <= ctx
+
+
 def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> None:
-    """Raise ValueError when the prompt and a reply of ``max_new`` tokens (0: no limit, so at
-    least one token) do not fit in the context; the message gives both counts and a --ctx, or,
-    past ``max_ctx`` (the largest context the checkpoint supports), says to shorten the text.
+    """Raise ValueError when the prompt and its reply do not fit in the context (``fits``); the
+    message gives both counts and a --ctx, or, past ``max_ctx`` (the largest context the
+    checkpoint supports), says to shorten the text.
     """
-    n_reply = max(max_new, 1)
-    if n_prompt + n_reply <= ctx:
+    if fits(n_prompt, ctx, max_new):
         return
+    n_reply = max(max_new, 1)
     prompt = f"the prompt is {counted(n_prompt, 'token', grouped=False)}"
     need = -(-(n_prompt + n_reply) // 1024)
     beyond = f"beyond the largest context this model supports ({max_ctx} tokens)"

@@ -230,9 +230,9 @@ def test_chat_too_long_message_is_an_error_but_the_chat_goes_on(tiny_ckpt):
     result = invoke("chat", tiny_ckpt, "--ctx", "64", "--device", "cpu", "--max-new-tokens", "2",
                     input="word " * 100 + "\n/unknown\nhi\n/exit\n")
     assert result.exit_code == 2, result.output  # piped: the failed turn shows in the exit code
-    assert "longer than the context of 64 tokens" in result.stderr
-    error = next(ln for ln in result.stderr.splitlines() if "longer than the context" in ln)
-    assert "/reset" not in error  # nothing to clear yet: no "or /reset" hint
+    error = next(ln for ln in result.stderr.splitlines() if "does not fit" in ln)
+    assert "error: the message does not fit:" in error and "context's 64 are" in error
+    assert "/reset" not in error  # nothing to clear yet: no /reset hint
     assert "unknown command /unknown" in result.stderr
     assert "(0 reused)" in result.stderr  # "hi" was answered after the error
 
@@ -240,8 +240,8 @@ def test_chat_too_long_message_is_an_error_but_the_chat_goes_on(tiny_ckpt):
 def test_chat_error_after_a_reply_suggests_reset(tiny_ckpt):
     result = invoke("chat", tiny_ckpt, "--ctx", "64", "--device", "cpu", "--max-new-tokens", "2",
                     input="hi\n" + "word " * 100 + "\n")
-    error = next(ln for ln in result.stderr.splitlines() if "longer than the context" in ln)
-    assert error.endswith("; or /reset")  # a conversation is cached: clearing it makes room
+    error = next(ln for ln in result.stderr.splitlines() if "does not fit" in ln)
+    assert ", /reset, or restart" in error  # a conversation is cached: clearing it makes room
 
 
 def test_chat_piped_crlf_lines_and_nul_bytes(tiny_ckpt):

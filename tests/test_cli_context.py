@@ -1,11 +1,12 @@
 """The `infer` command line's context rule (prompt + reply <= ``--ctx``; a ``--ctx`` past the
 checkpoint's native positions turns YaRN on; none past the largest context the model supports;
-``infer.fits.check_fits``'s messages), through typer's test runner on a tiny random checkpoint
-on the CPU."""
+``infer.fits.check_fits``'s messages; a chat message that does not fit beside the conversation),
+through typer's test runner on a tiny random checkpoint on the CPU."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from cli_helpers import FAST, assert_one_line_error, invoke, ok_json
@@ -124,3 +125,64 @@ def test_check_fits_says_1_token_not_1_tokens():
     with pytest.raises(ValueError, match="the prompt is 2000 tokens, longer than the context of "
                                          "1024 tokens"):
         check_fits(2000, 1024, max_ctx=131072)
+
+
+CHAT_DOES_NOT_FIT = re.compile(
+    r"the message does not fit: it is (\d+) tokens and its reply up to 100 \(--max-new-tokens\), "
+    r"(\d+) in all, but (\d+) of the context's 512 are left \((\d+) hold (.+?)\): (.*)$")
+
+
+def test_chat_message_that_does_not_fit_beside_the_conversation_is_refused(tiny_ckpt, tok):
+    """A message that fits the context with one reply token but not with its --max-new-tokens
+    was taken, its reply cut short by the full context (stop "context"), and every later message
+    refused; now the turn is refused up front with the counts (the message, its reply, what is
+    left), and the chat goes on: the next, shorter message is answered in full."""
+    too_long, long = "word " * 600, "word " * 330  # 601 and 331 tokens
+    flags = ["--ctx", "512", "--device", "cpu", "--max-new-tokens", "100", "--no-think",
+             "--temperature", "1", "--seed", "0", "--presence-penalty", "2", "--json"]
+    result = invoke("chat", tiny_ckpt, *flags, input=f"{too_long}\nhi\n{long}\nok\n")
+    assert result.exit_code == 2, result.output  # piped: a turn failed on bad input
+    assert "Traceback" not in result.output
+    first, reply, second, last = (json.loads(line) for line in result.stdout.splitlines())
+    errors = [ln.removeprefix("> ") for ln in result.stderr.splitlines() if "error:" in ln]
+    assert errors == [f"error: {first['error']}", f"error: {second['error']}"]
+    assert first["turn"] == 1 and second["turn"] == 3
+    # alone, beside the chat template: no conversation to /reset
+    msg, total, left, fixed, held, fixes = CHAT_DOES_NOT_FIT.match(first["error"]).groups()
+    assert (held, fixes) == ("the chat template", "send a shorter message, or restart with a "
+                             "larger --ctx or a lower --max-new-tokens")
+    empty = len(tok.chat_ids([{"role": "user", "content": ""}], enable_thinking=False))
+    assert int(fixed) == empty and int(left) == 512 - empty
+    assert int(msg) == len(tok.chat_ids([{"role": "user", "content": too_long}],
+                                        enable_thinking=False)) - empty
+    assert int(total) == int(msg) + 100
+    # beside the conversation: it fits with one reply token (the old check), not with 100
+    assert reply["stop_reason"] == "length" and reply["new_tokens"] == 100
+    msg, total, left, fixed, held, fixes = map(
+        lambda g: int(g) if g.isdigit() else g, CHAT_DOES_NOT_FIT.match(second["error"]).groups())
+    assert held == "the conversation so far" and fixed > reply["prompt_tokens"] + 100
+    assert fixes == ("send a shorter message, /reset, or restart with a larger --ctx or a "
+                     "lower --max-new-tokens")
+    assert left == 512 - fixed and total == msg + 100 > left and fixed + msg + 1 <= 512
+    # the refused message was dropped, nothing of it prefilled: "ok" is answered in full
+    assert last["stop_reason"] == "length" and last["new_tokens"] == 100
+    assert last["reused_tokens"] > 0 and last["prompt_tokens"] < fixed + 10
+
+
+def test_chat_turn_check_without_a_reply_budget_or_a_larger_context(tok):
+    """--max-new-tokens 0 (no limit) needs room for one reply token; at the model's largest
+    context a larger --ctx is not offered."""
+    from infer.ui.conversation import Conversation
+    from infer.ui.repl import check_turn
+
+    conv = Conversation(tok, "Be brief.", enable_thinking=True)
+    ids = conv.add_user("word " * 50)
+    check_turn(conv, ids, len(ids) + 1, 0, max_ctx=40960)  # one reply token fits: no error
+    with pytest.raises(ValueError) as info:
+        check_turn(conv, ids, len(ids), 0, max_ctx=len(ids))
+    fixed = conv.fixed_tokens()
+    assert str(info.value) == (f"the message does not fit: it is {len(ids) - fixed} tokens and "
+                               f"its reply at least 1, {len(ids) - fixed + 1} in all, but "
+                               f"{len(ids) - fixed} of the context's {len(ids)} are left ({fixed} "
+                               "hold the system prompt and the chat template): send a shorter "
+                               "message")

@@ -216,7 +216,7 @@ def test_chat_json_failed_turn_is_a_line_and_piped_chat_exits_2(tiny_ckpt):
     assert result.exit_code == 2, result.output
     first, failed, third = (json.loads(line) for line in result.stdout.splitlines())
     assert first["new_tokens"] >= 1 and third["new_tokens"] >= 1
-    assert failed["turn"] == 2 and "longer than the context of 64 tokens" in failed["error"]
+    assert failed["turn"] == 2 and "the context's 64 are left" in failed["error"]
     assert f"error: {failed['error']}" in result.stderr
     assert third["reused_tokens"] > 0  # the failed message was dropped, the cache kept
 

@@ -88,6 +88,21 @@ def test_invalid_utf8_in_the_prompt_and_system_is_replaced_with_a_warning(tiny_c
     assert obj["prompt_tokens"] == len(tok.chat_ids(messages, enable_thinking=False))
 
 
+@pytest.mark.parametrize("system", ["   ", "", " \t\n"])
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_blank_system_prompt_is_refused_as_a_blank_prompt_is(tiny_ckpt, command, system):
+    """A whitespace-only (or empty) --system was sent to the model as a system message (or, when
+    empty, dropped without a word), while a whitespace-only prompt is refused: exit 2, one line,
+    before any model work (chat reads no message)."""
+    args = [command, tiny_ckpt, *(["hi"] if command == "generate" else []), "--system", system]
+    result = invoke(*args, *FAST, input="hi\n")
+    assert_one_line_error(result, 2, "--system is empty: give some text, or leave --system out")
+    refused = invoke(*args, *FAST, "--json", input="hi\n")
+    assert refused.exit_code == 2
+    assert json.loads(refused.stdout) == {"exit_code": 2, "error": "--system is empty: give "
+                                          "some text, or leave --system out"}
+
+
 def test_chat_line_with_invalid_utf8_is_replaced_with_a_warning(tiny_ckpt, tok):
     result = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json",
                     input=b"caf\xe9 \xff\n/exit\n")

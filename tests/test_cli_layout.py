@@ -1,5 +1,6 @@
-"""The `infer` package layout (presentation in ``infer/ui``, the shared options) and the
-last-resort error path for non-finite logits, through typer's test runner on the CPU."""
+"""The `infer` package layout (presentation in ``infer/ui``, the shared options), the help's
+layout at 80 columns, and the last-resort error path for non-finite logits, through typer's test
+runner on the CPU."""
 
 from __future__ import annotations
 
@@ -52,6 +53,38 @@ def test_shared_options_needs_opts_and_no_clash():
         shared_options()(no_opts)
     with pytest.raises(TypeError, match="ctx"):
         shared_options()(clash)
+
+
+@pytest.mark.parametrize("command", ["generate", "summarize", "chat", "bench"])
+def test_help_at_80_columns_keeps_names_whole_and_the_help_text_wide(command, monkeypatch):
+    """At 80 columns every option name and its negative appear whole (a column too narrow
+    folds them mid-word), and every option's help text starts in a column that leaves it at
+    least 30 characters: typer's separate column for an on/off pair's negative
+    (--no-cuda-graphs) left the Engine panel's help 22 characters in summarize, 24 elsewhere."""
+    import re
+
+    import typer
+
+    from cli import app
+
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke(command, "--help")
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.splitlines()
+    assert max(len(row) for row in rows) <= 80
+    params = [p for p in typer.main.get_command(app).commands[command].params
+              if p.param_type_name == "option"]
+    assert len(params) >= 12
+    for param in params:
+        for name in [*param.opts, *param.secondary_opts]:
+            assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", result.stdout), name
+        long = next(name for name in param.opts if name.startswith("--"))
+        row = next(r for r in rows if r.startswith(f"│ {long} "))  # its first row
+        start = row.index(f" {param.help.split()[0]}", len(long) + 2) + 1
+        assert len(row) - 1 - start >= 30, (row, len(row) - 1 - start)  # (right border: 1)
+    if command != "bench":  # a pair's default names the side it is on, as typer words it
+        side = "think" if command == "chat" else "no-think"
+        assert f"[default: {side}]" in result.stdout
 
 
 @pytest.mark.parametrize("speculate", ["off", "on"])

@@ -52,3 +52,24 @@ def test_drop_user_takes_back_a_failed_turn(tok):
     conv.add_user("hello")
     conv.drop_user()
     assert conv.messages == []
+
+
+def test_fixed_tokens_are_the_prompt_without_the_message(tok):
+    """``fixed_tokens``: the prompt's tokens apart from the message's own (the chat's turn check
+    counts the message as the rest), the pinned tokens of an interrupted reply included."""
+    conv = Conversation(tok, "Be brief.", enable_thinking=False)
+    words = " ".join(["word"] * 20)  # 20 tokens
+    ids = conv.add_user(words)
+    alone = tok.chat_ids([{"role": "system", "content": "Be brief."},
+                          {"role": "user", "content": ""}], enable_thinking=False)
+    assert conv.fixed_tokens() == len(alone) and len(ids) - len(alone) == 20
+    assert not conv.has_history
+    partial = tok.encode("Half a rep")
+    conv.add_reply("Half a rep", ids, ids + partial, interrupted=True)  # pins ids + partial
+    nxt = conv.add_user(words)
+    assert conv.has_history and nxt[:len(ids) + len(partial)] == ids + partial
+    assert len(nxt) - conv.fixed_tokens() == 20
+    conv.drop_user()
+    conv.reset()
+    conv.add_user("hi")
+    assert not conv.has_history and conv.fixed_tokens() == len(alone)

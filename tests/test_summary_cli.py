@@ -175,6 +175,60 @@ def test_ctrl_c_during_the_parts_is_an_interrupted_result_as_in_one_part(tiny_ck
     assert len(obj["parts"]) == 1 and obj["stages"]["parts"] >= 2
 
 
+HEADER = ("model", "device", "ctx", "kv_cache", "cache_dtype", "attention", "cuda_graphs",
+          "page_size", "warm_up_s", "graph_capture_s")
+
+
+@pytest.mark.parametrize("json_flag", [True, False])
+@pytest.mark.parametrize("stage", ["split", "load", "warm"])
+def test_ctrl_c_before_any_part_is_the_same_interrupted_result(tiny_ckpt, book, tmp_path,
+                                                               monkeypatch, stage, json_flag):
+    """Ctrl-C before the first part's prefill (splitting the text, loading the engine, warming it
+    up) printed the error object ({"error": "interrupted"}); now the result a later Ctrl-C gives:
+    exit 130, the same fields as a one-part summarize cut by Ctrl-C, no part finished. Before the
+    engine exists its header comes from the config, as the engine would have made it."""
+    import infer.textsplit
+    import infer.ui.summary_view
+
+    path, _ = book
+    short = tmp_path / "short.txt"
+    short.write_text("A short text.\n")
+    flags = ["--json"] if json_flag else []
+    ctrl_c_at_prefill(monkeypatch, 1)
+    one = invoke("summarize", short, "--model", tiny_ckpt, *LONG, *flags)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    where = infer.textsplit if stage == "split" else infer.ui.summary_view
+    monkeypatch.setattr(where, {"split": "split_text", "load": "load_engine",
+                                "warm": "warm_engine"}[stage], ctrl_c)
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, *flags)
+    assert one.exit_code == result.exit_code == 130, result.output
+    assert "error" not in result.output and "Traceback" not in result.output
+    if not json_flag:
+        line = result.stderr.strip().splitlines()[-1]
+        if stage == "split":
+            assert line == ("interrupted summarizing the parts: 0 finished (while splitting "
+                            "the text)")
+        else:
+            assert line.startswith("interrupted summarizing the parts: 0 of ")
+            assert "parts, 3 at a time: prefill 0.0 s, decode 0.0 s" in line
+        return
+    obj, one_obj = json.loads(result.stdout), json.loads(one.stdout)
+    assert obj.keys() == one_obj.keys() | {"stages", "parts"}
+    assert obj["interrupted"] is one_obj["interrupted"] is True
+    assert obj["stop_reason"] == "interrupted" and obj["text"] == "" and obj["split"] is True
+    assert obj["parts"] == [] and obj["new_tokens"] == 0 and obj["ttft_s"] is None
+    assert {k: obj[k] for k in HEADER} == {k: one_obj[k] for k in HEADER}
+    # seconds are floats, before any graph runner too (the engine's sum of none was int 0)
+    assert all(isinstance(o[k], float) for o in (obj, one_obj) for k in HEADER if k.endswith("_s"))
+    assert (obj["load_s"] is None) is (stage != "warm")  # the load had not finished
+    parts = obj["stages"]["parts"]
+    assert (parts, obj["stages"]["batch"]) == ((None, None) if stage == "split" else (3, 3))
+    assert obj["stages"]["map_prefill_s"] == obj["stages"]["map_decode_s"] == 0.0
+
+
 def test_ctrl_c_inside_a_batch_counts_the_time_it_ran(tiny_ckpt, book, monkeypatch):
     """Ctrl-C at the second part's prefill, both parts in one batch: the batch never finished,
     yet its time (the first part's whole prefill) is in the stage times, not 0.0."""

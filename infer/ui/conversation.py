@@ -28,12 +28,13 @@ class Conversation:
     """The messages of one chat and the prompt ids of its next turn (see the module docstring).
 
     Attributes:
+        system: the system prompt (None or empty: none).
         messages: the conversation as ``{"role", "content"}`` dicts, the system prompt first
             (when given); an interrupted reply's content is the text it showed.
     """
 
     def __init__(self, tokenizer, system: str | None, enable_thinking: bool):
-        self.tokenizer, self.enable_thinking = tokenizer, enable_thinking
+        self.tokenizer, self.enable_thinking, self.system = tokenizer, enable_thinking, system
         self._base = [{"role": "system", "content": system}] if system else []
         self.reset()
 
@@ -51,6 +52,18 @@ class Conversation:
         self.messages.append({"role": "user", "content": text})
         return self._pinned + self.tokenizer.chat_ids(self.messages[self._pinned_count:],
                                                       enable_thinking=self.enable_thinking)
+
+    def fixed_tokens(self) -> int:
+        """Tokens of the last ``add_user``'s prompt that are not its message's: the conversation
+        before it and the template around it (the prompt's length with the message empty)."""
+        empty = [*self.messages[self._pinned_count:-1], {"role": "user", "content": ""}]
+        return len(self._pinned) + len(self.tokenizer.chat_ids(
+            empty, enable_thinking=self.enable_thinking))
+
+    @property
+    def has_history(self) -> bool:
+        """Whether the last ``add_user``'s message follows earlier turns (``reset`` drops them)."""
+        return len(self.messages) > len(self._base) + 1
 
     def drop_user(self) -> None:
         """Take back the message of a failed turn (the last ``add_user``)."""

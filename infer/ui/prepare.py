@@ -2,11 +2,12 @@
 
 Owns the flag validation and model resolution (``prepare``: an ``EngineConfig``, the tokenizer
 and the context plan, not the weights; the note when ``--ctx`` turns YaRN on), reading a text
-input (``read_input``; ``user_text`` for an argument or a chat line) and loading the engine
-(``load_engine``, under a status spinner). The context check of a prompt and its reply is
-``infer.fits.check_fits``. ``warm_engine`` pays the first reply's start-up costs before it
-(``infer/warm_up.py``). Every user mistake raises ValueError with a message that says how to
-fix it; ``infer.ui.console.errors`` turns it into one line and exit code 2.
+input (``read_input``; ``user_text`` for an argument or a chat line, ``system_text`` for
+``--system``) and loading the engine (``load_engine``, under a status spinner). The context check
+of a prompt and its reply is ``infer.fits.check_fits``. ``warm_engine`` pays the first reply's
+start-up costs before it (``infer/warm_up.py``). Every user mistake raises ValueError with a
+message that says how to fix it; ``infer.ui.console.errors`` turns it into one line and exit
+code 2.
 """
 
 from __future__ import annotations
@@ -140,3 +141,15 @@ def user_text(ui: UI, text: str, where: str) -> str:
     if n_bad:
         ui.warn(f"{n_bad} invalid byte sequences in {where} were replaced with U+FFFD")
     return text
+
+
+def system_text(ui: UI, system: str) -> str:
+    """``--system``'s text, as ``user_text`` gives it; refused when it is empty or only
+    whitespace, as an empty prompt is (the template would send a blank system message).
+
+    Raises:
+        ValueError: ``system`` is empty or only whitespace.
+    """
+    if not system.strip():
+        raise ValueError("--system is empty: give some text, or leave --system out")
+    return user_text(ui, system, "--system")

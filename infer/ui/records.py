@@ -5,6 +5,8 @@ cache_dtype, attention, cuda_graphs, page_size, load_s, warm_up_s: the start-up'
 (``infer/warm_up.py``; 0 on the CPU), graph_capture_s: the host seconds spent capturing CUDA
 graphs so far, the warm-up's included); ``reply_record`` adds one reply's text and
 stats (generate, summarize, one line per reply in chat), ``bench_record`` the measured lengths.
+A ``summarize`` in parts cut by Ctrl-C before its engine was built has the header of the config
+that would have built it (``load_s`` null, nothing warmed up or captured).
 
 Numbers are rounded for people who read them: seconds (``*_s``) to the millisecond, rates
 (``*_per_s``) to 0.1, fractions, ``speedup`` and ``mean_accepted`` to 0.001 (``rounded``); the
@@ -30,23 +32,39 @@ def rounded(d: dict) -> dict:
     return out
 
 
-def engine_header(command: str, engine, load_s: float) -> dict:
-    """The fields every ``--json`` object shares. ``engine``: ``infer.engine.Engine``."""
+def engine_header(command: str, engine, load_s: float | None, *, cfg=None) -> dict:
+    """The fields every ``--json`` object shares. ``engine``: ``infer.engine.Engine``; None when
+    a Ctrl-C came before it was built: then the fields its ``EngineConfig`` ``cfg`` gives (the
+    attention backend and the stored dtype as the engine would resolve them), ``load_s`` None
+    (the load did not finish) and no warm-up or capture seconds."""
     from infer.bench import cache_dtype  # torch, through infer.config: not for --help
 
-    cfg = engine.config
-    return {"command": command, "model": str(cfg.model), "device": str(engine.device),
-            "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "cache_dtype": cache_dtype(engine),
-            "attention": engine.attention_kind, "cuda_graphs": engine.cuda_graphs,
-            "page_size": cfg.page_size, "load_s": round(load_s, 3),
-            "warm_up_s": round(engine.warm_up_s, 3),
-            "graph_capture_s": round(engine.graph_capture_s, 3)}
+    if engine is not None:
+        cfg, device, attention, graphs = (engine.config, engine.device, engine.attention_kind,
+                                          engine.cuda_graphs)
+        stored, warm_s, capture_s = cache_dtype(engine), engine.warm_up_s, engine.graph_capture_s
+    else:
+        from infer.attention import resolve_attention
+
+        device = cfg.torch_device
+        attention, graphs = resolve_attention(cfg.attention, device), cfg.use_cuda_graphs
+        # (as cache_dtype: int8, else the activation dtype the pool would be allocated in)
+        stored = "int8" if cfg.kv_cache == "int8" else str(cfg.torch_dtype).removeprefix("torch.")
+        warm_s = capture_s = 0.0
+    return {"command": command, "model": str(cfg.model), "device": str(device),
+            "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "cache_dtype": stored,
+            "attention": attention, "cuda_graphs": graphs, "page_size": cfg.page_size,
+            "load_s": None if load_s is None else round(load_s, 3),
+            "warm_up_s": round(warm_s, 3), "graph_capture_s": round(capture_s, 3)}
 
 
-def reply_record(command: str, engine, reply, load_s: float, **extra) -> dict:
+def reply_record(command: str, engine, reply, load_s: float | None, *, cfg=None,
+                 **extra) -> dict:
     """The object for one reply (``infer.ui.render.Reply``); ``extra`` fields go before the
-    reply's own (summarize: ``input_chars``, ``replaced_bytes``)."""
-    return {**engine_header(command, engine, load_s), **extra, **rounded(reply.to_dict())}
+    reply's own (summarize: ``input_chars``, ``replaced_bytes``). ``engine`` None: see
+    ``engine_header`` (``cfg`` stands in for it)."""
+    return {**engine_header(command, engine, load_s, cfg=cfg), **extra,
+            **rounded(reply.to_dict())}
 
 
 def bench_record(engine, load_s: float, results: list, interrupted: bool) -> dict:

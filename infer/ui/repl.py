@@ -3,8 +3,10 @@
 Owns the chat commands (``/reset``, ``/stats``, ``/exit``, ``/quit``; ``//text`` sends ``/text``)
 and the per-turn error handling: a failed turn prints its error, drops the message, and the chat
 goes on; ``run_repl`` returns the exit code the failures call for. Before the chat starts,
-``check_reply_budget`` refuses a ``--max-new-tokens`` that no turn can fit. The messages and each
-turn's prompt ids are ``infer/ui/conversation.py``'s. No tensor math here.
+``check_reply_budget`` refuses a ``--max-new-tokens`` that no turn can fit; before each turn,
+``check_turn`` refuses a message that, with the conversation so far and its reply, does not fit
+(the reply would otherwise be cut short by a full context, and every later turn refused). The
+messages and each turn's prompt ids are ``infer/ui/conversation.py``'s. No tensor math here.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import traceback
 
 from rich.markup import escape
 
-from infer.fits import check_fits
+from infer.fits import check_fits, fits
 from infer.ui.console import UI, OutputError, error_message
 from infer.ui.conversation import Conversation
 from infer.ui.oneshot import chat_messages
 from infer.ui.prepare import user_text
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView, capture_note, format_stats
+from infer.wording import counted
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
              "(or /quit) quits, //text sends /text")
@@ -46,6 +49,35 @@ def check_reply_budget(tokenizer, system: str | None, ctx: int, max_new: int, *,
         check_fits(n, ctx, max_new, max_ctx=max_ctx)
     except ValueError as e:
         raise ValueError(f"no chat turn fits: even with a one-token message {e}") from None
+
+
+def check_turn(conv: Conversation, ids: list[int], ctx: int, max_new: int, *,
+               max_ctx: int) -> None:
+    """Refuse a turn whose prompt ``ids`` (the conversation so far, then the message just added to
+    ``conv``) does not fit in ``ctx`` with its reply (``max_new`` tokens; 0: no limit, so at least
+    one), by ``fits``' rule: before any work, so nothing is prefilled and the chat goes on.
+
+    Raises:
+        ValueError: it does not fit: the tokens the message and its reply need, those left of the
+            context beside the conversation so far, and what would make room.
+    """
+    if fits(len(ids), ctx, max_new):
+        return
+    fixed = conv.fixed_tokens()
+    reply = max(max_new, 1)
+    need, left = len(ids) - fixed + reply, max(ctx - fixed, 0)
+    budget = f"up to {max_new} (--max-new-tokens)" if max_new > 0 else "at least 1"
+    held = ("the conversation so far" if conv.has_history else
+            "the system prompt and the chat template" if conv.system else "the chat template")
+    fixes = ["send a shorter message"] if fits(fixed + 1, ctx, max_new) else []
+    fixes += ["/reset"] if conv.has_history else []
+    if ctx < max_ctx:
+        fixes.append("restart with a larger --ctx" +
+                     (" or a lower --max-new-tokens" if max_new > 0 else ""))
+    how = ": " + ", ".join(fixes[:-1] + [f"or {fixes[-1]}"] if len(fixes) > 1 else fixes)
+    raise ValueError(f"the message does not fit: it is {counted(need - reply, 'token')} and its "
+                     f"reply {budget}, {need:,} in all, but {left:,} of the context's {ctx:,} "
+                     f"are left ({fixed:,} hold {held}){how if fixes else ''}")
 
 
 def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
@@ -118,7 +150,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             continue
         try:
             ids = conv.add_user(line)
-            check_fits(len(ids), engine.ctx, max_ctx=engine.context.max_ctx)
+            check_turn(conv, ids, engine.ctx, o.max_new_tokens, max_ctx=engine.context.max_ctx)
             reply = ReplyView(ui.text, ui.err, engine, session, hide_thinking=o.hide_thinking,
                               speculate=o.speculation("chat")).run(ids, sampling)
         except (BrokenPipeError, OutputError):  # stdout is gone or full: the chat ends
@@ -127,9 +159,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             conv.drop_user()
             if o.debug:
                 traceback.print_exc(file=sys.stderr)
-            msg, bad_input = error_message(e, o.debug)
-            # (a conversation to clear: /reset makes room; none: it would change nothing)
-            msg += "; or /reset" if bad_input and session.num_cached else ""
+            msg, bad_input = error_message(e, o.debug)  # (check_turn's says when /reset helps)
             code = 1 if not bad_input or code == 1 else 2
             _turn_error(ui, msg, turn)
             continue

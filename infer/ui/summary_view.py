@@ -8,9 +8,11 @@ before loading, the capacity check decides how many parts decode together (``--b
 as many as fit, up to 16) and says so; each part summary is shown on stderr as it finishes (part k
 of N), the prefill of each part on a progress status, and the final summary streams on stdout
 like any reply. ``--json`` adds the parts (level, index, character and token ranges, summary) and
-the stage times to the reply's object; the stats line gives the stage times too. Ctrl-C during the
-parts ends the command as during a one-part summary: the result so far (the parts finished; an
-empty final reply, ``interrupted``), then exit code 130.
+the stage times to the reply's object; the stats line gives the stage times too. Ctrl-C from the
+split on (the split, the engine's load and warm-up, the parts) ends the command as during a
+one-part summary: the result so far (the parts finished, maybe none; an empty final reply,
+``interrupted``), then exit code 130. Before the engine is built the object's header is its
+config's (``infer.ui.records.engine_header``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rich.markup import escape
 
 from infer.fits import check_fits
 from infer.stats import GenerationStats
-from infer.summarize import Summarizer
+from infer.summarize import StageTimes, Summarizer
 from infer.summary_prompts import check_plan
 from infer.ui.console import UI
 from infer.ui.oneshot import one_shot, reply_once
@@ -39,7 +41,8 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     Raises:
         ValueError: a text too long with ``--no-split``, a context too small for parts, a
             ``--batch`` that does not fit in memory.
-        typer.Exit(130): Ctrl-C cut the parts or the final reply (the result is shown first).
+        typer.Exit(130): Ctrl-C from the split on, or in the final reply (the result is
+            shown first).
     """
     max_new = ui.opts.max_new_tokens
     # parts help when the text is too long, not when the prompt fits and the reply budget is
@@ -54,65 +57,80 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     except ValueError as e:
         raise ValueError(f"the prompt is {len(ids)} tokens, longer than the context of {cfg.ctx} "
                          f"tokens, and cannot be summarized in parts: {e}") from None
-    with ui.status("splitting the text ..."):
-        pieces = split_text(text, tok, limit)
-    ui.note(f"the prompt is {len(ids):,} tokens, longer than the context of {cfg.ctx:,}: "
-            f"summarizing the text in {len(pieces)} parts of at most {limit:,} tokens, then "
-            f"combining their summaries (--no-split refuses instead)")
-    cfg = replace(cfg, max_batch=_batch(ui, cfg, plan, min(len(pieces), 16), batch))
-    engine, load_s = load_engine(ui, cfg, tok)
-    sampling = engine.default_sampling(**ui.opts.sampling_overrides())
-    warm_engine(ui, engine, sampling, batch=cfg.max_batch, prompt_tokens=limit)
-    sm = Summarizer(engine, tok, lambda t, m: split_text(t, tok, m), sampling,
-                    part_tokens=part_tokens, final_tokens=max_new or None, think=ui.opts.think,
-                    speculate=ui.opts.speculation("summarize"))
-    with ui.status("summarizing the parts ...") as status:
-        def on_prefill(level, index, done, total):
-            what = f"part {index + 1}" if level == 0 else f"level {level} group {index + 1}"
-            if status is not None and done < total:
-                status.update(f"{what}: prefill {done:,} of {total:,} tokens")
-            elif status is not None:
-                status.update("decoding the summaries ...")
+    # Ctrl-C from here on: the interrupted result (_interrupted), whatever stage it cuts
+    pieces = engine = load_s = sm = width = None
+    try:
+        with ui.status("splitting the text ..."):
+            pieces = split_text(text, tok, limit)
+        ui.note(f"the prompt is {len(ids):,} tokens, longer than the context of {cfg.ctx:,}: "
+                f"summarizing the text in {len(pieces)} parts of at most {limit:,} tokens, then "
+                f"combining their summaries (--no-split refuses instead)")
+        width = _batch(ui, cfg, plan, min(len(pieces), 16), batch)
+        cfg = replace(cfg, max_batch=width)
+        engine, load_s = load_engine(ui, cfg, tok)
+        sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+        warm_engine(ui, engine, sampling, batch=cfg.max_batch, prompt_tokens=limit)
+        sm = Summarizer(engine, tok, lambda t, m: split_text(t, tok, m), sampling,
+                        part_tokens=part_tokens, final_tokens=max_new or None,
+                        think=ui.opts.think, speculate=ui.opts.speculation("summarize"))
+        with ui.status("summarizing the parts ...") as status:
+            def on_prefill(level, index, done, total):
+                what = f"part {index + 1}" if level == 0 else f"level {level} group {index + 1}"
+                if status is not None and done < total:
+                    status.update(f"{what}: prefill {done:,} of {total:,} tokens")
+                elif status is not None:
+                    status.update("decoding the summaries ...")
 
-        try:
             final = sm.run(text, pieces=pieces, on_part=lambda p: _show_part(ui, p),
                            on_prefill=on_prefill)
-        except KeyboardInterrupt:  # shown below as an interrupted reply, not as an error
-            final = None
-    if final is not None:
-        check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
-    t = sm.times
-    stages = {"parts": len(pieces), "batch": cfg.max_batch,
-              "map_prefill_s": round(t.map_prefill_s, 3),
-              "map_decode_s": round(t.map_decode_s, 3), "reduce_s": round(t.reduce_s, 3)}
-    suffix = (f" · {counted(stages['parts'], 'part')}, {cfg.max_batch} at a time: prefill "
-              f"{t.map_prefill_s:.1f} s, decode {t.map_decode_s:.1f} s, reduce {t.reduce_s:.1f} s")
-    drafted = sum(p.drafted for p in sm.parts)
-    if drafted:
-        suffix += f" · part drafts: {sum(p.accepted for p in sm.parts):,} of {drafted:,} accepted"
-    extra = {**extra, "split": True, "stages": stages,
-             "parts": [p.to_dict() for p in sorted(sm.parts, key=lambda p: (p.level, p.index))]}
-    if final is None:
-        _interrupted(ui, engine, load_s, extra, suffix, sm, len(pieces))
+    except KeyboardInterrupt:  # shown as an interrupted reply, not as an error
+        _interrupted(ui, cfg, engine, load_s, _result(extra, pieces, width, sm), pieces, sm)
+    check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
+    extra, suffix = _result(extra, pieces, width, sm)
     reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)
 
 
-def _interrupted(ui: UI, engine, load_s: float, extra: dict, suffix: str, sm, n: int) -> None:
-    """Ctrl-C during the parts: the result as a one-part summary cut by Ctrl-C shows it (the
-    ``--json`` object, ``extra`` with the parts finished, or a stats line with ``suffix``), for a
-    final reply that never began (no prompt, no tokens, ``interrupted``).
+def _result(extra: dict, pieces: list[str] | None, width: int | None,
+            sm: Summarizer | None) -> tuple[dict, str]:
+    """``(the --json fields, the stats line's suffix)`` of the parts: ``extra`` with ``split``,
+    ``stages`` and ``parts``. What a Ctrl-C left unknown is None: the parts before the split,
+    the batch before it was chosen; with no ``sm`` yet, no part ran (times 0, no parts)."""
+    t = sm.times if sm is not None else StageTimes()
+    done = sorted(sm.parts, key=lambda p: (p.level, p.index)) if sm is not None else []
+    n = None if pieces is None else len(pieces)
+    stages = {"parts": n, "batch": width, "map_prefill_s": round(t.map_prefill_s, 3),
+              "map_decode_s": round(t.map_decode_s, 3), "reduce_s": round(t.reduce_s, 3)}
+    suffix = ""
+    if n is not None and width is not None:
+        suffix = (f" · {counted(n, 'part')}, {width} at a time: prefill {t.map_prefill_s:.1f} s, "
+                  f"decode {t.map_decode_s:.1f} s, reduce {t.reduce_s:.1f} s")
+    drafted = sum(p.drafted for p in done)
+    if drafted:
+        suffix += f" · part drafts: {sum(p.accepted for p in done):,} of {drafted:,} accepted"
+    return {**extra, "split": True, "stages": stages, "parts": [p.to_dict() for p in done]}, suffix
+
+
+def _interrupted(ui: UI, cfg, engine, load_s: float | None, result: tuple[dict, str],
+                 pieces: list[str] | None, sm: Summarizer | None) -> None:
+    """Ctrl-C from the split on: the result as a one-part summary cut by Ctrl-C shows it (the
+    ``--json`` object with ``result``'s fields, the parts finished; or a stats line with its
+    suffix), for a final reply that never began (no prompt, no tokens, ``interrupted``).
+    ``engine`` None: it was not built yet, the object's header is ``cfg``'s.
 
     Raises:
         typer.Exit(130): always, after the result.
     """
+    extra, suffix = result
     if ui.opts.json:
         stats = GenerationStats(prompt_tokens=0, stop_reason="interrupted")
         reply = Reply(raw="", answer="", thinking="", stats=stats, interrupted=True, ceiling=None)
-        ui.emit_json(reply_record("summarize", engine, reply, load_s, **extra))
+        ui.emit_json(reply_record("summarize", engine, reply, load_s, cfg=cfg, **extra))
     else:
-        done = sum(p.level == 0 for p in sm.parts)
-        ui.err.print(f"interrupted summarizing the parts: {done} of "
-                     f"{counted(n, 'part summary', 'part summaries')} finished{suffix}",
+        done = 0 if sm is None else sum(p.level == 0 for p in sm.parts)
+        of = ("" if pieces is None else
+              f" of {counted(len(pieces), 'part summary', 'part summaries')}")
+        ui.err.print(f"interrupted summarizing the parts: {done}{of} finished"
+                     f"{' (while splitting the text)' if pieces is None else ''}{suffix}",
                      style="dim")
     raise typer.Exit(130)
 
