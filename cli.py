@@ -165,8 +165,9 @@ def summarize(
             raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
         text, n_bad = setup.read_input(ui, file)
         cfg, tok, plan = setup.prepare(ui, model)
-        ids = tok.chat_ids(chat_messages(None, SUMMARY_PROMPT.format(text=text)),
-                           enable_thinking=opts.think)
+        with ui.status(f"reading the text ({len(text):,} characters) ..."):  # a book: seconds
+            ids = tok.chat_ids(chat_messages(None, SUMMARY_PROMPT.format(text=text)),
+                               enable_thinking=opts.think)
         summarize_text(ui, cfg, tok, plan, ids, text, no_split=no_split,
                        part_tokens=part_tokens, batch=batch,
                        extra=dict(input_chars=len(text), replaced_bytes=n_bad))

@@ -17,28 +17,29 @@ def fits(n_prompt: int, ctx: int, max_new: int = 0) -> bool:
 def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> None:
     """Raise ValueError when the prompt and its reply do not fit in the context (``fits``); the
     message gives both counts and a --ctx, or, past ``max_ctx`` (the largest context the
-    checkpoint supports), says to shorten the text.
+    checkpoint supports), what fits at this --ctx and at the largest, or to shorten the input.
     """
     if fits(n_prompt, ctx, max_new):
         return
     n_reply = max(max_new, 1)
-    prompt = f"the prompt is {counted(n_prompt, 'token', grouped=False)}"
+    prompt = f"the prompt is {counted(n_prompt, 'token')}"
     need = -(-(n_prompt + n_reply) // 1024)
-    beyond = f"beyond the largest context this model supports ({max_ctx} tokens)"
+    beyond = f"beyond the largest context this model supports ({counted(max_ctx, 'token')})"
     if n_prompt + 1 > max_ctx:
-        raise ValueError(f"{prompt}, {beyond}: shorten the text")
+        raise ValueError(f"{prompt}, {beyond}: shorten the input")
     if n_prompt + n_reply > max_ctx:
-        room = ctx - n_prompt  # what fits at this --ctx; past it, --ctx must grow too
-        fix = (f"lower --max-new-tokens to at most {room}" if room >= 1 else
-               f"raise --ctx and lower --max-new-tokens to at most {max_ctx - n_prompt}")
-        raise ValueError(f"{prompt} and the reply up to {max_new} "
-                         f"(--max-new-tokens): {n_prompt + max_new} tokens, {beyond}: {fix}, "
-                         "or shorten the text")
+        room, most = ctx - n_prompt, max_ctx - n_prompt  # at this --ctx; at the largest one
+        fix = (f"lower --max-new-tokens to at most {room:,} (at --ctx {ctx:,}; up to {most:,} "
+               f"with --ctx {max_ctx // 1024}k)" if room >= 1 else
+               f"raise --ctx (up to {max_ctx // 1024}k) and lower --max-new-tokens to at most "
+               f"{most:,}")
+        raise ValueError(f"{prompt} and the reply up to {max_new:,} "
+                         f"(--max-new-tokens): {n_prompt + max_new:,} tokens, {beyond}: {fix}")
     if max_new <= 0:
         size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
-        raise ValueError(f"{prompt}, {size} the context of {counted(ctx, 'token', grouped=False)}"
+        raise ValueError(f"{prompt}, {size} the context of {counted(ctx, 'token')}"
                          f": raise --ctx (e.g. --ctx {need}k) or shorten the input")
-    raise ValueError(f"{prompt} and the reply up to {max_new} "
-                     f"(--max-new-tokens): {n_prompt + max_new} tokens, more than the context of "
-                     f"{counted(ctx, 'token', grouped=False)}: raise --ctx (e.g. --ctx {need}k) or "
-                     "lower --max-new-tokens")
+    raise ValueError(f"{prompt} and the reply up to {max_new:,} "
+                     f"(--max-new-tokens): {n_prompt + max_new:,} tokens, more than the context "
+                     f"of {counted(ctx, 'token')}: raise --ctx (e.g. --ctx {need}k) or lower "
+                     "--max-new-tokens")

@@ -34,7 +34,7 @@ def test_prompt_filling_the_context_leaves_no_room(tiny_ckpt, tok):
     n = len(tok.chat_ids([{"role": "user", "content": "hi"}], enable_thinking=False))
     result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", n,
                     "--max-new-tokens", "0")
-    assert_one_line_error(result, 2, f"the prompt is {n} tokens, which leaves no room for a "
+    assert_one_line_error(result, 2, f"the prompt is {n:,} tokens, which leaves no room for a "
                           f"reply in the context of {n} tokens", f"--ctx {-(-(n + 1) // 1024)}k")
 
 
@@ -61,21 +61,22 @@ def test_check_fits_past_the_largest_context():
     with pytest.raises(ValueError) as info:  # war_and_peace.txt at 32k, with --no-split
         check_fits(774_000, 32768, 1024, max_ctx=top)
     msg = str(info.value)
-    assert "774000 tokens" in msg and f"largest context this model supports ({top}" in msg
+    assert "774,000 tokens" in msg and f"largest context this model supports ({top:,}" in msg
     assert "shorten" in msg and "--ctx" not in msg
     with pytest.raises(ValueError) as info:  # the prompt fits alone, not with the reply
         check_fits(top - 100, 32768, 1000, max_ctx=top)
     msg = str(info.value)  # --ctx 32768 holds not even the prompt: it must grow too
     assert "largest context" in msg
-    assert "raise --ctx and lower --max-new-tokens to at most 100" in msg
+    assert "raise --ctx (up to 128k) and lower --max-new-tokens to at most 100" in msg
     with pytest.raises(ValueError) as info:  # a huge reply budget at a small --ctx
         check_fits(3, 1024, 10**20, max_ctx=top)
-    msg = str(info.value)  # the budget that works at this --ctx, not the model's largest
-    assert "lower --max-new-tokens to at most 1021, or shorten" in msg
+    msg = str(info.value)  # the budget that works at this --ctx, and at the model's largest
+    assert "lower --max-new-tokens to at most 1,021 (at --ctx 1,024; up to 131,069 with --ctx " \
+        "128k)" in msg and "shorten" not in msg
     with pytest.raises(ValueError) as info:  # within the model's reach: suggest a --ctx
         check_fits(100_000, 32768, max_ctx=top)
     assert f"--ctx {-(-100_001 // 1024)}k" in str(info.value)
-    with pytest.raises(ValueError, match="supports \\(262144 tokens\\)"):  # Qwen3-4B-2507
+    with pytest.raises(ValueError, match="supports \\(262,144 tokens\\)"):  # Qwen3-4B-2507
         check_fits(300_000, 262144, max_ctx=262144)
 
 
@@ -85,13 +86,14 @@ def test_chat_refuses_a_reply_budget_no_turn_fits_as_generate_does(tiny_ckpt, to
     n = len(tok.chat_ids([{"role": "user", "content": ""}], enable_thinking=True)) + 1
     result = invoke("chat", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--max-new-tokens",
                     "2000", input="hi\n")
-    assert_one_line_error(result, 2, f"even with a one-token message the prompt is {n} tokens and "
-                          "the reply up to 2000 (--max-new-tokens)", "raise --ctx (e.g. --ctx 2k)")
+    assert_one_line_error(result, 2, f"even with a one-token message the prompt is {n:,} tokens "
+                          "and the reply up to 2,000 (--max-new-tokens)",
+                          "raise --ctx (e.g. --ctx 2k)")
     generate = invoke("generate", tiny_ckpt, "hi", "--ctx", "1k", "--device", "cpu",
                       "--max-new-tokens", "2000")
     assert generate.exit_code == 2
-    assert "more than the context of 1024 tokens" in generate.stderr
-    assert "more than the context of 1024 tokens" in result.stderr
+    assert "more than the context of 1,024 tokens" in generate.stderr
+    assert "more than the context of 1,024 tokens" in result.stderr
     ok = invoke("chat", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--max-new-tokens", "2",
                 input="hi\n")
     assert ok.exit_code == 0 and "error" not in ok.stderr, ok.output
@@ -122,8 +124,8 @@ def test_check_fits_says_1_token_not_1_tokens():
     with pytest.raises(ValueError) as info:  # generate a --raw --ctx 1 --max-new-tokens 1
         check_fits(1, 1, 1, max_ctx=131072)
     assert "more than the context of 1 token:" in str(info.value)
-    with pytest.raises(ValueError, match="the prompt is 2000 tokens, longer than the context of "
-                                         "1024 tokens"):
+    with pytest.raises(ValueError, match="the prompt is 2,000 tokens, longer than the context of "
+                                         "1,024 tokens"):
         check_fits(2000, 1024, max_ctx=131072)
 
 

@@ -142,7 +142,7 @@ def test_prompt_longer_than_ctx_gives_both_counts(tiny_ckpt, tmp_path, tok):
     n = len(summary_ids(tok, text.replace("\r\n", "\n")))
     assert n > 128
     result = invoke("summarize", path, "--model", tiny_ckpt, "--ctx", "128", "--device", "cpu")
-    assert_one_line_error(result, 2, f"prompt is {n} tokens", "context of 128 tokens", "--ctx")
+    assert_one_line_error(result, 2, f"prompt is {n:,} tokens", "context of 128 tokens", "--ctx")
 
 
 @pytest.mark.parametrize("command", ["generate", "summarize"])
@@ -160,8 +160,8 @@ def test_prompt_plus_reply_longer_than_ctx_is_an_error(command, tiny_ckpt, tok):
     flags = ["--device", "cpu", "--ctx", ctx, "--seed", "0", "--temperature", "1"]
     result = invoke(*args, *flags, "--max-new-tokens", max_new, input=text)
     need_k = -(-(n + max_new) // 1024)
-    assert_one_line_error(result, 2, f"prompt is {n} tokens", f"reply up to {max_new}",
-                          f"context of {ctx} tokens", f"--ctx {need_k}k", "--max-new-tokens")
+    assert_one_line_error(result, 2, f"prompt is {n:,} tokens", f"reply up to {max_new:,}",
+                          f"context of {ctx:,} tokens", f"--ctx {need_k}k", "--max-new-tokens")
     flags[3] = 256 if n < 256 else 512
     small = invoke(*args, *flags, "--max-new-tokens", 0, "--json", input=text)
     obj = ok_json(small)

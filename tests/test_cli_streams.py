@@ -95,6 +95,31 @@ def test_bad_input_keeps_exit_2_when_stderr_cannot_be_written():
     assert proc.returncode == 2 and proc.stdout == b""
 
 
+@pytest.mark.parametrize("json_flag", [False, True])
+def test_a_full_stderr_still_gives_the_reply_on_stdout(tiny_ckpt, json_flag):
+    """`infer generate M hi [--json] 2>/dev/full`: stderr is the side channel (notes, the stats
+    line, the streamed reply under --json); its failed writes are dropped, so the reply (or the
+    --json object) still comes on stdout with exit 0, not an OSError's error object."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full (Linux)")
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" 2>/dev/full', "sh", sys.executable, "-c",
+         "from cli import main; main()", "generate", str(tiny_ckpt), "hi", "--max-new-tokens",
+         "4", "--seed", "0", *(["--json"] if json_flag else [])],
+        stdout=subprocess.PIPE, timeout=300, cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0
+    out = proc.stdout.decode()
+    if json_flag:
+        obj = json.loads(out)
+        assert obj["command"] == "generate" and obj["new_tokens"] == 4 and "error" not in obj
+    else:
+        assert out.strip()
+
+
 def test_stdin_from_a_terminal_says_how_to_end_it(tiny_ckpt, monkeypatch):
     monkeypatch.setattr("infer.ui.prepare.stdin_is_terminal", lambda: True)
     result = invoke("summarize", "-", "--model", tiny_ckpt, *FAST, input="Some text.\n")

@@ -69,7 +69,7 @@ def test_no_split_refuses_with_both_counts(tiny_ckpt, book):
     assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "prompt is" in lines[0]
-    assert "context of 2048 tokens" in lines[0]
+    assert "context of 2,048 tokens" in lines[0]
 
 
 def test_a_final_budget_too_big_for_the_context_is_refused_before_the_parts(tiny_ckpt, book):

@@ -94,11 +94,36 @@ class StdoutConsole(Console):
         raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
+class SideStream:
+    """``sys.stderr`` (looked up at each call: tests swap it) as the side channel it is: a write
+    or flush that fails with an OSError other than a closed pipe (a full disk, ``2>/dev/full``)
+    is dropped, so the reply or the ``--json`` object on stdout, and the exit code, still tell.
+    A BrokenPipeError goes on to the console's ``on_broken_pipe``."""
+
+    def write(self, text: str) -> int:
+        return self._tried(lambda: sys.stderr.write(text), len(text))
+
+    def flush(self) -> None:
+        self._tried(sys.stderr.flush, None)
+
+    def __getattr__(self, name: str):
+        return getattr(sys.stderr, name)
+
+    @staticmethod
+    def _tried(call, dropped):
+        try:
+            return call()
+        except BrokenPipeError:
+            raise
+        except OSError:
+            return dropped
+
+
 class StderrConsole(Console):
-    """The rich console on stderr: when its reader goes away (``2>&1 >out.json | head``) it goes
-    quiet and the command goes on, since stdout (the reply, the ``--json`` object) may still be
-    read; rich's default would exit 1 there, and a BrokenPipeError would end the command as a
-    closed stdout does."""
+    """The rich console on stderr (``SideStream``): when its reader goes away (``2>&1 >out.json |
+    head``) it goes quiet and the command goes on, since stdout (the reply, the ``--json``
+    object) may still be read; rich's default would exit 1 there, and a BrokenPipeError would
+    end the command as a closed stdout does. A stderr that cannot be written drops the text."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
@@ -111,7 +136,7 @@ class UI:
     def __init__(self, opts: Options):
         self.opts = opts
         self.out = StdoutConsole(file=checked_stdout(), highlight=False, soft_wrap=True)
-        self.err = StderrConsole(stderr=True, highlight=False, soft_wrap=True)
+        self.err = StderrConsole(file=SideStream(), highlight=False, soft_wrap=True)
         self.text = self.err if opts.json else self.out
 
     def warn(self, msg: str) -> None:
