@@ -16,12 +16,11 @@ smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b
 5e6), read from the published configs in ``$INFER_SHARED/data/qwen3-configs/`` (INFER_SHARED
 defaults to ``../shared`` next to the repo; or pass ``config_dir=`` / ``--config-dir``).
 
-Design: weights are drawn with torch on the fastest device present (CUDA if any), one tensor at a
-time, and streamed into the safetensors files by ``models/safetensors_writer.py`` on a background
-thread, so host memory holds at most a few tensors and never a whole shard or a second copy of the
-model.
-Linear weights are N(0, 0.02^2) and norm weights 1 + N(0, 0.02^2), which keeps bf16 activations
-finite and makes attention non-trivial (q/k are RMS-normalized per head).
+Design: weights are drawn on the fastest device present (CUDA if any), one tensor at a time, and
+streamed into the files by ``models/safetensors_writer.py`` on a background thread (host memory
+holds a few tensors, never a shard). Linear weights are N(0, 0.02^2), norm weights 1 + N(0,
+0.02^2): bf16 activations stay finite, attention is non-trivial. Every folder gets a ``MARKER``
+file; the command refuses to overwrite safetensors it did not write (``--force`` does).
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ DEFAULT_GENERATION_CONFIG = {
 }
 
 _SHARD_BYTES = 5 * 10**9  # default shard size, as transformers' save_pretrained
-
+MARKER = ".random-weights"  # written into every folder: what main may overwrite without --force
 
 def base_config(size: str, config_dir: str | Path | None = None) -> dict:
     """The config.json dict for a named size. Raises ValueError for an unknown size."""
@@ -198,10 +197,19 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
     init = {name: how for name, _, how in specs}
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gen = torch.Generator(device=dev).manual_seed(seed)
+    (out / MARKER).write_text("random weights: models/random_checkpoint.py\n")
     write_checkpoint_files(out, [(name, shape) for name, shape, _ in specs], tdtype,
                            lambda name, shape: _draw(shape, init[name], tdtype, dev, gen),
                            n_shards)
     return out
+
+
+def foreign_checkpoint(out: str | Path) -> bool:
+    """Whether the folder ``out`` holds safetensors files that this module did not write (no
+    ``MARKER`` file): weights that ``main`` must not overwrite without ``--force``."""
+    out = Path(out)
+    return (out.is_dir() and not (out / MARKER).is_file()
+            and any(out.glob("*.safetensors")))
 
 
 def _draw(shape, init: str, dtype: torch.dtype, dev: torch.device, gen) -> torch.Tensor:
@@ -251,9 +259,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layers", type=int, default=None, help="override num_hidden_layers")
     p.add_argument("--config-dir", default=None, help=f"default {DEFAULT_CONFIG_DIR}")
     p.add_argument("--device", default=None, help="default: cuda if available")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite a folder holding a checkpoint this tool did not write")
     a = p.parse_args(argv)
     if not a.out.strip():  # Path("") is the current folder: files would land wherever we are
         p.error("--out is empty: give the folder to write the checkpoint to")
+    if foreign_checkpoint(a.out) and not a.force:  # someone's real weights, perhaps
+        p.error(f"{a.out} already holds a checkpoint (*.safetensors) that this tool did not "
+                "write: give a new folder, or --force to overwrite it")
     if a.tokenizer is None:
         if not (DEFAULT_TOKENIZER_DIR / "tokenizer.json").is_file():
             p.error(f"no tokenizer.json in {DEFAULT_TOKENIZER_DIR} (the default): pass "

@@ -234,3 +234,29 @@ def test_random_checkpoint_empty_out_is_refused(tmp_path, capsys, monkeypatch, o
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         "--out is empty: give the folder to write the checkpoint to")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_random_checkpoint_cli_refuses_to_overwrite_weights_it_did_not_write(
+        tmp_path, tokenizer_dir, capsys):
+    """A folder with someone's safetensors (no marker file) is refused without --force, and left
+    as it was; a folder this tool wrote is rewritten without a word, and --force overwrites."""
+    from models.random_checkpoint import MARKER, foreign_checkpoint
+
+    args = ["--vocab-size", "256", "--layers", "1", "--device", "cpu",
+            "--tokenizer", str(tokenizer_dir)]
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "model.safetensors").write_bytes(b"someone's weights")
+    assert foreign_checkpoint(real) and not foreign_checkpoint(tmp_path / "missing")
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(real), *args])
+    assert e.value.code == 2
+    assert "--force to overwrite it" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert (real / "model.safetensors").read_bytes() == b"someone's weights"
+    assert sorted(p.name for p in real.iterdir()) == ["model.safetensors"]  # nothing written
+    ours = tmp_path / "ours"
+    main(["--out", str(ours), *args])
+    assert (ours / MARKER).is_file() and not foreign_checkpoint(ours)
+    main(["--out", str(ours), *args, "--seed", "1"])  # ours: rewritten
+    main(["--out", str(real), *args, "--force"])
+    assert (real / MARKER).is_file() and (real / "model.safetensors").stat().st_size > 100
