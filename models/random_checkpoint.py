@@ -50,45 +50,24 @@ SIZES = ("tiny", *REAL_SIZES)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
 TINY_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "model_type": "qwen3",
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "head_dim": 32,
-    "hidden_act": "silu",
-    "hidden_size": 64,
-    "initializer_range": 0.02,
-    "intermediate_size": 128,
-    "max_position_embeddings": 40960,
-    "max_window_layers": 2,
-    "num_attention_heads": 4,
-    "num_hidden_layers": 2,
-    "num_key_value_heads": 2,
-    "rms_norm_eps": 1e-6,
-    "rope_scaling": None,
-    "rope_theta": 1000000,
-    "sliding_window": None,
-    "tie_word_embeddings": True,
-    "torch_dtype": "bfloat16",
-    "use_cache": True,
-    "use_sliding_window": False,
-    "vocab_size": 151936,
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 32,
+    "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 128,
+    "max_position_embeddings": 40960, "max_window_layers": 2, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+    "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
+    "use_sliding_window": False, "vocab_size": 151936,
 }
 
 DEFAULT_GENERATION_CONFIG = {
-    "bos_token_id": 151643,
-    "eos_token_id": [151645, 151643],
-    "pad_token_id": 151643,
-    "do_sample": True,
-    "temperature": 0.6,
-    "top_k": 20,
-    "top_p": 0.95,
+    "bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+    "do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
 }
 
 _SHARD_BYTES = 5 * 10**9  # default shard size, as transformers' save_pretrained
 MARKER = ".random-weights"  # written into every folder: what main may overwrite without --force
+
 
 def base_config(size: str, config_dir: str | Path | None = None) -> dict:
     """The config.json dict for a named size. Raises ValueError for an unknown size."""
