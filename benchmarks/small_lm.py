@@ -63,9 +63,10 @@ def small_config(**shape) -> dict:
     return cfg
 
 
-def build_model(cfg: dict, seed: int = 0) -> Qwen3ForCausalLM:
-    """A float32 ``Qwen3ForCausalLM`` on the CPU, initialized from ``seed`` (module docstring),
-    in train mode with gradients, on the torch path (``use_fused_kernels = False``)."""
+def build_model(cfg: dict, seed: int = 0, init: bool = True) -> Qwen3ForCausalLM:
+    """A float32 ``Qwen3ForCausalLM`` on the CPU, initialized from ``seed`` (module docstring;
+    ``init=False``: left uninitialized, for a caller that writes every tensor), in train mode
+    with gradients, on the torch path (``use_fused_kernels = False``)."""
     config = Qwen3Config.from_dict(cfg)
     gen = torch.Generator().manual_seed(seed)
     with meta_modules():  # no default init to overwrite
@@ -75,7 +76,7 @@ def build_model(cfg: dict, seed: int = 0) -> Qwen3ForCausalLM:
         model.tie_weights()  # to_empty gave lm_head its own storage
     out_std = INIT_STD / math.sqrt(2 * config.num_hidden_layers)
     with torch.no_grad():
-        for name, p in model.named_parameters():  # the tied lm_head is the embedding: once
+        for name, p in model.named_parameters() if init else ():  # tied lm_head: once
             if p.ndim == 1:
                 p.fill_(1.0)
             else:

@@ -82,7 +82,7 @@ def grow(model: Qwen3ForCausalLM, cfg: dict, hidden: int, intermediate: int,
     new_cfg = grown_config(cfg, hidden, intermediate)
     h, i = cfg["hidden_size"], cfg["intermediate_size"]
     scale = math.sqrt(h / hidden)
-    grown = build_model(new_cfg, seed)  # float32, CPU; every tensor is overwritten below
+    grown = build_model(new_cfg, init=False)  # float32, CPU; every tensor is written below
     gen = torch.Generator().manual_seed(seed + 7)
     old = {n: p.detach().float().cpu() for n, p in model.named_parameters()}
     with torch.no_grad():
@@ -95,7 +95,10 @@ def grow(model: Qwen3ForCausalLM, cfg: dict, hidden: int, intermediate: int,
                     p.fill_(scale)
                     p[:h] = src * scale
                 continue
-            p.copy_(torch.randn(p.shape, generator=gen) * noise_std)
+            if noise_std:
+                p.copy_(torch.randn(p.shape, generator=gen) * noise_std)
+            else:
+                p.zero_()
             if name.endswith("gate_up_proj.weight"):  # gate rows 0..i, up rows I..I+i
                 p[:i, :h] = src[:i]
                 p[intermediate:intermediate + i, :h] = src[i:]

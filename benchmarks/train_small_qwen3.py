@@ -226,12 +226,17 @@ def run(args, dev: torch.device, emit) -> None:
     with amp:
         emit(heldout_loss(model, held_ids, args.seq, max_tokens=args.heldout_tokens or None))
         emit(induction(model, held_ids, args.induction_length, args.induction_passages))
-        shuffled = torch.tensor(held_ids)[torch.randperm(
-            len(held_ids), generator=torch.Generator().manual_seed(args.seed))].tolist()
-        emit(induction(model, shuffled, args.induction_length, args.induction_passages,
-                       what="induction_random"))
+        emit(random_induction(model, held_ids, args))
         emit(copy_eval(model, copy_samples(held, tok, args.copy_samples)))
     emit(load_check(model, out, held_ids[:args.check_tokens]))
+
+
+def random_induction(model, held_ids: list[int], args, what: str = "induction_random") -> dict:
+    """``induction`` on the held-out ids shuffled with ``--seed`` (copying alone: no sentence
+    to remember)."""
+    shuffled = torch.tensor(held_ids)[torch.randperm(
+        len(held_ids), generator=torch.Generator().manual_seed(args.seed))].tolist()
+    return induction(model, shuffled, args.induction_length, args.induction_passages, what=what)
 
 
 def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[int],
@@ -242,13 +247,10 @@ def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[in
     a ``grow`` record (shapes, parameters, the largest logit change and argmax agreement on
     held-out tokens) and the second ``train`` record (``phase: grown``)."""
     amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=data.device.type == "cuda")
-    shuffled = torch.tensor(held_ids)[torch.randperm(
-        len(held_ids), generator=torch.Generator().manual_seed(args.seed))].tolist()
     probe = torch.tensor(held_ids[:min(len(held_ids), args.seq)], device=data.device)[None]
     model.eval()
     with amp, torch.no_grad():
-        emit(induction(model, shuffled, args.induction_length, args.induction_passages,
-                       what="induction_random_before_grow"))
+        emit(random_induction(model, held_ids, args, what="induction_random_before_grow"))
         before = forward_batch(model, probe).float() @ model.lm_head.weight.float().T
     grown, grown_cfg = grow(model, cfg, args.grow_hidden, args.grow_intermediate,
                             noise_std=args.grow_noise, seed=args.seed)

@@ -147,6 +147,15 @@ def ctrl_c_at_prefill(monkeypatch, start: int) -> None:
     monkeypatch.setattr(Session, "_forward", forward)
 
 
+def one_part_cut_by_ctrl_c(tiny_ckpt, tmp_path, monkeypatch, flags):
+    """The reference the interrupted parts are held to: a short text (one part) whose prefill
+    Ctrl-C cuts."""
+    short = tmp_path / "short.txt"
+    short.write_text("A short text.\n")
+    ctrl_c_at_prefill(monkeypatch, 1)
+    return invoke("summarize", short, "--model", tiny_ckpt, *LONG, *flags)
+
+
 @pytest.mark.parametrize("json_flag", [True, False])
 def test_ctrl_c_during_the_parts_is_an_interrupted_result_as_in_one_part(tiny_ckpt, book,
                                                                          tmp_path, monkeypatch,
@@ -155,11 +164,8 @@ def test_ctrl_c_during_the_parts_is_an_interrupted_result_as_in_one_part(tiny_ck
     so far, as a one-part summarize cut by Ctrl-C gives (the same fields, interrupted), not the
     error object."""
     path, _ = book
-    short = tmp_path / "short.txt"
-    short.write_text("A short text.\n")
     flags = ["--json"] if json_flag else []
-    ctrl_c_at_prefill(monkeypatch, 1)
-    one = invoke("summarize", short, "--model", tiny_ckpt, *LONG, *flags)
+    one = one_part_cut_by_ctrl_c(tiny_ckpt, tmp_path, monkeypatch, flags)
     ctrl_c_at_prefill(monkeypatch, 2)
     result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "1", *flags)
     assert one.exit_code == result.exit_code == 130, result.output
@@ -191,11 +197,8 @@ def test_ctrl_c_before_any_part_is_the_same_interrupted_result(tiny_ckpt, book, 
     import infer.ui.summary_view
 
     path, _ = book
-    short = tmp_path / "short.txt"
-    short.write_text("A short text.\n")
     flags = ["--json"] if json_flag else []
-    ctrl_c_at_prefill(monkeypatch, 1)
-    one = invoke("summarize", short, "--model", tiny_ckpt, *LONG, *flags)
+    one = one_part_cut_by_ctrl_c(tiny_ckpt, tmp_path, monkeypatch, flags)
 
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
