@@ -3,7 +3,8 @@
 AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to 10 % of
 the peak (``lr_at``), gradient clipping at 1.0, bfloat16 autocast on CUDA, rows of ``--seq``
 tokens drawn at random offsets of the token stream, a ``--repeat-frac`` share of the rows
-(default 0.25) random tokens repeated with a period drawn per row, and before them
+(default 0.25) random tokens repeated with a period drawn per row (``--copy-chunks`` of them,
+default 0.5, repeat text chunks rather than single tokens), and before them
 ``--copy-steps`` (default 1400) steps of such rows only (``sample_batch``, ``repeat_frac_at``:
 teaches in-context copying, which the text alone, 1M tokens seen many times over, does not; the
 evaluation's passages are held out), cross-entropy through the lm_head in row chunks
@@ -36,7 +37,8 @@ def lr_at(progress: float, peak: float, warmup: float, floor: float = 0.1) -> fl
 
 
 def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
-                 repeat_frac: float, min_period: int = 16) -> torch.Tensor:
+                 repeat_frac: float, min_period: int = 16, chunk_frac: float = 0.0,
+                 chunk_len: tuple[int, int] = (8, 32)) -> torch.Tensor:
     """int64 [batch, seq + 1] rows of ``data`` (int64 [N], on the training device) at random
     offsets drawn from ``gen`` (CPU); the first ``round(repeat_frac * batch)`` rows are copying
     rows: ``P`` tokens drawn one by one from random positions of ``data`` (real token
@@ -48,7 +50,15 @@ def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
     memorized and did not copy). The period varies per row because with one fixed period a
     model learns to read the token that far back (a relative-position shortcut: on a passage
     repeated at another distance it is confidently wrong) instead of an induction head that
-    finds the earlier occurrence of the current token."""
+    finds the earlier occurrence of the current token.
+
+    The last ``round(chunk_frac * copying rows)`` copying rows fill their period with text
+    chunks instead of single tokens: runs of ``C`` consecutive tokens of ``data`` (``C`` drawn
+    per row from ``chunk_len``, inclusive) from random offsets. Inside a chunk the text can be
+    predicted from memory; the chunk that follows cannot, except by copying. Rows of single
+    random tokens teach a model to copy text that looks random, and nothing else: a model
+    trained on them alone copied shuffled tokens but kept predicting repeated prose from its
+    prior (BENCHMARKS.md); the chunks make prose-like text that must be copied."""
     n_rep = int(repeat_frac * batch + 0.5)
     half = (seq + 2) // 2
     offsets = torch.randint(0, data.numel() - seq - 1, (batch,), generator=gen)
@@ -57,6 +67,14 @@ def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
         lo = min(min_period, half)
         periods = torch.randint(lo, half + 1, (n_rep, 1), generator=gen)
         noise = torch.randint(0, data.numel(), (n_rep, half), generator=gen)
+        n_chunk = int(chunk_frac * n_rep + 0.5)
+        if n_chunk:
+            lo_c, hi_c = chunk_len
+            clen = torch.randint(lo_c, hi_c + 1, (n_chunk, 1), generator=gen)
+            starts = torch.randint(0, data.numel() - hi_c, (n_chunk, half // lo_c + 1),
+                                   generator=gen)
+            j = torch.arange(half)[None, :]
+            noise[n_rep - n_chunk:] = starts.gather(1, j // clen) + j % clen
         idx[:n_rep] = noise.gather(1, torch.arange(seq + 1)[None, :] % periods)
     return data[idx.to(data.device)]
 
@@ -89,7 +107,8 @@ def train(model, data: torch.Tensor, args, heldout: list[int], emit) -> dict:
         lr = lr_at(clock.progress(i), args.lr, args.warmup)
         for group in opt.param_groups:
             group["lr"] = lr
-        rows = sample_batch(data, gen, args.batch, args.seq, repeat_frac_at(i, args))
+        rows = sample_batch(data, gen, args.batch, args.seq, repeat_frac_at(i, args),
+                            chunk_frac=args.copy_chunks)
         with amp:
             hidden = forward_batch(model, rows[:, :-1], forward)
             loss = linear_cross_entropy(hidden, model.lm_head.weight, rows[:, 1:].reshape(-1),

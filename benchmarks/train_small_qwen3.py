@@ -116,6 +116,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--repeat-frac", type=float, default=0.25,
       help="share of rows that are random tokens repeated (copying)")
     a("--copy-steps", type=int, default=1400, help="first steps with copying rows only")
+    a("--copy-chunks", type=float, default=0.5,
+      help="share of the copying rows that repeat text chunks of 8-32 tokens, not single tokens")
     a("--ce-chunk", type=int, default=DEFAULT_CHUNK, help="rows per cross-entropy chunk")
     a("--compile", action="store_true", help="torch.compile the model's forward")
     a("--deterministic", action=argparse.BooleanOptionalAction, default=True)
@@ -141,8 +143,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.seq < 2 or args.minutes <= 0:
         p.error("--steps, --batch must be >= 1, --seq >= 2 and --minutes > 0")
-    if not 0 <= args.repeat_frac <= 1 or not 0 < args.warmup < 1 or args.copy_steps < 0:
-        p.error("--repeat-frac must be in [0, 1], --warmup in (0, 1), --copy-steps >= 0")
+    if not 0 <= args.repeat_frac <= 1 or not 0 < args.warmup < 1 or args.copy_steps < 0 \
+            or not 0 <= args.copy_chunks <= 1:
+        p.error("--repeat-frac and --copy-chunks must be in [0, 1], --warmup in (0, 1), "
+                "--copy-steps >= 0")
     if not args.lr > 0 or args.weight_decay < 0:
         p.error("--lr must be > 0 and --weight-decay >= 0")
     if min(args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
@@ -209,7 +213,8 @@ def run(args, dev: torch.device, emit) -> None:
               "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "head_dim", "intermediate_size", "vocab_size")},
           **{k: getattr(args, k) for k in ("seq", "batch", "steps", "minutes", "lr", "warmup",
-                                           "weight_decay", "repeat_frac", "copy_steps", "seed",
+                                           "weight_decay", "repeat_frac", "copy_steps", "copy_chunks",
+                                           "seed",
                                            "compile", "deterministic")},
           **({k: getattr(args, k) for k in ("grow_hidden", "grow_intermediate", "grow_steps",
                                             "grow_minutes", "grow_lr", "grow_noise")}
@@ -250,6 +255,8 @@ def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[in
     probe = torch.tensor(held_ids[:min(len(held_ids), args.seq)], device=data.device)[None]
     model.eval()
     with amp, torch.no_grad():
+        emit(induction(model, held_ids, args.induction_length, args.induction_passages,
+                       what="induction_before_grow"))
         emit(random_induction(model, held_ids, args, what="induction_random_before_grow"))
         before = forward_batch(model, probe).float() @ model.lm_head.weight.float().T
     grown, grown_cfg = grow(model, cfg, args.grow_hidden, args.grow_intermediate,

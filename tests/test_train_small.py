@@ -147,6 +147,30 @@ def test_schedule_and_batches():
         assert torch.equal(row, row[0] + torch.arange(200))
 
 
+def test_chunked_copying_rows_repeat_runs_of_text():
+    data = torch.arange(5000)
+    rows = sample_batch(data, torch.Generator().manual_seed(2), 40, 199, 0.5, chunk_frac=0.5,
+                        chunk_len=(8, 12))
+    plain = sample_batch(data, torch.Generator().manual_seed(2), 40, 199, 0.5)
+    assert torch.equal(rows[:10], plain[:10]) and torch.equal(rows[20:], plain[20:])
+    for row in rows[10:20]:  # the chunked half of the copying rows
+        p = next(p for p in range(1, 101) if torch.equal(row[p:], row[:-p]))
+        assert 16 <= p <= 100
+        steps = (row[1:p] - row[:p - 1]).tolist()
+        runs, n = [], 1
+        for d in steps:
+            if d == 1:
+                n += 1
+            else:
+                runs.append(n)
+                n = 1
+        # runs of one chunk length C in 8..12 (a chunk may continue into the next by chance)
+        assert all(r >= 8 for r in runs) and min(runs) <= 12 and len(runs) >= (p - 1) // 24
+    for row in rows[:10]:  # single random tokens: almost never two in a row
+        p = next(p for p in range(1, 101) if torch.equal(row[p:], row[:-p]))
+        assert int(((row[1:p] - row[:p - 1]) == 1).sum()) <= 2
+
+
 def test_trained_model_loads_with_the_same_logits(trained):
     args, model, out, held, rec = trained
     assert rec["steps"] == 3 and rec["stopped_by"] == "steps" and rec["tokens"] == 3 * 2 * 32
