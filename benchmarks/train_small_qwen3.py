@@ -213,9 +213,8 @@ def run(args, dev: torch.device, emit) -> None:
               "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "head_dim", "intermediate_size", "vocab_size")},
           **{k: getattr(args, k) for k in ("seq", "batch", "steps", "minutes", "lr", "warmup",
-                                           "weight_decay", "repeat_frac", "copy_steps", "copy_chunks",
-                                           "seed",
-                                           "compile", "deterministic")},
+                                           "weight_decay", "repeat_frac", "copy_steps",
+                                           "copy_chunks", "seed", "compile", "deterministic")},
           **({k: getattr(args, k) for k in ("grow_hidden", "grow_intermediate", "grow_steps",
                                             "grow_minutes", "grow_lr", "grow_noise")}
              if args.grow_hidden else {})})
