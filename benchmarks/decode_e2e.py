@@ -19,7 +19,9 @@ drift of the card hits every variant alike): ``default`` runs the flags as shipp
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
 projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the KV store in the
 q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PDL chain
-(``kernels.pdl_chain.ENABLED``): ``split_k+pdl_chain`` is what ships; ``+`` joins them
+(``kernels.pdl_chain.ENABLED``), ``l2_prefetch`` with the next weights prefetched into L2
+beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` sets its
+budget): ``split_k+pdl_chain`` is what ships; ``+`` joins them
 (``default+X``: as shipped, with X on as well). Each
 JSON line names its variant and round.
 
@@ -41,6 +43,7 @@ import torch
 import kernels.pdl_chain
 import kernels.tiles
 import models.qwen3
+import models.weight_prefetch
 from infer import Engine, EngineConfig, SamplingParams
 from models.loader import load_model
 from models.random_checkpoint import SIZES, write_random_checkpoint
@@ -53,7 +56,8 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
-         "pdl_chain": (kernels.pdl_chain, "ENABLED")}
+         "pdl_chain": (kernels.pdl_chain, "ENABLED"),
+         "l2_prefetch": (models.weight_prefetch, "ENABLED")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -5,7 +5,8 @@ Per layer (vLLM's residual flow: each layer takes the previous sublayer's output
 stream before it): add + RMSNorm (``kernels/rmsnorm.py``), the qkv projection, q/k-norm + RoPE
 (``kernels/qk_norm_rope.py``; with ``kv_store`` it also stores the step's K/V:
 ``kernels/qk_norm_rope_store.py``), attention, ``o_proj``, add + RMSNorm, gate/up with SwiGLU,
-``down_proj``. A step of 1 to 16 tokens (decode) runs its projections through
+``down_proj``; a decode step may prefetch the next weights into L2 beside that chain
+(``models/weight_prefetch.py``). A step of 1 to 16 tokens (decode) runs its projections through
 ``kernels/gemv.py`` (SwiGLU in the gate/up epilogue), a longer one through cuBLAS and
 ``kernels/silu_mul.py``.
 
@@ -24,6 +25,7 @@ from kernels.qk_norm_rope import qk_norm_rope
 from kernels.qk_norm_rope_store import qk_norm_rope_store
 from kernels.rmsnorm import rmsnorm
 from kernels.silu_mul import silu_mul
+from models.weight_prefetch import prefetcher_for
 
 
 def gemv_rows(x: torch.Tensor) -> bool:
@@ -55,17 +57,20 @@ def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta
     return a._attend(q, k, v, attn, meta)
 
 
-def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store):
+def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store, prefetch=None):
     """One decoder layer with fused add + norm: ``h`` the previous sublayer's output [T, hidden],
     ``residual`` the stream before adding it (None at the first layer, where ``h`` is the
-    embedding). Returns (this MLP's output, the stream before adding it)."""
+    embedding). ``prefetch``: a ``models.weight_prefetch.WeightPrefetcher`` forked after the qkv
+    projection, or None. Returns (this MLP's output, the stream before adding it)."""
     norm, eps = layer.input_layernorm, layer.input_layernorm.eps
     if residual is None:
         residual, h = h, rmsnorm(h, norm.weight, eps)
     else:
         h, residual = rmsnorm(h, norm.weight, eps, residual)
-    o = attend(layer, project(layer.self_attn.qkv_proj, h), positions, rotary, attn, meta,
-               kv_store)
+    qkv = project(layer.self_attn.qkv_proj, h)
+    if prefetch is not None:
+        prefetch.after_qkv(layer.self_attn.layer_idx)
+    o = attend(layer, qkv, positions, rotary, attn, meta, kv_store)
     h, residual = rmsnorm(project(layer.self_attn.o_proj, o),
                           layer.post_attention_layernorm.weight, eps, residual)
     mlp = layer.mlp
@@ -80,9 +85,12 @@ def forward_fused(model, x: torch.Tensor, positions: torch.Tensor, attn, meta, *
     final norm. ``kv_store``: module notes."""
     m = model.model
     residual = None
+    prefetch = prefetcher_for(model, x)
     for layer in m.layers:
         x, residual = layer_forward(layer, x, residual, positions, m.rotary, attn, meta,
-                                    kv_store)
+                                    kv_store, prefetch)
+    if prefetch is not None:
+        prefetch.join()
     if residual is None:
         return rmsnorm(x, m.norm.weight, m.norm.eps)
     return rmsnorm(x, m.norm.weight, m.norm.eps, residual)[0]
