@@ -4,7 +4,9 @@ AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine 
 the peak (``lr_at``), gradient clipping at 1.0, bfloat16 autocast on CUDA, rows of ``--seq``
 tokens drawn at random offsets of the token stream, a ``--repeat-frac`` share of the rows
 (default 0.25) random tokens repeated with a period drawn per row (``--copy-chunks`` of them,
-default 0.5, repeat text chunks rather than single tokens), and before them
+default 0.5, repeat text chunks rather than single tokens), a ``--summary-frac`` share
+summary requests answered by quoting the text (``benchmarks/small_lm_summaries.py``), and
+before them
 ``--copy-steps`` (default 1400) steps of such rows only (``sample_batch``, ``repeat_frac_at``:
 teaches in-context copying, which the text alone, 1M tokens seen many times over, does not; the
 evaluation's passages are held out), cross-entropy through the lm_head in row chunks
@@ -38,7 +40,8 @@ def lr_at(progress: float, peak: float, warmup: float, floor: float = 0.1) -> fl
 
 def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
                  repeat_frac: float, min_period: int = 16, chunk_frac: float = 0.0,
-                 chunk_len: tuple[int, int] = (8, 32)) -> torch.Tensor:
+                 chunk_len: tuple[int, int] = (8, 32), summaries: torch.Tensor | None = None,
+                 summary_frac: float = 0.0) -> torch.Tensor:
     """int64 [batch, seq + 1] rows of ``data`` (int64 [N], on the training device) at random
     offsets drawn from ``gen`` (CPU); the first ``round(repeat_frac * batch)`` rows are copying
     rows: ``P`` tokens drawn one by one from random positions of ``data`` (real token
@@ -58,7 +61,12 @@ def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
     predicted from memory; the chunk that follows cannot, except by copying. Rows of single
     random tokens teach a model to copy text that looks random, and nothing else: a model
     trained on them alone copied shuffled tokens but kept predicting repeated prose from its
-    prior (BENCHMARKS.md); the chunks make prose-like text that must be copied."""
+    prior (BENCHMARKS.md); the chunks make prose-like text that must be copied.
+
+    With ``summaries`` (int64 [pool, seq + 1] on the training device:
+    ``benchmarks/small_lm_summaries.py``), the ``round(summary_frac * batch)`` rows after the
+    copying rows (fewer if the copying rows leave less room) are rows of that pool drawn at
+    random: summary requests answered by quoting the text."""
     n_rep = int(repeat_frac * batch + 0.5)
     half = (seq + 2) // 2
     offsets = torch.randint(0, data.numel() - seq - 1, (batch,), generator=gen)
@@ -76,7 +84,12 @@ def sample_batch(data: torch.Tensor, gen: torch.Generator, batch: int, seq: int,
             j = torch.arange(half)[None, :]
             noise[n_rep - n_chunk:] = starts.gather(1, j // clen) + j % clen
         idx[:n_rep] = noise.gather(1, torch.arange(seq + 1)[None, :] % periods)
-    return data[idx.to(data.device)]
+    rows = data[idx.to(data.device)]
+    n_sum = min(int(summary_frac * batch + 0.5), batch - n_rep) if summaries is not None else 0
+    if n_sum > 0:
+        pick = torch.randint(0, summaries.shape[0], (n_sum,), generator=gen)
+        rows[n_rep:n_rep + n_sum] = summaries[pick.to(summaries.device)]
+    return rows
 
 
 def repeat_frac_at(step: int, args) -> float:
@@ -86,9 +99,11 @@ def repeat_frac_at(step: int, args) -> float:
     return 1.0 if step < args.copy_steps else args.repeat_frac
 
 
-def train(model, data: torch.Tensor, args, heldout: list[int], emit) -> dict:
+def train(model, data: torch.Tensor, args, heldout: list[int], emit,
+          summaries: torch.Tensor | None = None) -> dict:
     """Train ``model`` in place on ``data`` (int64 [N] on its device) as the module docstring
-    says; ``emit`` receives the progress lines. Returns the ``train`` record."""
+    says, with ``--summary-frac`` rows drawn from ``summaries`` (``sample_batch``); ``emit``
+    receives the progress lines. Returns the ``train`` record."""
     dev = model.device
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -108,7 +123,8 @@ def train(model, data: torch.Tensor, args, heldout: list[int], emit) -> dict:
         for group in opt.param_groups:
             group["lr"] = lr
         rows = sample_batch(data, gen, args.batch, args.seq, repeat_frac_at(i, args),
-                            chunk_frac=args.copy_chunks)
+                            chunk_frac=args.copy_chunks, summaries=summaries,
+                            summary_frac=args.summary_frac)
         with amp:
             hidden = forward_batch(model, rows[:, :-1], forward)
             loss = linear_cross_entropy(hidden, model.lm_head.weight, rows[:, 1:].reshape(-1),

@@ -61,6 +61,7 @@ from benchmarks.small_lm_eval import (  # noqa: E402
     load_check,
 )
 from benchmarks.small_lm_grow import grow  # noqa: E402
+from benchmarks.small_lm_summaries import summary_rows  # noqa: E402
 from benchmarks.small_lm_train import train  # noqa: E402
 from models.random_checkpoint import DEFAULT_TOKENIZER_DIR, SHARED  # noqa: E402
 from models.tokenizer import Qwen3Tokenizer  # noqa: E402
@@ -118,6 +119,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--copy-steps", type=int, default=1400, help="first steps with copying rows only")
     a("--copy-chunks", type=float, default=0.5,
       help="share of the copying rows that repeat text chunks of 8-32 tokens, not single tokens")
+    a("--summary-frac", type=float, default=0.25,
+      help="share of the rows after the copying steps that are summary requests answered by "
+           "quoting the text (benchmarks/small_lm_summaries.py)")
+    a("--summary-pool", type=int, default=2048, help="distinct summary rows built at start")
     a("--ce-chunk", type=int, default=DEFAULT_CHUNK, help="rows per cross-entropy chunk")
     a("--compile", action="store_true", help="torch.compile the model's forward")
     a("--deterministic", action=argparse.BooleanOptionalAction, default=True)
@@ -144,9 +149,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.steps < 1 or args.batch < 1 or args.seq < 2 or args.minutes <= 0:
         p.error("--steps, --batch must be >= 1, --seq >= 2 and --minutes > 0")
     if not 0 <= args.repeat_frac <= 1 or not 0 < args.warmup < 1 or args.copy_steps < 0 \
-            or not 0 <= args.copy_chunks <= 1:
-        p.error("--repeat-frac and --copy-chunks must be in [0, 1], --warmup in (0, 1), "
-                "--copy-steps >= 0")
+            or not 0 <= args.copy_chunks <= 1 or not 0 <= args.summary_frac <= 1 \
+            or args.summary_pool < 1:
+        p.error("--repeat-frac, --copy-chunks and --summary-frac must be in [0, 1], --warmup "
+                "in (0, 1), --copy-steps >= 0, --summary-pool >= 1")
     if not args.lr > 0 or args.weight_decay < 0:
         p.error("--lr must be > 0 and --weight-decay >= 0")
     if min(args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
@@ -198,8 +204,11 @@ def run(args, dev: torch.device, emit) -> None:
                            num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                            head_dim=args.head_dim, intermediate_size=args.intermediate)
         tok = Qwen3Tokenizer.from_folder(args.tokenizer)
-        train_ids = token_stream(train_texts(args.texts), tok)
+        texts = train_texts(args.texts)
+        train_ids = token_stream(texts, tok)
         held = held_out_texts(args.texts)
+        summaries = (summary_rows(texts, tok, train_ids, args.summary_pool, args.seq + 1,
+                                  args.seed) if args.summary_frac > 0 else None)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"train_small_qwen3.py: error: {e}")
     held_ids = token_stream(held, tok)
@@ -214,14 +223,17 @@ def run(args, dev: torch.device, emit) -> None:
               "head_dim", "intermediate_size", "vocab_size")},
           **{k: getattr(args, k) for k in ("seq", "batch", "steps", "minutes", "lr", "warmup",
                                            "weight_decay", "repeat_frac", "copy_steps",
-                                           "copy_chunks", "seed", "compile", "deterministic")},
+                                           "copy_chunks", "summary_frac", "seed", "compile",
+                                           "deterministic")},
+          "summary_rows": 0 if summaries is None else summaries.shape[0],
           **({k: getattr(args, k) for k in ("grow_hidden", "grow_intermediate", "grow_steps",
                                             "grow_minutes", "grow_lr", "grow_noise")}
              if args.grow_hidden else {})})
     with deterministic(args.deterministic):
-        emit(train(model, data, args, held_ids, emit))
+        summaries = None if summaries is None else summaries.to(dev)
+        emit(train(model, data, args, held_ids, emit, summaries))
         if args.grow_hidden:
-            model, cfg = grow_and_train(model, cfg, data, args, held_ids, emit)
+            model, cfg = grow_and_train(model, cfg, data, args, held_ids, emit, summaries)
     model.eval().requires_grad_(False)
     out = save_checkpoint(model, cfg, args.out, args.tokenizer)
     emit({"what": "saved", "path": str(out), "bytes": sum(
@@ -244,7 +256,7 @@ def random_induction(model, held_ids: list[int], args, what: str = "induction_ra
 
 
 def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[int],
-                   emit) -> tuple:
+                   emit, summaries: torch.Tensor | None = None) -> tuple:
     """Widen the trained ``model`` (``--grow-*``), check what growing changed, train on at the
     new width (no copying-only steps; ``--repeat-frac`` copying rows); returns the grown model
     and its config. Emits ``induction_random`` of the model before growing (what_before_grow),
@@ -275,7 +287,7 @@ def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[in
                                   "lr": args.grow_lr, "minutes": args.grow_minutes,
                                   "warmup": 0.1})
     if args.grow_steps:
-        emit({**train(grown, data, phase, held_ids, emit), "phase": "grown"})
+        emit({**train(grown, data, phase, held_ids, emit, summaries), "phase": "grown"})
     return grown, grown_cfg
 
 
