@@ -17,10 +17,11 @@
 #   trainwide  train the wide one instead (Qwen3-1.7B's layers, 3 of them: a decode step bound
 #              by weight reads, as the real models' are; ~4 min, BENCHMARKS.md's wide #1)
 #              into $SMALL; the steps below then measure it
-#   traingrow  train the small Qwen3 (2400 steps, ~3.8 min), widen it to hidden 2048 and MLP
-#              6144 without changing its function, train on ~250 steps at that width (~0.9
-#              min; benchmarks/small_lm_grow.py): a copying model whose decode is bound by its
-#              weight bytes, into $SMALL
+#   traingrow  train the small Qwen3 (2400 steps, ~3.8 min; the script's default rows: copying,
+#              text chunks repeated, summary requests answered by quoting), widen it to hidden
+#              2048 and MLP 6144 without changing its function, train on ~250 steps at that
+#              width (~0.9 min; benchmarks/small_lm_grow.py): a copying model whose decode is
+#              bound by its weight bytes, into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
