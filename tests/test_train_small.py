@@ -148,87 +148,8 @@ def test_schedule_and_batches():
         assert torch.equal(row, row[0] + torch.arange(200))
 
 
-def test_chunked_copying_rows_repeat_runs_of_text():
-    data = torch.arange(5000)
-    rows = sample_batch(data, torch.Generator().manual_seed(2), 40, 199, 0.5, chunk_frac=0.5,
-                        chunk_len=(8, 12))
-    plain = sample_batch(data, torch.Generator().manual_seed(2), 40, 199, 0.5)
-    assert torch.equal(rows[:10], plain[:10]) and torch.equal(rows[20:], plain[20:])
-    for row in rows[10:20]:  # the chunked half of the copying rows
-        p = next(p for p in range(1, 101) if torch.equal(row[p:], row[:-p]))
-        assert 16 <= p <= 100
-        steps = (row[1:p] - row[:p - 1]).tolist()
-        runs, n = [], 1
-        for d in steps:
-            if d == 1:
-                n += 1
-            else:
-                runs.append(n)
-                n = 1
-        # runs of one chunk length C in 8..12 (a chunk may continue into the next by chance)
-        assert all(r >= 8 for r in runs) and min(runs) <= 12 and len(runs) >= (p - 1) // 24
-    for row in rows[:10]:  # single random tokens: almost never two in a row
-        p = next(p for p in range(1, 101) if torch.equal(row[p:], row[:-p]))
-        assert int(((row[1:p] - row[:p - 1]) == 1).sum()) <= 2
 
 
-def test_summary_rows_are_requests_answered_by_quoting_the_text(tok):
-    from benchmarks.small_lm_summaries import _SENTENCE_END, summary_rows
-    from infer.summary_prompts import SUMMARY_PROMPT
-
-    texts = train_texts(TEXTS_DIR)[2:3]  # pride_and_prejudice
-    ids = token_stream(texts, tok)
-    rows = summary_rows(texts, tok, ids, 6, 400, seed=0)
-    assert rows.shape == (6, 400) and torch.equal(rows, summary_rows(texts, tok, ids, 6, 400, 0))
-    head = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    kinds = set()
-    for row in rows.tolist():
-        text = tok.decode(row)
-        assert text.startswith("<|im_start|>user\n") and text.count(head) == 1
-        request, after = text.split(head)
-        kinds.add(request.startswith("<|im_start|>user\n" + SUMMARY_PROMPT[:20]))
-        doc = request.split("---\n", 1)[1].rsplit("\n---", 1)[0]
-        reply = after.split("<|im_end|>\n", 1)[0]
-        prompt_ids = tok.chat_ids([{"role": "user", "content": request.split(
-            "<|im_start|>user\n", 1)[1]}], enable_thinking=False)
-        assert row[:len(prompt_ids)] == prompt_ids  # exactly what infer summarize sends
-        doc_sentences = _SENTENCE_END.split(doc)
-        assert reply.startswith(doc_sentences[0]) and len(reply) <= len(doc)
-        quoted = _SENTENCE_END.split(reply)  # the document's sentences, in its order
-        at = [doc_sentences.index(q) for q in quoted]
-        assert at == sorted(set(at))
-    assert kinds == {True, False} or len(kinds) == 1  # SUMMARY_PROMPT, PART_PROMPT or both
-    with pytest.raises(ValueError, match="longer --seq"):
-        summary_rows(texts, tok, ids, 2, 40, seed=0)
-
-
-def test_summary_rows_follow_the_copying_rows():
-    data = torch.arange(1000)
-    pool = 10_000 + torch.arange(3 * 10).reshape(3, 10)
-    rows = sample_batch(data, torch.Generator().manual_seed(0), 8, 9, 0.25, summaries=pool,
-                        summary_frac=0.5)
-    plain = sample_batch(data, torch.Generator().manual_seed(0), 8, 9, 0.25)
-    assert torch.equal(rows[:2], plain[:2]) and torch.equal(rows[6:], plain[6:])
-    for row in rows[2:6]:
-        assert any(torch.equal(row, p) for p in pool)
-    # the copying rows come first: all copying leaves no room
-    rows = sample_batch(data, torch.Generator().manual_seed(0), 8, 9, 1.0, summaries=pool,
-                        summary_frac=0.5)
-    assert not (rows >= 10_000).any()
-
-
-def test_main_with_summary_rows(tmp_path, one_thread):
-    argv = list(TINY)
-    argv[argv.index("--seq") + 1] = "200"
-    argv[argv.index("--summary-frac") + 1] = "0.5"
-    records = main(argv + ["--summary-pool", "3", "--copy-steps", "0", "--steps", "2",
-                           "--out", str(tmp_path / "ckpt"),
-                           "--heldout-tokens", "400", "--induction-passages", "2",
-                           "--induction-length", "16", "--copy-samples", "1",
-                           "--check-tokens", "16"])
-    by = {r["what"]: r for r in records}
-    assert by["config"]["summary_rows"] == 3 and by["config"]["summary_frac"] == 0.5
-    assert by["train"]["steps"] == 2 and by["load_check"]["argmax_agree"] == 1.0
 
 
 def test_trained_model_loads_with_the_same_logits(trained):
