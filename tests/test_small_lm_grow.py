@@ -91,6 +91,7 @@ def test_train_then_grow_saves_the_wide_model(tmp_path):
     out = tmp_path / "ckpt"
     records = main(["--hidden", "32", "--layers", "2", "--heads", "4", "--kv-heads", "2",
                     "--head-dim", "16", "--intermediate", "48", "--seq", "32", "--batch", "2",
+                    "--summary-frac", "0",
                     "--steps", "2", "--ce-chunk", "24", "--device", "cpu", "--no-deterministic",
                     "--eval-every", "0", "--grow-hidden", "64", "--grow-intermediate", "96",
                     "--grow-steps", "2", "--grow-noise", "1e-3", "--out", str(out),
