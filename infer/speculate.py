@@ -182,8 +182,9 @@ class DraftControl:
         else:
             self.k = max(1, accepted + 1)
         if cost is not None:
-            self._balance += 1 + accepted - cost
-            self._total += 1 + accepted - cost
+            gain = 1 + accepted - cost  # tokens over the plain steps of the same time
+            self._balance += gain
+            self._total += gain
         if (accepted > 0) if cost is None else (1 + accepted >= cost):
             self._misses = 0
             if self._total >= -self.patience:

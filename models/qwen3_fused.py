@@ -85,7 +85,7 @@ def forward_fused(model, x: torch.Tensor, positions: torch.Tensor, attn, meta, *
     final norm. ``kv_store``: module notes."""
     m = model.model
     residual = None
-    prefetch = prefetcher_for(model, x)
+    prefetch = prefetcher_for(model, x) if gemv_rows(x) else None
     for layer in m.layers:
         x, residual = layer_forward(layer, x, residual, positions, m.rotary, attn, meta,
                                     kv_store, prefetch)

@@ -21,7 +21,6 @@ import os
 import torch
 
 from kernels.device import supports_pdl
-from kernels.gemv import MAX_ROWS
 from kernels.l2_prefetch import l2_prefetch
 
 # Off: with 32 MB it was slower for the 8B (-0.5 % at 4k, -1.2 % at 32k) and the 0.6B (-3 %,
@@ -95,9 +94,9 @@ class WeightPrefetcher:
 
 
 def prefetcher_for(model, x: torch.Tensor) -> WeightPrefetcher | None:
-    """A ``WeightPrefetcher`` for a step whose embeddings are ``x`` [T, hidden] when it should
-    prefetch (``ENABLED``, a CUDA decode step of 1 to 16 rows on sm_90+); else None."""
-    if not (ENABLED and BUDGET_MB > 0 and x.is_cuda and 0 < x.shape[0] <= MAX_ROWS
-            and supports_pdl(x.device)):
+    """A ``WeightPrefetcher`` for a decode step (the caller decides which steps are; the GEMV
+    path's 1 to 16 rows) whose embeddings are ``x`` [T, hidden] when it should prefetch
+    (``ENABLED``, on CUDA, sm_90+); else None."""
+    if not (ENABLED and BUDGET_MB > 0 and x.is_cuda and supports_pdl(x.device)):
         return None
     return WeightPrefetcher(model, x.device, int(BUDGET_MB * 1e6))

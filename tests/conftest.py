@@ -156,3 +156,13 @@ def cli_tokenizer_once(tok, tiny_ckpt, monkeypatch):
         return tok if str(folder) == str(tiny_ckpt) else real(cls, folder)
 
     monkeypatch.setattr(Qwen3Tokenizer, "from_folder", classmethod(from_folder))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for the module: tiny matmuls run far faster on one thread than on a
+    few contended ones."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -24,22 +24,6 @@ pytestmark = pytest.mark.skipif(
     reason=f"shared texts or tokenizer not found under {TEXTS_DIR.parent} (set INFER_SHARED)")
 
 
-@pytest.fixture(scope="module")
-def tok():
-    from models.tokenizer import Qwen3Tokenizer
-
-    return Qwen3Tokenizer.from_folder(TOKENIZER_DIR)
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """Tiny matmuls run far faster on one thread than on a few contended ones."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def test_chunked_copying_rows_repeat_runs_of_text():
     data = torch.arange(5000)
     rows = sample_batch(data, torch.Generator().manual_seed(2), 40, 199, 0.5, chunk_frac=0.5,
@@ -66,30 +50,31 @@ def test_chunked_copying_rows_repeat_runs_of_text():
 
 def test_summary_rows_are_requests_answered_by_quoting_the_text(tok):
     from benchmarks.small_lm_summaries import _SENTENCE_END, summary_rows
-    from infer.summary_prompts import SUMMARY_PROMPT
+    from infer.summary_prompts import PART_PROMPT, SUMMARY_PROMPT
 
     texts = train_texts(TEXTS_DIR)[2:3]  # pride_and_prejudice
     ids = token_stream(texts, tok)
-    rows = summary_rows(texts, tok, ids, 6, 400, seed=0)
-    assert rows.shape == (6, 400) and torch.equal(rows, summary_rows(texts, tok, ids, 6, 400, 0))
+    rows = summary_rows(texts, tok, ids, 12, 400, seed=0)
+    assert rows.shape == (12, 400) and torch.equal(rows, summary_rows(texts, tok, ids, 12, 400, 0))
     head = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     kinds = set()
     for row in rows.tolist():
         text = tok.decode(row)
         assert text.startswith("<|im_start|>user\n") and text.count(head) == 1
         request, after = text.split(head)
-        kinds.add(request.startswith("<|im_start|>user\n" + SUMMARY_PROMPT[:20]))
+        user = request.split("<|im_start|>user\n", 1)[1]
+        kinds.add("whole" if user.startswith(SUMMARY_PROMPT[:40])
+                  else "part" if user.startswith(PART_PROMPT[:25]) else user[:40])
         doc = request.split("---\n", 1)[1].rsplit("\n---", 1)[0]
         reply = after.split("<|im_end|>\n", 1)[0]
-        prompt_ids = tok.chat_ids([{"role": "user", "content": request.split(
-            "<|im_start|>user\n", 1)[1]}], enable_thinking=False)
+        prompt_ids = tok.chat_ids([{"role": "user", "content": user}], enable_thinking=False)
         assert row[:len(prompt_ids)] == prompt_ids  # exactly what infer summarize sends
         doc_sentences = _SENTENCE_END.split(doc)
         assert reply.startswith(doc_sentences[0]) and len(reply) <= len(doc)
         quoted = _SENTENCE_END.split(reply)  # the document's sentences, in its order
         at = [doc_sentences.index(q) for q in quoted]
         assert at == sorted(set(at))
-    assert kinds == {True, False} or len(kinds) == 1  # SUMMARY_PROMPT, PART_PROMPT or both
+    assert kinds == {"whole", "part"}  # SUMMARY_PROMPT, and PART_PROMPT one time in three
     with pytest.raises(ValueError, match="longer --seq"):
         summary_rows(texts, tok, ids, 2, 40, seed=0)
 

@@ -54,15 +54,6 @@ FIRST_LINES = {  # the held-out part of each shared text starts here (heldout_te
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """Tiny matmuls run far faster on one thread than on a few contended ones."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
 def tok():
     from models.tokenizer import Qwen3Tokenizer
 
