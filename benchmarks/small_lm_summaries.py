@@ -20,7 +20,7 @@ import re
 
 import torch
 
-from infer.summary_prompts import PART_PROMPT, SUMMARY_PROMPT
+from infer.summary_prompts import PART_PROMPT, SUMMARY_PROMPT, template_overhead
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -41,17 +41,23 @@ def _request(tok, doc: str, rng: random.Random) -> list[int]:
     return tok.chat_ids([{"role": "user", "content": content}], enable_thinking=False)
 
 
+def request_overhead(tok) -> int:
+    """Tokens a summary request takes besides its text, for either template, with the
+    margin ``infer.summary_prompts`` keeps."""
+    return max(template_overhead(tok, t, think=False) for t in (SUMMARY_PROMPT, PART_PROMPT))
+
+
 def summary_example(tok, sentences: list[str], filler: list[int], length: int,
-                    rng: random.Random, reply_tokens: int | None = None) -> list[int] | None:
+                    rng: random.Random, overhead: int,
+                    reply_tokens: int | None = None) -> list[int] | None:
     """One row of exactly ``length`` ids: a summary request over consecutive ``sentences``
     (from the first one, as many as fit beside the reply budget ``reply_tokens``, default
     ``min(128, length // 4)``), the reply
     (the first sentence, then each later one with probability 1/3, in order, as long as they
     fit), ``<|im_end|>`` and a line break, then ``filler`` ids (plain text) to the end. None
-    when not even one sentence and its reply fit."""
+    when not even one sentence and its reply fit. ``overhead``: ``request_overhead(tok)``."""
     im_end = tok.added_tokens["<|im_end|>"]
     reply_tokens = min(128, length // 4) if reply_tokens is None else reply_tokens
-    overhead = len(_request(tok, "", random.Random(0))) + 16  # PART_PROMPT's numbers: slack
     doc_budget = length - overhead - reply_tokens - 2
     doc, used = [], 0
     for s in sentences:
@@ -89,6 +95,7 @@ def summary_rows(texts: list[str], tok, data: list[int], count: int, length: int
     """
     rng = random.Random(seed)
     per_text = [s for s in _sentences(texts) if s]
+    overhead = request_overhead(tok)
     rows: list[list[int]] = []
     tries = 0
     while len(rows) < count and tries < 4 * count + 100:
@@ -96,7 +103,8 @@ def summary_rows(texts: list[str], tok, data: list[int], count: int, length: int
         sents = rng.choice(per_text)
         start = rng.randrange(len(sents))
         off = rng.randrange(max(1, len(data) - length))
-        row = summary_example(tok, sents[start:start + 64], data[off:off + length], length, rng)
+        row = summary_example(tok, sents[start:start + 64], data[off:off + length], length, rng,
+                              overhead)
         if row is not None and len(row) == length:
             rows.append(row)
     if not rows:
