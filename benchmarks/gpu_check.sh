@@ -23,7 +23,8 @@
 #              width (~0.9 min; benchmarks/small_lm_grow.py): a copying model whose decode is
 #              bound by its weight bytes, into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
-#   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py)
+#   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py), with
+#              each key-balance mode (KL_ARGS overrides)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
 #              (benchmarks/speculative.py; SPEC_ARGS adds flags)
 #   spec8b     the same on the random 8B ($CKPT) with a Pride and Prejudice excerpt: the cost
@@ -141,7 +142,7 @@ for what in "$@"; do
     trained) INFER_TRAINED_MODEL=$SMALL python3 -m pytest -q -m gpu -p no:cacheprovider \
                tests/test_trained_gpu.py 2>&1 | tee "$OUT/trained_tests.log" | tail -n 3 ;;
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \
-              ${KL_ARGS:-} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
+              ${KL_ARGS:---balance off,norm,proj --window 2048} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
     spec) python3 benchmarks/speculative.py --ckpt "$SMALL" --held-out --texts "$SHARED/data/texts" \
             ${SPEC_ARGS:-} 2>&1 | tee "$OUT/speculative.jsonl" | grep -v '"text": "held' ;;
     spec8b)

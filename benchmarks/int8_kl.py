@@ -16,7 +16,8 @@ positions ``T - window .. T - 1`` get float32 logits (``compute_logits``, the to
 two argmaxes agree; per cache, the mean NLL of the actual next tokens.
 
 One JSON line per target (after the device line): ``mean_kl``, ``p99_kl``, ``max_kl`` (nats),
-``top1_agree`` (fraction), ``nll_bf16``, ``nll_int8``. Then one ``kv_channels`` line: the BF16
+``top1_agree`` (fraction), ``nll_bf16``, ``nll_int8``; that set once per ``--balance`` mode
+(``models/key_balance.py``). Then one ``kv_channels`` line: the last mode's BF16
 pool's keys and values over all prefilled positions, per layer, outlier-channel ratios and the
 INT8 rounding error (``benchmarks/kv_outliers.py``). NOTE: a model trained on rows of 2048
 tokens has never seen positions near 32k; its NLL line says how well it still predicts there.
@@ -39,7 +40,9 @@ from benchmarks.kv_outliers import channel_stats  # noqa: E402
 from benchmarks.run_info import run_info  # noqa: E402
 from infer import Engine, EngineConfig  # noqa: E402
 from infer.meta import build_meta, grow_pages  # noqa: E402
-from models.loader import load_model  # noqa: E402
+from models.key_balance import MODES as BALANCE_MODES  # noqa: E402
+from models.key_balance import balance_keys  # noqa: E402
+from models.loader import load_model, read_config  # noqa: E402
 from models.random_checkpoint import SHARED  # noqa: E402
 from models.tokenizer import Qwen3Tokenizer  # noqa: E402
 
@@ -147,36 +150,51 @@ def heldout_ids(texts: str | Path, tokenizer, n: int) -> tuple[list[int], int]:
 
 def run_kl(folder, positions: list[int], *, texts=DEFAULT_TEXTS, window: int = 512,
            chunk: int = 2048, device: str | None = None, attention: str = "auto",
-           page_size: int = 64, caches: tuple[str, str] = ("bf16", "int8")) -> list[dict]:
+           page_size: int = 64, caches: tuple[str, str] = ("bf16", "int8"),
+           balance: tuple[str, ...] = ("off",)) -> list[dict]:
     """Load ``folder``, build the two engines (``caches``: reference first) and return one
-    record per target of ``positions`` (``compare``), each tagged ``"what": "int8_kl"``.
+    record per target of ``positions`` (``compare``), each tagged ``"what": "int8_kl"``; once per
+    key-balance mode of ``balance`` (``models.key_balance``: the model loaded again and its
+    key-channel scales folded into ``q_norm``/``k_norm``; ``"off"`` leaves it as stored).
 
     Raises:
-        ValueError: a target shorter than ``window`` or past the model's native positions.
+        ValueError: a target shorter than ``window`` or past the model's native positions, or an
+            unknown balance mode.
     """
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    model = load_model(folder, device=dev, dtype=dtype)
-    limit = model.config.max_position_embeddings
+    config = read_config(folder)
+    limit = config.max_position_embeddings
     if min(positions) < window or max(positions) > limit:
         raise ValueError(f"--positions must be in [{window} (--window), {limit} (the model's "
                          f"max_position_embeddings)], got {positions}")
+    for mode in balance:
+        if mode not in BALANCE_MODES:
+            raise ValueError(f"--balance modes are {', '.join(BALANCE_MODES)}, got {mode!r}")
     tok = Qwen3Tokenizer.from_folder(folder)
     ids, stream_len = heldout_ids(texts, tok, max(positions) + 1)
     ctx = max(positions)
-    ref, test = (ChunkRunner(make_engine(model, tok, folder, kv, ctx, dev, attention, chunk,
-                                         page_size)) for kv in caches)
-    records = compare(model, ref, test, ids, positions, window, chunk, tok.vocab_limit)
-    extra = {"what": "int8_kl", "ref": caches[0], "test": caches[1], "chunk": chunk,
-             "attention": ref.engine.attention_kind, "dtype": str(dtype).removeprefix("torch."),
-             "heldout_tokens": stream_len, "model": str(folder)}
     out = []
-    for r in records:
-        r["nll_" + caches[0]], r["nll_" + caches[1]] = r.pop("nll_ref"), r.pop("nll_test")
-        out.append({**extra, **r})
+    for mode in balance:
+        model = load_model(folder, device=dev, dtype=dtype)
+        scales = balance_keys(model, mode)
+        ref, test = (ChunkRunner(make_engine(model, tok, folder, kv, ctx, dev, attention, chunk,
+                                             page_size)) for kv in caches)
+        records = compare(model, ref, test, ids, positions, window, chunk, tok.vocab_limit)
+        extra = {"what": "int8_kl", "ref": caches[0], "test": caches[1], "balance": mode,
+                 "max_key_scale": max(float(s.max()) for s in scales), "chunk": chunk,
+                 "attention": ref.engine.attention_kind,
+                 "dtype": str(dtype).removeprefix("torch."), "heldout_tokens": stream_len,
+                 "model": str(folder)}
+        for r in records:
+            r["nll_" + caches[0]], r["nll_" + caches[1]] = r.pop("nll_ref"), r.pop("nll_test")
+            out.append({**extra, **r})
+        if mode != balance[-1]:
+            del model, ref, test
     if ref.engine.pool.kv_dtype == "bf16":
         layers = channel_stats(ref.engine.pool, ref.pages, ref.cached)
         out.append({"what": "kv_channels", "positions": ref.cached, "model": str(folder),
+                    "balance": balance[-1],
                     "max_k_outlier": max(x["k_outlier"] for x in layers),
                     "max_v_outlier": max(x["v_outlier"] for x in layers),
                     "layers": layers})
@@ -193,6 +211,9 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--device", default=None, help="default: cuda if available")
     p.add_argument("--attention", default="auto", choices=("auto", "reference", "triton"))
     p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--balance", default="off",
+                   help="key-balance modes, comma-separated (models/key_balance.py): "
+                   "off, norm, proj")
     p.add_argument("--report", default=None, help="also write the JSON lines to this file")
     args = p.parse_args(argv)
     try:
@@ -217,7 +238,8 @@ def main(argv=None) -> list[dict]:
     try:
         results = run_kl(args.model, positions, texts=args.texts, window=args.window,
                          chunk=args.chunk, device=str(dev), attention=args.attention,
-                         page_size=args.page_size)
+                         page_size=args.page_size,
+                         balance=tuple(x.strip() for x in args.balance.split(",") if x.strip()))
     except (ValueError, FileNotFoundError) as e:
         p.error(str(e))
     for r in results:

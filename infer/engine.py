@@ -114,6 +114,9 @@ class Engine:
             key_thread = start_triton_key(self.device)  # hashed while the weights load
             model = load_model(config.model, device=self.device, dtype=self.dtype,
                                config=self.model_config)
+            if config.kv_cache == "int8":  # exact for attention; flattens the keys' INT8 codes
+                from models.key_balance import balance_keys, default_mode
+                balance_keys(model, default_mode())
             if key_thread is not None:
                 key_thread.join()
         if tokenizer is None:
