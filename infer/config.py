@@ -1,9 +1,10 @@
 """Engine and sampling configuration: frozen dataclasses validated on construction.
 
 ``EngineConfig`` says what to load and how much KV cache to allocate; ``SamplingParams`` says how to
-pick each next token. Both raise ``ValueError`` with a message that says how to fix a bad value (the
-CLI shows it as one line). Style after mini-sglang's ``engine/config.py``: frozen, validated in
-``__post_init__``, derived values as methods/properties.
+pick each next token. Both (and ``parse_ctx``) raise ``infer.errors.OptionError`` for a bad value,
+a ``ValueError`` that names the parameter (``page_size must be one of ...``) and says how to fix it;
+the CLI names the flag instead (``--page-size must be ...``). Style after mini-sglang's
+``engine/config.py``: frozen, validated in ``__post_init__``, derived values as methods/properties.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from infer.errors import OptionError
 from infer.kv_pool import KV_DTYPES as KV_CACHES
 from infer.kv_pool import PAGE_SIZES, pages_for
 from models.dtypes import TORCH_DTYPES as DTYPES
@@ -35,18 +37,18 @@ def parse_ctx(text: str | int) -> int:
         The size in tokens (> 0).
 
     Raises:
-        ValueError: if the text is not a positive token count.
+        OptionError: if the text is not a positive token count.
     """
     if isinstance(text, int) and not isinstance(text, bool):
         n = text
     else:
         m = _CTX_RE.match(str(text))
         if not m:
-            raise ValueError(f"invalid context size {text!r}: give a token count such as 32768 "
-                             f"or 32k (k = 1024 tokens)")
+            raise OptionError("ctx", f"must be a token count such as 32768 or 32k (k = 1024 "
+                                     f"tokens), got {text!r}")
         n = int(m.group(1)) * (1024 if m.group(2) else 1)
     if n <= 0:
-        raise ValueError(f"invalid context size {text!r}: it must be at least 1 token")
+        raise OptionError("ctx", f"must be at least 1 token, got {text!r}")
     return n
 
 
@@ -108,7 +110,8 @@ class EngineConfig:
             full contexts.
 
     Raises:
-        ValueError: on any invalid value (the message names the option and the allowed values).
+        OptionError: on any invalid value (the message names the option and the allowed values).
+        ValueError: ``cuda_graphs`` with a CPU device or the reference attention.
     """
 
     model: str | Path
@@ -124,33 +127,32 @@ class EngineConfig:
 
     def __post_init__(self):
         if not isinstance(self.ctx, int) or isinstance(self.ctx, bool) or self.ctx < 1:
-            raise ValueError(f"ctx must be a positive number of tokens, got {self.ctx!r}")
+            raise OptionError("ctx", f"must be a positive number of tokens, got {self.ctx!r}")
         if self.kv_cache not in KV_CACHES:
-            raise ValueError(f"kv cache must be one of {', '.join(KV_CACHES)}, "
-                             f"got {self.kv_cache!r}")
+            raise OptionError("kv_cache", f"must be one of {', '.join(KV_CACHES)}, "
+                                          f"got {self.kv_cache!r}")
         if self.page_size not in PAGE_SIZES:
-            raise ValueError(f"page size must be one of {', '.join(map(str, PAGE_SIZES))}, "
-                             f"got {self.page_size!r}")
+            raise OptionError("page_size", f"must be one of {', '.join(map(str, PAGE_SIZES))}, "
+                                           f"got {self.page_size!r}")
         if self.dtype is not None and self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+            raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int)
                                                or self.prefill_chunk < 1):
-            raise ValueError(f"prefill chunk must be a positive number of tokens, "
-                             f"got {self.prefill_chunk!r}")
+            raise OptionError("prefill_chunk", f"must be a positive number of tokens, "
+                                               f"got {self.prefill_chunk!r}")
         if self.attention not in ATTENTION_KINDS:
-            raise ValueError(f"attention must be one of {', '.join(ATTENTION_KINDS)}, "
-                             f"got {self.attention!r}")
+            raise OptionError("attention", f"must be one of {', '.join(ATTENTION_KINDS)}, "
+                                           f"got {self.attention!r}")
         if self.device is not None:
             try:
                 dev = torch.device(self.device)
             except (RuntimeError, TypeError):
-                raise ValueError(f"invalid device {self.device!r}: use cuda, cuda:N or cpu") \
-                    from None
-            if dev.type not in ("cuda", "cpu"):
-                raise ValueError(f"device must be cuda or cpu, got {self.device!r}")
+                dev = None
+            if dev is None or dev.type not in ("cuda", "cpu"):
+                raise OptionError("device", f"must be cuda, cuda:N or cpu, got {self.device!r}")
         if self.cuda_graphs not in (None, True, False):
-            raise ValueError(f"cuda graphs must be true, false or None (auto), "
-                             f"got {self.cuda_graphs!r}")
+            raise OptionError("cuda_graphs", f"must be True, False or None (auto), "
+                                             f"got {self.cuda_graphs!r}")
         if self.cuda_graphs:
             if self.torch_device.type != "cuda":
                 raise ValueError(f"CUDA graphs need a CUDA device, but the device is "
@@ -158,8 +160,8 @@ class EngineConfig:
             check_graph_backend(self.attention)
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or \
                 not 1 <= self.max_batch <= MAX_BATCH:
-            raise ValueError(f"max batch must be 1 to {MAX_BATCH} sequences, "
-                             f"got {self.max_batch!r}")
+            raise OptionError("max_batch", f"must be 1 to {MAX_BATCH} sequences, "
+                                           f"got {self.max_batch!r}")
 
     # ------------------------------------------------------------------ resolved values
 
@@ -216,7 +218,7 @@ class SamplingParams:
             token); for benchmarks that must decode a fixed number of tokens (vLLM's name).
 
     Raises:
-        ValueError: on an out-of-range value (the message names it and the allowed range).
+        OptionError: on an out-of-range value (the message names it and the allowed range).
     """
 
     temperature: float = 1.0
@@ -231,24 +233,25 @@ class SamplingParams:
     def __post_init__(self):
         t = self.temperature
         if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t!r}")
+            raise OptionError("temperature", f"must be a finite number >= 0 (0 = greedy), "
+                                             f"got {t!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top-k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+            raise OptionError("top_k", f"must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise ValueError(f"top-p must be in (0, 1] (1 = off), got {self.top_p!r}")
+            raise OptionError("top_p", f"must be in (0, 1] (1 = off), got {self.top_p!r}")
         if not (isinstance(self.min_p, (int, float)) and 0 <= self.min_p <= 1):
-            raise ValueError(f"min-p must be in [0, 1] (0 = off), got {self.min_p!r}")
+            raise OptionError("min_p", f"must be in [0, 1] (0 = off), got {self.min_p!r}")
         pp = self.presence_penalty
         if not (isinstance(pp, (int, float)) and -2 <= pp <= 2):
-            raise ValueError(f"presence penalty must be in [-2, 2] (0 = off), got {pp!r}")
+            raise OptionError("presence_penalty", f"must be in [-2, 2] (0 = off), got {pp!r}")
         if self.seed is not None and (not isinstance(self.seed, int)
                                       or not 0 <= self.seed <= MAX_SEED):
-            raise ValueError(f"seed must be an integer from 0 to {MAX_SEED} (2**63 - 1), "
-                             f"got {self.seed!r}")
+            raise OptionError("seed", f"must be an integer from 0 to {MAX_SEED} (2**63 - 1), "
+                                      f"got {self.seed!r}")
         if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
                                                 or self.max_new_tokens < 1):
-            raise ValueError(f"max new tokens must be an integer >= 1, "
-                             f"got {self.max_new_tokens!r}")
+            raise OptionError("max_new_tokens", f"must be an integer >= 1, "
+                                                f"got {self.max_new_tokens!r}")
 
     @property
     def greedy(self) -> bool:

@@ -67,7 +67,7 @@ def test_bench_table_on_stdout(tiny_ckpt):
     (["--tokens", "1"], "--tokens must be at least 2"),
     (["--lengths", "4k"], "do not fit in --ctx 1024"),
     (["--lengths", "many"], "invalid length 'many'"),
-    (["--ctx", "oops"], "invalid context size"),
+    (["--ctx", "oops"], "--ctx must be a token count"),
 ])
 def test_bench_bad_input_is_one_line_exit_2(tiny_ckpt, args, needle):
     assert_one_line_error(invoke("bench", tiny_ckpt, *CPU, *args), 2, needle)

@@ -86,13 +86,13 @@ def test_generate_interrupted_reply_exits_130(tiny_ckpt, monkeypatch):
 
 
 @pytest.mark.parametrize("flags,needle", [
-    (["--ctx", "32q"], "invalid context size"),
+    (["--ctx", "32q"], "--ctx must be a token count"),
     (["--ctx", "0"], "at least 1 token"),
-    (["--page-size", "48"], "page size"),
-    (["--temperature", "-1"], "temperature"),
-    (["--top-p", "0"], "top-p"),
-    (["--prefill-chunk", "0"], "prefill chunk"),
-    (["--device", "tpu"], "device"),
+    (["--page-size", "48"], "--page-size must be"),
+    (["--temperature", "-1"], "--temperature must be"),
+    (["--top-p", "0"], "--top-p must be"),
+    (["--prefill-chunk", "0"], "--prefill-chunk must be"),
+    (["--device", "tpu"], "--device must be"),
 ])
 def test_bad_flag_values_exit_2(flags, needle, tiny_ckpt):
     result = invoke("generate", tiny_ckpt, "hi", *flags)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from infer.config import EngineConfig, SamplingParams, parse_ctx
+from infer.errors import OptionError
 
 
 @pytest.mark.parametrize("text,want", [("32k", 32768), ("32K", 32768), ("32768", 32768),
@@ -20,7 +21,7 @@ def test_parse_ctx(text, want):
 @pytest.mark.parametrize("text", ["", "k", "32m", "-5", "0", "3.5k", "32 kb", "0k", "4 k",
                                   "\u0664\u0660\u0669\u0666"])  # Arabic-Indic 4096
 def test_parse_ctx_errors(text):
-    with pytest.raises(ValueError, match="context size"):
+    with pytest.raises(OptionError, match="^ctx must be"):
         parse_ctx(text)
 
 
@@ -39,8 +40,8 @@ def test_engine_config_cuda_defaults():
 
 
 @pytest.mark.parametrize("kw,match", [
-    ({"ctx": 0}, "ctx"), ({"kv_cache": "fp8"}, "kv cache"), ({"page_size": 48}, "page size"),
-    ({"dtype": "float64"}, "dtype"), ({"prefill_chunk": 0}, "prefill chunk"),
+    ({"ctx": 0}, "ctx"), ({"kv_cache": "fp8"}, "kv_cache"), ({"page_size": 48}, "page_size"),
+    ({"dtype": "float64"}, "dtype"), ({"prefill_chunk": 0}, "prefill_chunk"),
     ({"attention": "flash"}, "attention"), ({"device": "tpu"}, "device"),
     ({"device": "nonsense:x"}, "device")])
 def test_engine_config_errors(kw, match):
@@ -50,10 +51,10 @@ def test_engine_config_errors(kw, match):
 
 @pytest.mark.parametrize("kw,match", [
     ({"temperature": -0.1}, "temperature"), ({"temperature": float("nan")}, "temperature"),
-    ({"top_k": -1}, "top-k"), ({"top_k": 2.5}, "top-k"), ({"top_p": 0.0}, "top-p"),
-    ({"top_p": 1.5}, "top-p"), ({"min_p": -0.1}, "min-p"), ({"min_p": 1.1}, "min-p"),
-    ({"presence_penalty": 3.0}, "presence"), ({"seed": -1}, "seed"),
-    ({"max_new_tokens": 0}, "max new tokens")])
+    ({"top_k": -1}, "top_k"), ({"top_k": 2.5}, "top_k"), ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"), ({"min_p": -0.1}, "min_p"), ({"min_p": 1.1}, "min_p"),
+    ({"presence_penalty": 3.0}, "presence_penalty"), ({"seed": -1}, "seed"),
+    ({"max_new_tokens": 0}, "max_new_tokens")])
 def test_sampling_params_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kw)
@@ -85,7 +86,7 @@ def test_from_generation_config(tmp_path):
     (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": "hot"}))
     with pytest.raises(ValueError, match=r"generation_config\.json: temperature must be"):
         SamplingParams.from_generation_config(tmp_path)
-    with pytest.raises(ValueError, match="^top-p must be"):  # an override's error names no file
+    with pytest.raises(ValueError, match="^top_p must be"):  # an override's error names no file
         SamplingParams.from_generation_config(tmp_path / "absent", top_p=2.0)
 
 

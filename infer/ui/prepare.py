@@ -6,8 +6,8 @@ input (``read_input``; ``user_text`` for an argument or a chat line, ``system_te
 ``--system``) and loading the engine (``load_engine``, under a status spinner). The context check
 of a prompt and its reply is ``infer.fits.check_fits``. ``warm_engine`` pays the first reply's
 start-up costs before it (``infer/warm_up.py``). Every user mistake raises ValueError with a
-message that says how to fix it; ``infer.ui.console.errors`` turns it into one line and exit
-code 2.
+message that says how to fix it, naming the flag (``flag_message``: the library names the
+parameter); ``infer.ui.console.errors`` turns it into one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import replace
 
+from infer.errors import OptionError
 from infer.ui.console import UI
 
 
@@ -40,10 +41,13 @@ def prepare(ui: UI, model: str):
     if o.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be an integer >= 0 (0 = no limit), "
                          f"got {o.max_new_tokens}")
-    cfg = EngineConfig(model="", ctx=parse_ctx(o.ctx), kv_cache=o.kv_cache.value,
-                       page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
-                       attention=o.attention.value, cuda_graphs=o.cuda_graphs)
-    SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
+    try:  # the flags' values: a bad one is named by its flag (each option is its flag's field)
+        cfg = EngineConfig(model="", ctx=parse_ctx(o.ctx), kv_cache=o.kv_cache.value,
+                           page_size=o.page_size, device=o.device, prefill_chunk=o.prefill_chunk,
+                           attention=o.attention.value, cuda_graphs=o.cuda_graphs)
+        SamplingParams().replace(**o.sampling_overrides())  # range checks before any slow work
+    except OptionError as e:
+        raise ValueError(flag_message(e)) from None
     if o.speculate == "on" and o.presence_penalty:  # Speculate is a str enum
         ui.note("--speculate on does nothing with --presence-penalty (speculative decoding is "
                 "always off with a presence penalty): the reply decodes plainly")
@@ -65,6 +69,12 @@ def prepare(ui: UI, model: str):
     if plan.note:
         ui.note(plan.note)
     return replace(cfg, model=str(folder)), tokenizer, plan
+
+
+def flag_message(e: OptionError) -> str:
+    """An ``infer.errors.OptionError`` of a flag's value, worded with the flag the user typed:
+    ``--page-size must be ...`` for ``page_size must be ...``."""
+    return f"--{e.option.replace('_', '-')} {e.rule}"
 
 
 def import_torch():

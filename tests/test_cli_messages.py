@@ -1,0 +1,45 @@
+"""How the `infer` command line words what it says: a bad flag value names the flag the user typed
+(the library names its parameter), token counts read grouped (``131,072``), through typer's
+test runner on a tiny random checkpoint on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import assert_one_line_error, invoke
+
+pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
+
+
+ENGINE_VALUES = [("--ctx", "0"), ("--ctx", "32q"), ("--page-size", "48"),
+                 ("--prefill-chunk", "0"), ("--device", "tpu"), ("--device", "cuda:x")]
+SAMPLING_VALUES = [("--temperature", "-1"), ("--top-p", "0"), ("--top-k", "-1"),
+                   ("--min-p", "2"), ("--presence-penalty", "3"), ("--seed", "-1")]
+
+
+@pytest.mark.parametrize("command,flag,value", [
+    *(("generate", f, v) for f, v in ENGINE_VALUES + SAMPLING_VALUES),
+    *(("bench", f, v) for f, v in ENGINE_VALUES),  # bench takes the engine flags only
+])
+def test_a_bad_flag_value_names_the_flag(command, flag, value, tiny_ckpt):
+    """The CLI user typed --page-size, not page_size or "page size": the error starts with the
+    flag (and gives the value), exit 2."""
+    args = [tiny_ckpt, "hi"] if command == "generate" else [tiny_ckpt]
+    device = [] if flag == "--device" else ["--device", "cpu"]
+    result = invoke(command, *args, *device, flag, value)
+    assert_one_line_error(result, 2, f"error: {flag} must be", value)
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"page_size": 48}, "page_size must be one of 16, 32, 64, 128, got 48"),
+    ({"ctx": 0}, "ctx must be"), ({"prefill_chunk": 0}, "prefill_chunk must be"),
+    ({"device": "tpu"}, "device must be cuda, cuda:N or cpu"),
+])
+def test_the_library_names_the_parameter(kw, words):
+    """From Python the same check names the keyword the caller passed."""
+    from infer.config import EngineConfig
+    from infer.errors import OptionError
+
+    with pytest.raises(OptionError) as info:
+        EngineConfig("m", **kw)
+    assert str(info.value).startswith(words)
+    assert not str(info.value).startswith("--")
