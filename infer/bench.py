@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from infer.config import SamplingParams, parse_ctx
+from infer.wording import counted
 
 
 @dataclass
@@ -103,8 +104,9 @@ def parse_lengths(text: str | None, ctx: int, tokens: int, max_ctx: int | None =
                          f"token), got {tokens}")
     room = ctx - tokens
     if room < 1:
-        raise ValueError(f"--ctx {ctx} leaves no room for a prompt and {tokens} new tokens "
-                         f"(--tokens): raise --ctx or lower --tokens")
+        raise ValueError(f"--ctx {ctx:,} leaves no room for a prompt and "
+                         f"{counted(tokens, 'new token')} (--tokens): raise --ctx or lower "
+                         "--tokens")
     if text is None:
         return sorted({min(4096, room), room})
     lengths = set()
@@ -117,12 +119,14 @@ def parse_lengths(text: str | None, ctx: int, tokens: int, max_ctx: int | None =
     lengths = sorted(lengths)
     if not lengths:
         raise ValueError(f"--lengths {text!r} names no length: give sizes such as 4k,32k")
+    # NOTE: "--lengths: a prompt of 131,072 tokens", not "--lengths 131,072" (two lengths)
+    prompt = f"--lengths: a prompt of {counted(lengths[-1], 'token')} plus " \
+             f"{counted(tokens, 'new token')} (--tokens)"
     if max_ctx is not None and lengths[-1] + tokens > max_ctx:
-        raise ValueError(f"--lengths {lengths[-1]} plus {tokens} new tokens (--tokens) are "
-                         f"beyond the largest context the model supports ({max_ctx} tokens)")
+        raise ValueError(f"{prompt} is beyond the largest context the model supports "
+                         f"({counted(max_ctx, 'token')}): lower the length")
     if lengths[-1] > room:
-        raise ValueError(f"--lengths {lengths[-1]} plus {tokens} new tokens (--tokens) do not fit "
-                         f"in --ctx {ctx}: raise --ctx (e.g. --ctx "
+        raise ValueError(f"{prompt} does not fit in --ctx {ctx:,}: raise --ctx (e.g. --ctx "
                          f"{-(-(lengths[-1] + tokens) // 1024)}k) or lower the length")
     return lengths
 

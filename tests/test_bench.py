@@ -65,7 +65,7 @@ def test_bench_table_on_stdout(tiny_ckpt):
 
 @pytest.mark.parametrize("args,needle", [
     (["--tokens", "1"], "--tokens must be at least 2"),
-    (["--lengths", "4k"], "do not fit in --ctx 1024"),
+    (["--lengths", "4k"], "does not fit in --ctx 1,024"),
     (["--lengths", "many"], "invalid length 'many'"),
     (["--ctx", "oops"], "--ctx must be a token count"),
 ])

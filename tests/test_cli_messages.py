@@ -43,3 +43,20 @@ def test_the_library_names_the_parameter(kw, words):
         EngineConfig("m", **kw)
     assert str(info.value).startswith(words)
     assert not str(info.value).startswith("--")
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--lengths", "200k"], "a prompt of 204,800 tokens plus 128 new tokens (--tokens) is "
+                            "beyond the largest context the model supports (131,072 tokens)"),
+    (["--lengths", "4k,100000", "--ctx", "64k"], "a prompt of 100,000 tokens plus 128 new "
+                                                 "tokens (--tokens) does not fit in --ctx 65,536"),
+    (["--ctx", "4k", "--tokens", "100000"], "--ctx 4,096 leaves no room for a prompt and "
+                                            "100,000 new tokens"),
+])
+def test_bench_length_errors_group_their_token_counts(args, words, tiny_ckpt):
+    """Token counts in bench's errors read as in the other commands' (``131,072``): no
+    ``--lengths 131072`` (nor ``--lengths 131,072``, which reads as two lengths)."""
+    result = invoke("bench", tiny_ckpt, "--device", "cpu", *args)
+    line = result.stderr.strip().splitlines()[-1]  # after the note when --ctx turns YaRN on
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert line.startswith("error: ") and words in line, line
