@@ -232,14 +232,21 @@ def errors(debug: bool, as_json: bool = False):
     except KeyboardInterrupt:
         _interrupted(as_json)
     except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
-        if isinstance(e, ImportError) and isinstance(e.__cause__, KeyboardInterrupt):
-            _interrupted(as_json)  # a Ctrl-C in an extension module's import (torch, triton are
-            # imported by the commands): pybind11 raises ImportError "initialization failed"
+        if is_ctrl_c(e):
+            _interrupted(as_json)
         if debug:
             traceback.print_exc(file=sys.stderr)
         msg, bad_input = error_message(e, debug)
         print_error(msg, 2 if bad_input else 1, as_json)
         raise typer.Exit(2 if bad_input else 1) from None
+
+
+def is_ctrl_c(e: BaseException) -> bool:
+    """Whether ``e`` is a Ctrl-C: a KeyboardInterrupt, or one in an extension module's import
+    (torch, triton are imported by the commands), which pybind11 raises as ImportError
+    "initialization failed" caused by the KeyboardInterrupt."""
+    return isinstance(e, KeyboardInterrupt) or (isinstance(e, ImportError)
+                                                and isinstance(e.__cause__, KeyboardInterrupt))
 
 
 def _interrupted(as_json: bool):

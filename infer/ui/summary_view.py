@@ -23,14 +23,12 @@ import typer
 from rich.markup import escape
 
 from infer.fits import check_fits
-from infer.stats import GenerationStats
 from infer.summarize import StageTimes, Summarizer
 from infer.summary_prompts import check_plan
 from infer.ui.console import UI
-from infer.ui.oneshot import one_shot, reply_once
+from infer.ui.oneshot import empty_reply, one_shot, reply_once
 from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
-from infer.ui.render import Reply
 from infer.wording import counted
 
 
@@ -122,9 +120,7 @@ def _interrupted(ui: UI, cfg, engine, load_s: float | None, result: tuple[dict, 
     """
     extra, suffix = result
     if ui.opts.json:
-        stats = GenerationStats(prompt_tokens=0, stop_reason="interrupted")
-        reply = Reply(raw="", answer="", thinking="", stats=stats, interrupted=True, ceiling=None)
-        ui.emit_json(reply_record("summarize", engine, reply, load_s, cfg=cfg, **extra))
+        ui.emit_json(reply_record("summarize", engine, empty_reply(0), load_s, cfg=cfg, **extra))
     else:
         done = 0 if sm is None else sum(p.level == 0 for p in sm.parts)
         of = ("" if pieces is None else
