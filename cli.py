@@ -72,9 +72,11 @@ try:
     )
     from infer.ui.helpstyle import Command, Group, VersionOpt
     from infer.ui.options import (
+        BENCH,
         BENCH_JSON_HELP,
         ENGINE,
         OUTPUT,
+        SUMMARIZE,
         ModelArg,
         Options,
         System,
@@ -141,13 +143,13 @@ def summarize(
         rich_help_panel=ENGINE)] = DEFAULT_SUMMARY_MODEL,
     no_split: Annotated[bool, typer.Option(
         "--no-split", help="Refuse a text longer than the context instead of summarizing it in "
-        "parts.", rich_help_panel=ENGINE)] = False,
+        "parts.", rich_help_panel=SUMMARIZE)] = False,
     part_tokens: Annotated[int, typer.Option(
         help="Most tokens of each part's summary (a text longer than the context).",
-        rich_help_panel=ENGINE)] = 512,
+        rich_help_panel=SUMMARIZE)] = 512,
     batch: Annotated[int | None, typer.Option(
         help="Parts decoded together, 1 to 16 (default: as many as fit in memory).",
-        show_default=False, rich_help_panel=ENGINE)] = None,
+        show_default=False, rich_help_panel=SUMMARIZE)] = None,
     *, opts: Options,
 ):
     """Summarize a text FILE; one longer than the context is summarized in parts, then the part
@@ -208,10 +210,10 @@ def bench(
     *, opts: Options,
     tokens: Annotated[int, typer.Option(
         help="Tokens decoded per length (greedy, past stop tokens).",
-        rich_help_panel=ENGINE)] = 128,
+        rich_help_panel=BENCH)] = 128,
     lengths: Annotated[str | None, typer.Option(
         help="Prompt lengths, comma-separated: 4k,32k (default: 4k and the longest that fits "
-             "in --ctx with --tokens).", show_default=False, rich_help_panel=ENGINE)] = None,
+             "in --ctx with --tokens).", show_default=False, rich_help_panel=BENCH)] = None,
     # bench's own switch: the other commands' --speculate auto|on|off (Options.speculate) is
     # not among bench's shared flags, and a parameter may not be named like a shared field
     speculative: Annotated[bool, typer.Option(
@@ -219,7 +221,7 @@ def bench(
         help="Also decode each length with prompt-lookup speculation: its tok/s, the speedup, "
              "the drafts accepted, and whether the tokens are the same. The prompt is then a "
              "repeated phrase, so that drafts exist; with random weights expect the cost, with "
-             "a trained model the gain.", rich_help_panel=ENGINE)] = False,
+             "a trained model the gain.", rich_help_panel=BENCH)] = False,
 ):
     """Measure prefill and decode speed of MODEL at long context against the decode ceiling
     (the GPU's read bandwidth over the bytes each token must read)."""

@@ -87,6 +87,37 @@ def test_help_at_80_columns_keeps_names_whole_and_the_help_text_wide(command, mo
         assert f"[default: {side}]" in result.stdout
 
 
+def help_panels(command: str) -> dict[str, list[str]]:
+    """``infer COMMAND --help``'s panels: title -> the long option names in it, in order."""
+    import re
+
+    panels: dict[str, list[str]] = {}
+    for row in invoke(command, "--help").stdout.splitlines():
+        if title := re.match(r"╭─ (\w+) ─", row):
+            names = panels.setdefault(title.group(1), [])
+        elif flag := re.match(r"│ (--[\w-]+)", row):
+            names.append(flag.group(1))
+    return panels
+
+
+@pytest.mark.parametrize("command,own", [
+    ("summarize", ("Summarize", ["--no-split", "--part-tokens", "--batch"])),
+    ("bench", ("Bench", ["--tokens", "--lengths", "--speculate"])),
+])
+def test_a_commands_own_flags_have_its_own_panel(command, own):
+    """summarize's --part-tokens (bench's --tokens) are no engine setting: they sit in a panel
+    named for the command, first; Engine holds the shared engine flags (and the model)."""
+    from infer.ui.options import flag_set
+
+    panels = help_panels(command)
+    title, names = own
+    assert list(panels)[1:4] == ["Options", title, "Engine"], list(panels)  # after Arguments
+    assert panels[title] == names
+    engine = ["--" + name.replace("_", "-") for name, _, _ in flag_set(reply=False)
+              if name not in ("json", "debug")]  # bench's shared flags: Engine's and these
+    assert [n for n in panels["Engine"] if n != "--model"] == engine
+
+
 @pytest.mark.parametrize("speculate", ["off", "on"])
 def test_non_finite_logits_exit_1_with_one_line(tiny_ckpt, monkeypatch, speculate):
     """Weights that are finite but overflow (here: logits forced to NaN) must not print `!!!!`

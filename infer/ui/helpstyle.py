@@ -6,9 +6,9 @@ on/off pair's negative (``--no-cuda-graphs``) is shown in the type column, which
 empty, not in a column of its own (at 80 columns that column left the Engine panel's help text
 about 22 characters), and the usage line names the arguments as click does, ``MODEL PROMPT``
 (typer writes ``{MODEL} {PROMPT}``). The order of the help panels comes from the order of the
-parameters, which ``infer.ui.options.shared_options`` keeps the same in every command (Engine,
-Sampling, Output). ``version_option`` is the app's ``--version``: the installed package's
-version.
+parameters, which ``infer.ui.options.shared_options`` keeps the same in every command (the
+command's own panel, if any, then Engine, Sampling, Output). ``version_option`` is the app's
+``--version``: the installed package's version.
 """
 
 from __future__ import annotations

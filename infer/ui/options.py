@@ -9,10 +9,11 @@ command one ``Options`` built from them. No tensor math here; nothing here impor
 ``cli.py``.
 
 Groups (help panels): Engine (``--ctx`` .. ``--device``), Sampling (``--max-new-tokens`` ..
-``--seed``), Output (``--think`` .. ``--debug``). ``bench`` takes the Engine flags, ``--json``
-(with its own help) and ``--debug`` only; the other fields of its ``Options`` keep their defaults
-(its ``--speculate/--no-speculate`` is a switch of its own, declared in ``cli.py``, not the
-``speculate`` field here).
+``--seed``), Output (``--think`` .. ``--debug``), after the command's own panel if it has one
+(``summarize``'s Summarize, ``bench``'s Bench: flags only it takes). ``bench`` takes the Engine
+flags, ``--json`` (with its own help) and ``--debug`` only; the other fields of its ``Options``
+keep their defaults (its ``--speculate/--no-speculate`` is a switch of its own, declared in
+``cli.py``, not the ``speculate`` field here).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Attention(str, Enum):
 
 
 ENGINE, SAMPLING, OUTPUT = "Engine", "Sampling", "Output"
+SUMMARIZE, BENCH = "Summarize", "Bench"  # the flags of one command (cli.py declares them)
 _GEN = " (default: from the model's generation_config.json)"
 JSON_HELP = "Print the reply and its stats as JSON on stdout; stream the text to stderr."
 BENCH_JSON_HELP = "Print the results as one JSON object on stdout."
@@ -189,14 +191,16 @@ _PANELS = (ENGINE, SAMPLING, OUTPUT)
 
 
 def _panel_rank(param: inspect.Parameter) -> int:
-    """Where a parameter goes in --help: -1 for an argument, then the panels in ``_PANELS``
-    order (options without one last)."""
+    """Where a parameter goes in --help: -1 for an argument, 0 for the command's own panel (any
+    other name), then the panels in ``_PANELS`` order (options without one last)."""
     info = next((m for m in getattr(param.annotation, "__metadata__", ())
                  if isinstance(m, (typer.models.ArgumentInfo, typer.models.OptionInfo))), None)
     if isinstance(info, typer.models.ArgumentInfo):
         return -1
     panel = getattr(info, "rich_help_panel", None)
-    return _PANELS.index(panel) if panel in _PANELS else len(_PANELS)
+    if panel is None:
+        return len(_PANELS) + 1
+    return _PANELS.index(panel) + 1 if panel in _PANELS else 0
 
 
 def shared_options(**kw) -> Callable[[Callable], Callable]:
@@ -204,9 +208,10 @@ def shared_options(**kw) -> Callable[[Callable], Callable]:
 
     The command must have a keyword-only parameter ``opts: Options``; typer sees the shared flags
     in its place and the command is called with ``opts=Options(...)`` built from their values.
-    Arguments come first, then the options grouped by help panel (Engine, Sampling, Output, the
-    command's own before the shared ones where they stand before ``opts``), so that every
-    command lists its panels in the same order. Apply below ``@app.command()``.
+    Arguments come first, then the options grouped by help panel (the command's own panel,
+    then Engine, Sampling, Output; in a shared panel the command's own options before the
+    shared ones where they stand before ``opts``), so that every command lists its panels in
+    the same order. Apply below ``@app.command()``.
 
     Raises:
         TypeError: the command lacks ``opts`` or declares a parameter named like a shared flag.
