@@ -16,10 +16,12 @@ positions ``T - window .. T - 1`` get float32 logits (``compute_logits``, the to
 two argmaxes agree; per cache, the mean NLL of the actual next tokens.
 
 One JSON line per target (after the device line): ``mean_kl``, ``p99_kl``, ``max_kl`` (nats),
-``top1_agree`` (fraction), ``nll_bf16``, ``nll_int8``; that set once per ``--balance`` mode
-(``models/key_balance.py``). Then one ``kv_channels`` line: the last mode's BF16
-pool's keys and values over all prefilled positions, per layer, outlier-channel ratios and the
-INT8 rounding error (``benchmarks/kv_outliers.py``). NOTE: a model trained on rows of 2048
+``top1_agree`` (fraction), ``flips`` (rows whose argmaxes differ), ``flip_margin_median`` and
+``margin_median`` (the reference's top-1 minus top-2 probability, median over the flipped rows and
+over all rows: a flip at a near-tie costs little), ``nll_bf16``, ``nll_int8``; that set once
+per ``--balance`` mode (``models/key_balance.py``). Then one ``kv_channels`` line: the last
+mode's BF16 pool's keys and values over all prefilled positions, per layer, outlier-channel
+ratios and the INT8 rounding error (``benchmarks/kv_outliers.py``). NOTE: a model trained on rows of 2048
 tokens has never seen positions near 32k; its NLL line says how well it still predicts there.
 Seconds on a GPU for the small model; runs on the CPU with tiny sizes (the tests).
 """
@@ -107,7 +109,8 @@ def compare(model, ref: ChunkRunner, test: ChunkRunner, ids: list[int], targets:
     ``ids`` must hold at least ``max(targets) + 1`` tokens (the last row's next token)."""
     targets = sorted(targets)
     assert len(ids) > targets[-1] and all(t >= window for t in targets)
-    stats = {t: {"kl": [], "agree": [], "nll_ref": [], "nll_test": []} for t in targets}
+    stats = {t: {"kl": [], "agree": [], "margin": [], "nll_ref": [], "nll_test": []}
+             for t in targets}
     cuts = targets + [t - window for t in targets]
     for s, e in chunk_bounds(targets[-1], chunk, cuts):
         h_ref, h_test = ref.run(ids[s:e]), test.run(ids[s:e])
@@ -122,6 +125,8 @@ def compare(model, ref: ChunkRunner, test: ChunkRunner, ids: list[int], targets:
             st = stats[t]
             st["kl"].append(_kl_rows(a, b))
             st["agree"].append(a.argmax(-1) == b.argmax(-1))
+            top2 = torch.softmax(a.float(), -1).topk(2, dim=-1).values
+            st["margin"].append(top2[:, 0] - top2[:, 1])
             st["nll_ref"].append(torch.nn.functional.cross_entropy(a, nxt, reduction="none"))
             st["nll_test"].append(torch.nn.functional.cross_entropy(b, nxt, reduction="none"))
     records = []
@@ -132,6 +137,10 @@ def compare(model, ref: ChunkRunner, test: ChunkRunner, ids: list[int], targets:
                         "mean_kl": _sig(kl.mean()), "p99_kl": _sig(kl.quantile(0.99)),
                         "max_kl": _sig(kl.max()),
                         "top1_agree": round(float(st["agree"].float().mean()), 5),
+                        "flips": int((~st["agree"]).sum()),
+                        "flip_margin_median": _sig(st["margin"][~st["agree"]].median())
+                        if not bool(st["agree"].all()) else None,
+                        "margin_median": _sig(st["margin"].median()),
                         "nll_ref": round(float(st["nll_ref"].double().mean()), 4),
                         "nll_test": round(float(st["nll_test"].double().mean()), 4)})
     return records

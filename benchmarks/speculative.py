@@ -17,8 +17,9 @@ sequence (lossless). One JSON line per measurement, then one summary line per ca
   lookup guesses one at a time, from the prompt (copying) or from the reply (repeating itself),
   and ``reply_head``, the reply's first 48 tokens as text.
 
-On a GPU (where every text has a ceiling) the summary line adds the figures over all texts by
-total time, from the rounded per-text rates: ``spec_tok_s_total``,
+On a GPU (where every text has a ceiling) the summary line adds the figures over the texts by
+total time (``texts_timed``: those whose reply had decode steps, more than one token), from the
+rounded per-text rates: ``spec_tok_s_total``,
 ``ceiling_tok_s_total`` (the texts' ceilings weighted by their tokens) and
 ``spec_over_ceiling_total``; and everywhere ``lookup_from_prompt`` / ``lookup_from_reply``, the
 shares of the replies' tokens that lookup guesses from each.
@@ -141,15 +142,18 @@ def main(argv=None) -> None:
                    "reply_head": tok.decode(plain[:48])}
             rows.append(row)
             print(json.dumps(row), flush=True)
-        plain_s = sum(r["new_tokens"] / max(r["plain_tok_s"], 1e-9) for r in rows)
-        spec_s = sum(r["new_tokens"] / max(r["spec_tok_s"], 1e-9) for r in rows)
+        # a reply of one token has no decode steps (0 tokens/s): left out of the totals by time
+        timed = [r for r in rows if r["plain_tok_s"] > 0 and r["spec_tok_s"] > 0]
+        plain_s = sum(r["new_tokens"] / r["plain_tok_s"] for r in timed)
+        spec_s = sum(r["new_tokens"] / r["spec_tok_s"] for r in timed) or 1e-9
         tokens = sum(r["new_tokens"] for r in rows)
-        total = {}
-        if all(r["ceiling_tok_s"] for r in rows):
-            ceil_s = sum(r["new_tokens"] / r["ceiling_tok_s"] for r in rows)
-            total = {"spec_tok_s_total": round(tokens / spec_s, 1),
-                     "ceiling_tok_s_total": round(tokens / ceil_s, 1),
-                     "spec_over_ceiling_total": round(ceil_s / spec_s, 3)}
+        timed_tokens = sum(r["new_tokens"] for r in timed)
+        total = {"texts_timed": len(timed)}
+        if timed and all(r["ceiling_tok_s"] for r in timed):
+            ceil_s = sum(r["new_tokens"] / r["ceiling_tok_s"] for r in timed)
+            total |= {"spec_tok_s_total": round(timed_tokens / spec_s, 1),
+                      "ceiling_tok_s_total": round(timed_tokens / ceil_s, 1),
+                      "spec_over_ceiling_total": round(ceil_s / spec_s, 3)}
         for key in ("from_prompt", "from_reply"):  # the share of reply tokens guessed
             total[f"lookup_{key}"] = round(sum(r["lookup_guesses"][key] for r in rows) /
                                            max(1, tokens), 3)

@@ -229,6 +229,7 @@ def test_int8_kl_same_cache_gives_zero(trained):
                for _ in range(2)]
     (rec,) = int8_kl.compare(model, *runners, held[:65], [64], 24, 16, tok.vocab_limit)
     assert rec["max_kl"] == 0 and rec["top1_agree"] == 1.0 and rec["rows"] == 24
+    assert rec["flips"] == 0 and rec["flip_margin_median"] is None and rec["margin_median"] > 0
     assert int8_kl.chunk_bounds(10, 4, [5]) == [(0, 4), (4, 5), (5, 8), (8, 10)]
 
 
