@@ -21,8 +21,9 @@ One JSON line per target (after the device line): ``mean_kl``, ``p99_kl``, ``max
 over all rows: a flip at a near-tie costs little), ``nll_bf16``, ``nll_int8``; that set once
 per ``--balance`` mode (``models/key_balance.py``). Then one ``kv_channels`` line: the last
 mode's BF16 pool's keys and values over all prefilled positions, per layer, outlier-channel
-ratios and the INT8 rounding error (``benchmarks/kv_outliers.py``). NOTE: a model trained on rows of 2048
-tokens has never seen positions near 32k; its NLL line says how well it still predicts there.
+ratios and the INT8 rounding error (``benchmarks/kv_outliers.py``). NOTE: a model trained on
+rows of 512 or 2048 tokens has never seen positions near 32k; its NLL says how well it still
+predicts there.
 Seconds on a GPU for the small model; runs on the CPU with tiny sizes (the tests).
 """
 

@@ -109,7 +109,7 @@ def test_generate_batch_bad_requests():
         eng.generate_batch([(mock_engine().new_session(), [1])])
     with pytest.raises(ValueError, match="32 tokens"):
         eng.generate_batch([(a, [1]), (b, prompt_of(32))])
-    with pytest.raises(ValueError, match="max batch"):
+    with pytest.raises(ValueError, match="max_batch must be"):
         EngineConfig("m", max_batch=17)
 
 

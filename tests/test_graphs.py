@@ -50,7 +50,7 @@ def test_config_cuda_graphs_resolution_and_errors():
         EngineConfig("m", device="cpu", cuda_graphs=True)
     with pytest.raises(ValueError, match="triton attention backend"):
         EngineConfig("m", device="cuda", attention="reference", cuda_graphs=True)
-    with pytest.raises(ValueError, match="cuda graphs must be"):
+    with pytest.raises(ValueError, match="cuda_graphs must be"):
         EngineConfig("m", device="cuda", cuda_graphs="yes")
 
 
