@@ -109,5 +109,5 @@ def summary_rows(texts: list[str], tok, data: list[int], count: int, length: int
             rows.append(row)
     if not rows:
         raise ValueError(f"no summary row fits in rows of {length} tokens (a request, a sentence "
-                         f"and its reply): use a longer --seq or --summary-frac 0")
+                         f"and its reply): use longer rows (--seq, --long-seq) or --summary-frac 0")
     return torch.tensor(rows, dtype=torch.int64)

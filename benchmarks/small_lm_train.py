@@ -2,7 +2,8 @@
 
 AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), linear warmup then cosine decay to 10 % of
 the peak (``lr_at``), gradient clipping at 1.0, bfloat16 autocast on CUDA, rows of ``--seq``
-tokens drawn at random offsets of the token stream, a ``--repeat-frac`` share of the rows
+tokens (``--long-seq`` after the copying steps: ``rows_at``) drawn at random offsets of the
+token stream, a ``--repeat-frac`` share of the rows
 (default 0.25) random tokens repeated with a period drawn per row (``--copy-chunks`` of them,
 default 0.5, repeat text chunks rather than single tokens), a ``--summary-frac`` share
 summary requests answered by quoting the text (``benchmarks/small_lm_summaries.py``), and
@@ -99,6 +100,18 @@ def repeat_frac_at(step: int, args) -> float:
     return 1.0 if step < args.copy_steps else args.repeat_frac
 
 
+def rows_at(step: int, args) -> tuple[int, int]:
+    """(rows, tokens per row) of the batch at ``step``: ``--batch`` x ``--seq`` during the
+    ``--copy-steps`` and without ``--long-seq``; after them ``--long-seq`` tokens a row and as
+    many rows as keep the tokens per step (at least one). A curriculum: induction heads form on
+    short rows (on 2048-token rows from the start a model had not formed them after 900 steps,
+    BENCHMARKS.md), and the summary rows then span requests as long as the benchmark's."""
+    long_seq = getattr(args, "long_seq", 0)
+    if not long_seq or step < args.copy_steps:
+        return args.batch, args.seq
+    return max(1, args.batch * args.seq // long_seq), long_seq
+
+
 def train(model, data: torch.Tensor, args, heldout: list[int], emit,
           summaries: torch.Tensor | None = None) -> dict:
     """Train ``model`` in place on ``data`` (int64 [N] on its device) as the module docstring
@@ -114,7 +127,7 @@ def train(model, data: torch.Tensor, args, heldout: list[int], emit,
     amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dev.type == "cuda")
     gen = torch.Generator().manual_seed(args.seed + 1)
     clock = _Clock(args.minutes * 60.0, args.steps)
-    losses, stopped_by, step = [], "steps", args.steps
+    losses, stopped_by, step, tokens = [], "steps", args.steps, 0
     for i in range(args.steps):
         if clock.elapsed() >= clock.budget:
             stopped_by, step = "minutes", i
@@ -122,9 +135,11 @@ def train(model, data: torch.Tensor, args, heldout: list[int], emit,
         lr = lr_at(clock.progress(i), args.lr, args.warmup)
         for group in opt.param_groups:
             group["lr"] = lr
-        rows = sample_batch(data, gen, args.batch, args.seq, repeat_frac_at(i, args),
+        batch, seq = rows_at(i, args)
+        rows = sample_batch(data, gen, batch, seq, repeat_frac_at(i, args),
                             chunk_frac=args.copy_chunks, summaries=summaries,
                             summary_frac=args.summary_frac)
+        tokens += batch * seq
         with amp:
             hidden = forward_batch(model, rows[:, :-1], forward)
             loss = linear_cross_entropy(hidden, model.lm_head.weight, rows[:, 1:].reshape(-1),
@@ -141,7 +156,7 @@ def train(model, data: torch.Tensor, args, heldout: list[int], emit,
             if done > 1:
                 emit({"what": "train_progress", "step": done, "loss": round(value, 4),
                       "lr": round(lr, 6), "elapsed_s": round(clock.elapsed(), 1),
-                      "tokens_per_s": round(done * args.batch * args.seq / clock.elapsed())})
+                      "tokens_per_s": round(tokens / clock.elapsed())})
         if args.eval_every and done % args.eval_every == 0 and done < args.steps:
             model.eval()
             with amp:
@@ -151,7 +166,6 @@ def train(model, data: torch.Tensor, args, heldout: list[int], emit,
     if dev.type == "cuda":
         torch.cuda.synchronize()
     wall = clock.elapsed()
-    tokens = step * args.batch * args.seq
     tail = float(torch.stack(losses[-10:]).float().mean()) if losses else float("nan")
     return {"what": "train", "steps": step, "tokens": tokens,
             "epochs": round(tokens / data.numel(), 2), "final_loss": round(tail, 4),

@@ -111,6 +111,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     a("--minutes", type=float, default=4.5, help="wall-clock cap on the training loop")
     a("--batch", type=int, default=32, help="rows per step")
     a("--seq", type=int, default=512, help="tokens per row")
+    a("--long-seq", type=int, default=0,
+      help="tokens per row after the --copy-steps, rows per step scaled to keep the tokens "
+           "(0: --seq); the summary rows are this long")
     a("--lr", type=float, default=2e-3, help="peak learning rate")
     a("--warmup", type=float, default=0.05, help="warmup, a fraction of the run")
     a("--weight-decay", type=float, default=0.1)
@@ -148,6 +151,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.steps < 1 or args.batch < 1 or args.seq < 2 or args.minutes <= 0:
         p.error("--steps, --batch must be >= 1, --seq >= 2 and --minutes > 0")
+    if args.long_seq and args.long_seq < args.seq:
+        p.error(f"--long-seq must be 0 or >= --seq ({args.seq}), got {args.long_seq}")
     if not 0 <= args.repeat_frac <= 1 or not 0 < args.warmup < 1 or args.copy_steps < 0 \
             or not 0 <= args.copy_chunks <= 1 or not 0 <= args.summary_frac <= 1 \
             or args.summary_pool < 1:
@@ -207,7 +212,8 @@ def run(args, dev: torch.device, emit) -> None:
         texts = train_texts(args.texts)
         train_ids = token_stream(texts, tok)
         held = held_out_texts(args.texts)
-        summaries = (summary_rows(texts, tok, train_ids, args.summary_pool, args.seq + 1,
+        summaries = (summary_rows(texts, tok, train_ids, args.summary_pool,
+                                  (args.long_seq or args.seq) + 1,
                                   args.seed) if args.summary_frac > 0 else None)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"train_small_qwen3.py: error: {e}")
@@ -221,8 +227,8 @@ def run(args, dev: torch.device, emit) -> None:
           "heldout_tokens": len(held_ids), **{k: cfg[k] for k in (
               "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
               "head_dim", "intermediate_size", "vocab_size")},
-          **{k: getattr(args, k) for k in ("seq", "batch", "steps", "minutes", "lr", "warmup",
-                                           "weight_decay", "repeat_frac", "copy_steps",
+          **{k: getattr(args, k) for k in ("seq", "long_seq", "batch", "steps", "minutes", "lr",
+                                           "warmup", "weight_decay", "repeat_frac", "copy_steps",
                                            "copy_chunks", "summary_frac", "seed", "compile",
                                            "deterministic")},
           "summary_rows": 0 if summaries is None else summaries.shape[0],

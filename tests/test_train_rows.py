@@ -75,7 +75,7 @@ def test_summary_rows_are_requests_answered_by_quoting_the_text(tok):
         at = [doc_sentences.index(q) for q in quoted]
         assert at == sorted(set(at))
     assert kinds == {"whole", "part"}  # SUMMARY_PROMPT, and PART_PROMPT one time in three
-    with pytest.raises(ValueError, match="longer --seq"):
+    with pytest.raises(ValueError, match="longer rows"):
         summary_rows(texts, tok, ids, 2, 40, seed=0)
 
 

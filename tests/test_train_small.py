@@ -33,7 +33,13 @@ from benchmarks.small_lm import (  # noqa: E402
     save_checkpoint,
     small_config,
 )
-from benchmarks.small_lm_train import lr_at, repeat_frac_at, sample_batch, train  # noqa: E402
+from benchmarks.small_lm_train import (  # noqa: E402
+    lr_at,
+    repeat_frac_at,
+    rows_at,
+    sample_batch,
+    train,
+)
 from benchmarks.train_small_qwen3 import deterministic, main, parse_args  # noqa: E402
 from models.loader import load_model  # noqa: E402
 
@@ -139,7 +145,18 @@ def test_schedule_and_batches():
         assert torch.equal(row, row[0] + torch.arange(200))
 
 
-
+def test_long_rows_after_the_copying_steps(tmp_path, one_thread):
+    args = parse_args(TINY + ["--copy-steps", "2", "--long-seq", "64"])
+    assert [rows_at(i, args) for i in (0, 1, 2, 5)] == [(2, 32), (2, 32), (1, 64), (1, 64)]
+    assert rows_at(5, parse_args(TINY)) == (2, 32)  # no --long-seq: one row shape throughout
+    (rec,) = [r for r in main(TINY + ["--copy-steps", "1", "--long-seq", "160", "--summary-frac",
+                                      "0.5", "--summary-pool", "2", "--out", str(tmp_path),
+                                      "--induction-passages", "1", "--copy-samples", "1",
+                                      "--heldout-tokens", "100", "--check-tokens", "8"])
+              if r["what"] == "train"]
+    assert rec["steps"] == 3 and rec["tokens"] == 2 * 32 + 2 * 160  # 1 short step, 2 long ones
+    with pytest.raises(SystemExit):
+        parse_args(TINY + ["--long-seq", "16"])  # shorter than --seq
 
 
 
