@@ -17,16 +17,17 @@
 #   trainwide  train the wide one instead (Qwen3-1.7B's layers, 3 of them: a decode step bound
 #              by weight reads, as the real models' are; ~4 min, BENCHMARKS.md's wide #1)
 #              into $SMALL; the steps below then measure it
-#   traingrow  train the small Qwen3 (2400 steps, ~3.8 min; the script's default rows: copying,
-#              text chunks repeated, summary requests answered by quoting), widen it to hidden
-#              2048 and MLP 6144 without changing its function, train on ~250 steps at that
-#              width (~0.9 min; benchmarks/small_lm_grow.py): a copying model whose decode is
-#              bound by its weight bytes, into $SMALL
+#   traingrow  train the small Qwen3 (2400 steps, ~3.8 min; copying rows of 512 tokens, then
+#              rows of 2048: copying, text chunks repeated, 40 % summary requests answered by
+#              quoting), widen it to hidden 2048 and MLP 6144 without changing its function,
+#              train on ~250 steps at that width (~0.9 min; benchmarks/small_lm_grow.py): a
+#              copying model whose decode is bound by its weight bytes, into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py), with
 #              each key-balance mode (KL_ARGS overrides)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
-#              (benchmarks/speculative.py; SPEC_ARGS adds flags)
+#              (benchmarks/speculative.py; SPEC_ARGS replaces the default --ctx 2k, the
+#              length of the training's summary rows)
 #   spec8b     the same on the random 8B ($CKPT) with a Pride and Prejudice excerpt: the cost
 #   load       weights to the GPU in GB/s against the read and H2D ceilings and two peers
 #              (benchmarks/load_weights.py, the 8B; LOAD_ARGS=--sweep for the staging sizes),
@@ -116,7 +117,8 @@ for what in "$@"; do
     traingrow) python3 benchmarks/train_small_qwen3.py --texts "$SHARED/data/texts" \
              --tokenizer "$SHARED/data/qwen3-tokenizer" --out "$SMALL" --steps 2400 \
              --copy-steps 1400 --minutes 3.8 --grow-hidden 2048 --grow-intermediate 6144 \
-             --grow-steps 250 --grow-minutes 0.9 ${TRAIN_ARGS:-} \
+             --grow-steps 250 --grow-minutes 0.9 --long-seq 2048 --summary-frac 0.4 \
+             --summary-pool 1024 ${TRAIN_ARGS:-} \
              --report "$OUT/train_grow.jsonl" > "$OUT/train_grow.log" 2>&1
            echo "traingrow rc=$?"; grep -v train_progress "$OUT/train_grow.log" | tail -n 16 ;;
     fusions)
@@ -144,7 +146,7 @@ for what in "$@"; do
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \
               ${KL_ARGS:---balance off,norm,proj --window 2048} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
     spec) python3 benchmarks/speculative.py --ckpt "$SMALL" --held-out --texts "$SHARED/data/texts" \
-            ${SPEC_ARGS:-} 2>&1 | tee "$OUT/speculative.jsonl" | grep -v '"text": "held' ;;
+            ${SPEC_ARGS:---ctx 2k} 2>&1 | tee "$OUT/speculative.jsonl" | grep -v '"text": "held' ;;
     spec8b)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"

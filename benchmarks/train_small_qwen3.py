@@ -126,6 +126,9 @@ def parse_args(argv=None) -> argparse.Namespace:
       help="share of the rows after the copying steps that are summary requests answered by "
            "quoting the text (benchmarks/small_lm_summaries.py)")
     a("--summary-pool", type=int, default=2048, help="distinct summary rows built at start")
+    a("--summary-keep", type=float, default=1 / 3,
+      help="a summary row's reply quotes the first sentence, then each later one with this "
+           "probability (1: the document's opening, verbatim)")
     a("--ce-chunk", type=int, default=DEFAULT_CHUNK, help="rows per cross-entropy chunk")
     a("--compile", action="store_true", help="torch.compile the model's forward")
     a("--deterministic", action=argparse.BooleanOptionalAction, default=True)
@@ -155,9 +158,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--long-seq must be 0 or >= --seq ({args.seq}), got {args.long_seq}")
     if not 0 <= args.repeat_frac <= 1 or not 0 < args.warmup < 1 or args.copy_steps < 0 \
             or not 0 <= args.copy_chunks <= 1 or not 0 <= args.summary_frac <= 1 \
-            or args.summary_pool < 1:
-        p.error("--repeat-frac, --copy-chunks and --summary-frac must be in [0, 1], --warmup "
-                "in (0, 1), --copy-steps >= 0, --summary-pool >= 1")
+            or args.summary_pool < 1 or not 0 <= args.summary_keep <= 1:
+        p.error("--repeat-frac, --copy-chunks, --summary-frac and --summary-keep must be in "
+                "[0, 1], --warmup in (0, 1), --copy-steps >= 0, --summary-pool >= 1")
     if not args.lr > 0 or args.weight_decay < 0:
         p.error("--lr must be > 0 and --weight-decay >= 0")
     if min(args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim,
@@ -213,8 +216,8 @@ def run(args, dev: torch.device, emit) -> None:
         train_ids = token_stream(texts, tok)
         held = held_out_texts(args.texts)
         summaries = (summary_rows(texts, tok, train_ids, args.summary_pool,
-                                  (args.long_seq or args.seq) + 1,
-                                  args.seed) if args.summary_frac > 0 else None)
+                                  (args.long_seq or args.seq) + 1, args.seed,
+                                  keep=args.summary_keep) if args.summary_frac > 0 else None)
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"train_small_qwen3.py: error: {e}")
     held_ids = token_stream(held, tok)
@@ -229,8 +232,8 @@ def run(args, dev: torch.device, emit) -> None:
               "head_dim", "intermediate_size", "vocab_size")},
           **{k: getattr(args, k) for k in ("seq", "long_seq", "batch", "steps", "minutes", "lr",
                                            "warmup", "weight_decay", "repeat_frac", "copy_steps",
-                                           "copy_chunks", "summary_frac", "seed", "compile",
-                                           "deterministic")},
+                                           "copy_chunks", "summary_frac", "summary_keep",
+                                           "seed", "compile", "deterministic")},
           "summary_rows": 0 if summaries is None else summaries.shape[0],
           **({k: getattr(args, k) for k in ("grow_hidden", "grow_intermediate", "grow_steps",
                                             "grow_minutes", "grow_lr", "grow_noise")}

@@ -57,7 +57,7 @@ def test_summary_rows_are_requests_answered_by_quoting_the_text(tok):
     rows = summary_rows(texts, tok, ids, 12, 400, seed=0)
     assert rows.shape == (12, 400) and torch.equal(rows, summary_rows(texts, tok, ids, 12, 400, 0))
     head = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    kinds = set()
+    kinds, gaps, newlines = set(), 0, 0
     for row in rows.tolist():
         text = tok.decode(row)
         assert text.startswith("<|im_start|>user\n") and text.count(head) == 1
@@ -69,12 +69,21 @@ def test_summary_rows_are_requests_answered_by_quoting_the_text(tok):
         reply = after.split("<|im_end|>\n", 1)[0]
         prompt_ids = tok.chat_ids([{"role": "user", "content": user}], enable_thinking=False)
         assert row[:len(prompt_ids)] == prompt_ids  # exactly what infer summarize sends
+        assert doc in texts[0]  # the text's characters verbatim, line breaks and all
         doc_sentences = _SENTENCE_END.split(doc)
         assert reply.startswith(doc_sentences[0]) and len(reply) <= len(doc)
-        quoted = _SENTENCE_END.split(reply)  # the document's sentences, in its order
+        quoted = _SENTENCE_END.split(reply)  # the document's sentences, verbatim, in its order
         at = [doc_sentences.index(q) for q in quoted]
         assert at == sorted(set(at))
+        gaps += at != list(range(len(at)))
+        newlines += "\n" in reply
     assert kinds == {"whole", "part"}  # SUMMARY_PROMPT, and PART_PROMPT one time in three
+    assert gaps > 0 and newlines > 0  # sentences skipped; quotes keep the source's line breaks
+    for row in summary_rows(texts, tok, ids, 4, 400, seed=1, keep=1.0).tolist():  # a lead
+        request, after = tok.decode(row).split(head)
+        doc = request.split("---\n", 1)[1].rsplit("\n---", 1)[0]
+        reply = after.split("<|im_end|>\n", 1)[0]
+        assert len(reply) > 40 and doc.startswith(reply)  # the opening, verbatim
     with pytest.raises(ValueError, match="longer rows"):
         summary_rows(texts, tok, ids, 2, 40, seed=0)
 
