@@ -17,9 +17,9 @@
 #   trainwide  train the wide one instead (Qwen3-1.7B's layers, 3 of them: a decode step bound
 #              by weight reads, as the real models' are; ~4 min, BENCHMARKS.md's wide #1)
 #              into $SMALL; the steps below then measure it
-#   traingrow  train the small Qwen3 (2400 steps, ~3.8 min; copying rows of 512 tokens, then
-#              rows of 2048: copying, text chunks repeated, 40 % summary requests answered by
-#              quoting), widen it to hidden 2048 and MLP 6144 without changing its function,
+#   traingrow  train the small Qwen3 (2400 steps, ~3.8 min; 1100 steps of copying rows of 512
+#              tokens (induction forms at steps 700-800: BENCHMARKS.md), then rows of 2048:
+#              copying, text chunks repeated, 40 % summary requests answered by quoting), widen it to hidden 2048 and MLP 6144 without changing its function,
 #              train on ~250 steps at that width (~0.9 min; benchmarks/small_lm_grow.py): a
 #              copying model whose decode is bound by its weight bytes, into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
@@ -116,7 +116,7 @@ for what in "$@"; do
            echo "trainwide rc=$?"; grep -v train_progress "$OUT/train_wide.log" | tail -n 12 ;;
     traingrow) python3 benchmarks/train_small_qwen3.py --texts "$SHARED/data/texts" \
              --tokenizer "$SHARED/data/qwen3-tokenizer" --out "$SMALL" --steps 2400 \
-             --copy-steps 1400 --minutes 3.8 --grow-hidden 2048 --grow-intermediate 6144 \
+             --copy-steps 1100 --minutes 3.8 --grow-hidden 2048 --grow-intermediate 6144 \
              --grow-steps 250 --grow-minutes 0.9 --long-seq 2048 --summary-frac 0.4 \
              --summary-pool 1024 ${TRAIN_ARGS:-} \
              --report "$OUT/train_grow.jsonl" > "$OUT/train_grow.log" 2>&1
