@@ -19,9 +19,10 @@
 #              into $SMALL; the steps below then measure it
 #   traingrow  train the small Qwen3 (2400 steps, ~3.8 min; 1100 steps of copying rows of 512
 #              tokens (induction forms at steps 700-800: BENCHMARKS.md), then rows of 2048:
-#              copying, text chunks repeated, 40 % summary requests answered by quoting), widen it to hidden 2048 and MLP 6144 without changing its function,
-#              train on ~250 steps at that width (~0.9 min; benchmarks/small_lm_grow.py): a
-#              copying model whose decode is bound by its weight bytes, into $SMALL
+#              copying, text chunks repeated, 40 % summary requests answered by quoting), widen
+#              it to hidden 2048 and MLP 6144 without changing its function, train on ~250
+#              steps at that width (~0.9 min; benchmarks/small_lm_grow.py): a copying model
+#              whose decode is bound by its weight bytes, into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
 #   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py), with
 #              each key-balance mode (KL_ARGS overrides)
