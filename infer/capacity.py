@@ -17,6 +17,7 @@ import torch
 
 from infer.config import KV_CACHES, MAX_BATCH, EngineConfig, pool_pages
 from infer.kv_pool import KVPool
+from infer.wording import counted
 from models.config import Qwen3Config
 from models.context import largest_context
 
@@ -97,10 +98,11 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     if bytes_needed(cfg, mc, attention, cfg.kv_cache, cfg.ctx) <= budget:
         return
     cap = largest_context(mc)  # no hint past what the checkpoint supports
-    fits = ", ".join(f"{kv}: {min(largest_ctx(budget, cfg, mc, attention, kv), cap)} tokens"
-                     for kv in KV_CACHES)
+    fits = ", ".join(
+        f"{kv}: {counted(min(largest_ctx(budget, cfg, mc, attention, kv), cap), 'token')}"
+        for kv in KV_CACHES)
     gib = 1 << 30
-    raise ValueError(f"--ctx {cfg.ctx} with {kv_cache_words(cfg)} does not fit: "
+    raise ValueError(f"--ctx {cfg.ctx:,} with {kv_cache_words(cfg)} does not fit: "
                      f"{free / gib:.1f} GiB free, weights take {weights / gib:.1f} GiB. "
                      f"Largest context that fits: {fits}. Lower --ctx"
                      + ("" if cfg.kv_cache == "int8" else " or use --kv-cache int8"))
@@ -168,11 +170,11 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = T
     if pool + wbytes <= avail:
         return
     gib = 1 << 30
-    raise ValueError(f"--ctx {cfg.ctx} with {kv_cache_words(cfg)} does not fit in host "
+    raise ValueError(f"--ctx {cfg.ctx:,} with {kv_cache_words(cfg)} does not fit in host "
                      f"memory: its KV cache takes {pool / gib:.1f} GiB"
                      + (f" plus {wbytes / gib:.1f} GiB of weights" if weights else "")
                      + f", {avail / gib:.1f} GiB available. The largest context that fits is "
-                     f"{largest(cfg.kv_cache)} tokens: lower --ctx"
+                     f"{counted(largest(cfg.kv_cache), 'token')}: lower --ctx"
                      + ("" if cfg.kv_cache == "int8" else
-                        f", or use --kv-cache int8 (it fits {largest('int8')} tokens)"))
+                        f", or use --kv-cache int8 (it fits {counted(largest('int8'), 'token')})"))
 

@@ -12,6 +12,8 @@ without its text.
 
 from __future__ import annotations
 
+from infer.wording import counted
+
 SUMMARY_PROMPT = (
     "Summarize the following text. Give its main points, the key people or ideas, and how it "
     "ends or what it concludes, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
@@ -51,9 +53,9 @@ def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False) -> in
     group = ctx - template_overhead(tokenizer, GROUP_PROMPT, think) - part_tokens
     if limit < part_tokens or group < 2 * part_tokens + 16:
         need = ctx - min(limit - part_tokens, group - 2 * part_tokens - 16) + 64
-        raise ValueError(f"--ctx {ctx} is too small to summarize a text in parts with "
-                         f"{part_tokens}-token part summaries: raise --ctx to at least {need} "
-                         f"or lower --part-tokens")
+        raise ValueError(f"--ctx {ctx:,} is too small to summarize a text in parts with part "
+                         f"summaries of {counted(part_tokens, 'token')} (--part-tokens): raise "
+                         f"--ctx to at least {need:,} or lower --part-tokens")
     return limit
 
 
@@ -70,9 +72,11 @@ def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
     final = final_tokens or part_tokens
     room = ctx - template_overhead(tokenizer, COMBINE_PROMPT, think) - part_tokens - 16
     if final > room:
-        fix = (f"lower --max-new-tokens to at most {room}" if room >= 1 else
+        fix = (f"lower --max-new-tokens to at most {room:,}" if room >= 1 else
                "lower --part-tokens")
-        raise ValueError(f"the final summary's budget (--max-new-tokens {final}) does not fit "
-                         f"in the context of {ctx} tokens next to its combining prompt and the "
-                         f"part summaries (--part-tokens {part_tokens}): {fix}, or raise --ctx")
+        raise ValueError(f"the final summary's budget ({counted(final, 'token')}, "
+                         f"--max-new-tokens) does not fit in the context of "
+                         f"{counted(ctx, 'token')} next to its combining prompt and the part "
+                         f"summaries (up to {counted(part_tokens, 'token')} each, --part-tokens): "
+                         f"{fix}, or raise --ctx")
     return limit

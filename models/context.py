@@ -106,9 +106,9 @@ def plan_context(config: Qwen3Config, ctx: int) -> ContextPlan:
     max_ctx = largest_context(config)
     scaling = config.rope_scaling
     if ctx > max_ctx:
-        raise ValueError(f"--ctx {ctx} is beyond the largest context this checkpoint supports, "
-                         f"{max_ctx} tokens ({_limit_reason(config)}): lower --ctx to at most "
-                         f"{max_ctx} ({max_ctx // 1024}k)")
+        raise ValueError(f"--ctx {ctx:,} is beyond the largest context this checkpoint "
+                         f"supports, {max_ctx:,} tokens ({_limit_reason(config)}): lower --ctx "
+                         f"to at most {max_ctx:,} ({max_ctx // 1024}k)")
     if scaling is not None:
         return ContextPlan(config, ctx, max_ctx, yarn_factor=scaling.factor)
     if ctx <= native:
@@ -118,8 +118,9 @@ def plan_context(config: Qwen3Config, ctx: int) -> ContextPlan:
     assert factor <= MAX_FACTOR, (ctx, original, factor)  # ctx <= max_ctx guarantees it
     yarn = replace(config, rope_scaling=YarnScaling(factor=factor,
                                                     original_max_position_embeddings=original))
-    note = (f"--ctx {ctx} is past this checkpoint's {native} native positions: static YaRN is on "
-            f"(factor {factor:g} over {original}), which costs a little quality on short texts")
+    note = (f"--ctx {ctx:,} is past this checkpoint's {native:,} native positions: static YaRN "
+            f"is on (factor {factor:g} over {original:,}), which costs a little quality on short "
+            f"texts")
     return ContextPlan(yarn, ctx, max_ctx, yarn_factor=factor, added_yarn=True, note=note)
 
 
@@ -129,9 +130,9 @@ def _limit_reason(config: Qwen3Config) -> str:
     s = config.rope_scaling
     if s is not None:
         return (f"its config.json's YaRN rope_scaling: factor {s.factor:g} x "
-                f"{s.original_max_position_embeddings}; raise the factor there for more")
+                f"{s.original_max_position_embeddings:,}; raise the factor there for more")
     yarn = int(MAX_FACTOR * trained_length(config))
     if yarn <= native:
         return "its native max_position_embeddings"
-    return (f"{native} native positions, {yarn} with YaRN factor {MAX_FACTOR:g} over "
-            f"{trained_length(config)}")
+    return (f"{native:,} native positions, {yarn:,} with YaRN factor {MAX_FACTOR:g} over "
+            f"{trained_length(config):,}")

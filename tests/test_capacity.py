@@ -76,8 +76,8 @@ def test_check_capacity_message(qwen8b, monkeypatch, tmp_path):
     bf16 = capacity.largest_ctx(free - weights, cfg, qwen8b, "triton", "bf16")
     int8 = capacity.largest_ctx(free - weights, cfg, qwen8b, "triton", "int8")
     assert 0 < bf16 < 131072 and bf16 < int8
-    assert f"bf16: {bf16} tokens" in msg and f"int8: {int8} tokens" in msg
-    assert "--ctx 131072" in msg and "Lower --ctx" in msg
+    assert f"bf16: {bf16:,} tokens" in msg and f"int8: {int8:,} tokens" in msg
+    assert "--ctx 131,072" in msg and "Lower --ctx" in msg
 
 
 def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
@@ -93,7 +93,8 @@ def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
     huge = EngineConfig(tmp_path, ctx=99999999999 * 1024, device="cpu", kv_cache="bf16")
     with pytest.raises(ValueError, match="host memory") as e:
         capacity.check_host_capacity(huge, qwen8b)
-    largest = int(str(e.value).split("largest context that fits is ")[1].split()[0])
+    largest = int(str(e.value).split("largest context that fits is ")[1].split()[0]
+                  .replace(",", ""))
     assert largest == 32768
     capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest, device="cpu"), qwen8b)
     with pytest.raises(ValueError, match="lower --ctx"):
@@ -116,8 +117,8 @@ def test_host_capacity_names_the_stored_dtype_and_suggests_int8(qwen8b, monkeypa
     msg = str(e.value)
     if kv_cache == "bf16":
         assert "--kv-cache bf16 (float32 on the CPU) does not fit" in msg
-        int8 = int(msg.split("use --kv-cache int8 (it fits ")[1].split()[0])
-        largest = int(msg.split("largest context that fits is ")[1].split()[0])
+        int8 = int(msg.split("use --kv-cache int8 (it fits ")[1].split()[0].replace(",", ""))
+        largest = int(msg.split("largest context that fits is ")[1].split()[0].replace(",", ""))
         assert int8 > largest > 0
         capacity.check_host_capacity(replace(cfg, ctx=int8, kv_cache="int8"), qwen8b)
     else:
@@ -143,12 +144,12 @@ def test_capacity_hints_stop_at_the_largest_context_the_model_supports(qwen8b, m
     cfg = EngineConfig(tmp_path, ctx=top, device="cpu", kv_cache="bf16")
     with pytest.raises(ValueError) as e:
         capacity.check_host_capacity(cfg, qwen8b)
-    assert f"use --kv-cache int8 (it fits {top} tokens)" in str(e.value)
+    assert f"use --kv-cache int8 (it fits {top:,} tokens)" in str(e.value)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 50, 1 << 50))
     huge = EngineConfig(tmp_path, ctx=1 << 40, device="cuda", kv_cache="bf16")
     with pytest.raises(ValueError) as e:
         capacity.check_capacity(huge, qwen8b, "triton", torch.device("cuda"))
-    assert f"bf16: {top} tokens, int8: {top} tokens" in str(e.value)
+    assert f"bf16: {top:,} tokens, int8: {top:,} tokens" in str(e.value)
 
 
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])

@@ -20,14 +20,14 @@ def test_ctx_past_max_position_embeddings_turns_yarn_on_and_says_so(tiny_ckpt):
     result = invoke("generate", tiny_ckpt, "hi", *FAST, "--max-new-tokens", "1", "--ctx", "41k")
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stderr.splitlines() if "YaRN" in line]
-    assert len(notes) == 1 and notes[0].startswith("note:") and "40960" in notes[0]
-    assert "factor 1.5 over 32768" in notes[0] and "warning" not in result.stderr
+    assert len(notes) == 1 and notes[0].startswith("note:") and "40,960" in notes[0]
+    assert "factor 1.5 over 32,768" in notes[0] and "warning" not in result.stderr
 
 
 @pytest.mark.parametrize("ctx", ["3000000", "99999999999k", "131073"])
 def test_ctx_beyond_the_checkpoint_is_bad_input_naming_the_largest(tiny_ckpt, ctx):
     result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", ctx)
-    assert_one_line_error(result, 2, "beyond the largest context", "131072")
+    assert_one_line_error(result, 2, "beyond the largest context", "131,072")
 
 
 def test_prompt_filling_the_context_leaves_no_room(tiny_ckpt, tok):

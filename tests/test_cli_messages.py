@@ -4,6 +4,8 @@ test runner on a tiny random checkpoint on the CPU."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from cli_helpers import assert_one_line_error, invoke
 
@@ -60,3 +62,38 @@ def test_bench_length_errors_group_their_token_counts(args, words, tiny_ckpt):
     line = result.stderr.strip().splitlines()[-1]  # after the note when --ctx turns YaRN on
     assert result.exit_code == 2 and result.stdout == "", result.output
     assert line.startswith("error: ") and words in line, line
+
+
+@pytest.mark.parametrize("case,words", [
+    ("ctx", "--ctx 1,022,976 is beyond the largest context this checkpoint supports, 131,072 "
+            "tokens (40,960 native positions, 131,072 with YaRN factor 4 over 32,768): lower "
+            "--ctx to at most 131,072 (128k)"),
+    ("part-tokens", "longer than the context of 2,048 tokens, and cannot be summarized in "
+                    "parts: --ctx 2,048 is too small to summarize a text in parts with part "
+                    "summaries of 1,500 tokens (--part-tokens): raise --ctx to at least "),
+    ("final", "the final summary's budget (1,900 tokens, --max-new-tokens) does not fit in the "
+              "context of 2,048 tokens next to its combining prompt and the part summaries (up "
+              "to 64 tokens each, --part-tokens): lower --max-new-tokens to at most 1,"),
+    ("host", "--ctx 131,072 with --kv-cache bf16 (float32 on the CPU) does not fit in host "
+             "memory"),
+])
+def test_context_and_capacity_errors_group_their_token_counts(case, words, tiny_ckpt, texts_dir,
+                                                               monkeypatch):
+    """--ctx past the checkpoint (models/context.py), a summary in parts that cannot fit
+    (infer/summary_prompts.py, infer/ui/summary_view.py) and the host-memory check
+    (infer/capacity.py) read their counts grouped, as check_fits' messages do."""
+    import infer.capacity
+
+    text = texts_dir / "pep-0498-literal-string-interpolation.txt"  # ~6,500 tokens
+    summarize = ["summarize", text, "--model", tiny_ckpt, "--device", "cpu", "--ctx", "2k"]
+    args = {"ctx": ["generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", "1022976"],
+            "part-tokens": [*summarize, "--part-tokens", "1500"],
+            "final": [*summarize, "--part-tokens", "64", "--max-new-tokens", "1900"],
+            "host": ["generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", "128k"]}[case]
+    monkeypatch.setattr(infer.capacity, "available_host_bytes", lambda: 64 << 20)
+    result = invoke(*args)
+    line = result.stderr.strip().splitlines()[-1]  # after the note when --ctx turns YaRN on
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert line.startswith("error: ") and words in line, line
+    if case == "host":  # the largest contexts that fit: grouped too
+        assert re.search(r"largest context that fits is \d{1,3}(,\d{3})* tokens", line), line

@@ -52,8 +52,8 @@ def test_past_native_length_adds_yarn_with_the_factor_rounded_up(ctx, factor):
 
 @pytest.mark.parametrize("ctx", [131073, 3_000_000])
 def test_beyond_yarn_limit_is_an_error_naming_the_largest(ctx):
-    with pytest.raises(ValueError, match=r"largest context .* 131072 tokens .*40960 native.*"
-                                         r"lower --ctx to at most 131072 \(128k\)"):
+    with pytest.raises(ValueError, match=r"largest context .* 131,072 tokens .*40,960 native.*"
+                                         r"lower --ctx to at most 131,072 \(128k\)"):
         plan_context(_qwen3(), ctx)
 
 
@@ -70,7 +70,7 @@ def test_2507_runs_256k_natively():
         plan = plan_context(mc, ctx)
         assert plan.config is mc and not plan.added_yarn and plan.yarn_factor is None
         assert plan.max_ctx == 262144
-    with pytest.raises(ValueError, match=r"262144 tokens \(its native max_position_embeddings\)"):
+    with pytest.raises(ValueError, match=r"262,144 tokens \(its native max_position_embeddings\)"):
         plan_context(mc, 262145)
 
 
@@ -81,12 +81,12 @@ def test_prescaled_config_keeps_its_rope_scaling():
         plan = plan_context(mc, ctx)
         assert plan.config is mc and plan.yarn_factor == 4.0
         assert not plan.added_yarn and plan.note is None and plan.max_ctx == 131072
-    with pytest.raises(ValueError, match=r"131072 tokens \(its config.json's YaRN rope_scaling: "
-                                         r"factor 4 x 32768; raise the factor"):
+    with pytest.raises(ValueError, match=r"131,072 tokens \(its config.json's YaRN rope_scaling: "
+                                         r"factor 4 x 32,768; raise the factor"):
         plan_context(mc, 131073)
     small = _prescaled(2.0)  # its own factor sets the limit, even below what auto YaRN allows
     assert plan_context(small, 65536).yarn_factor == 2.0
-    with pytest.raises(ValueError, match="65536 tokens"):
+    with pytest.raises(ValueError, match="65,536 tokens"):
         plan_context(small, 65537)
     assert _prescaled(1.0).max_context == 40960  # never below the native length
 

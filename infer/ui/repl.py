@@ -66,7 +66,7 @@ def check_turn(conv: Conversation, ids: list[int], ctx: int, max_new: int, *,
     fixed = conv.fixed_tokens()
     reply = max(max_new, 1)
     need, left = len(ids) - fixed + reply, max(ctx - fixed, 0)
-    budget = f"up to {max_new} (--max-new-tokens)" if max_new > 0 else "at least 1"
+    budget = f"up to {max_new:,} (--max-new-tokens)" if max_new > 0 else "at least 1"
     held = ("the conversation so far" if conv.has_history else
             "the system prompt and the chat template" if conv.system else "the chat template")
     fixes = ["send a shorter message"] if fits(fixed + 1, ctx, max_new) else []
@@ -172,8 +172,8 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True)
                          + capture_note(engine.take_capture_s()), style="dim")
         if last.stats.stop_reason == "context":
-            ui.warn(f"the context is full ({engine.ctx} tokens): /reset, or restart with a "
-                    "larger --ctx")
+            ui.warn(f"the context is full ({counted(engine.ctx, 'token')}): /reset, or restart "
+                    "with a larger --ctx")
 
 
 def _turn_error(ui: UI, msg: str, turn: int) -> None:

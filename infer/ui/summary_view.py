@@ -53,8 +53,9 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     try:
         limit = check_plan(tok, cfg.ctx, part_tokens, max_new or None, ui.opts.think)
     except ValueError as e:
-        raise ValueError(f"the prompt is {len(ids)} tokens, longer than the context of {cfg.ctx} "
-                         f"tokens, and cannot be summarized in parts: {e}") from None
+        raise ValueError(f"the prompt is {counted(len(ids), 'token')}, longer than the context "
+                         f"of {counted(cfg.ctx, 'token')}, and cannot be summarized in parts: "
+                         f"{e}") from None
     # Ctrl-C from here on: the interrupted result (_interrupted), whatever stage it cuts
     pieces = engine = load_s = sm = width = None
     try:
@@ -145,7 +146,7 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
     if fits == 0:
         return 1  # the engine's capacity check names the largest context that fits
     if batch is not None and batch > fits:
-        raise ValueError(f"--batch {batch} does not fit: {fits} sequences of --ctx {cfg.ctx} "
+        raise ValueError(f"--batch {batch} does not fit: {fits} sequences of --ctx {cfg.ctx:,} "
                          f"fit in memory with {kv_cache_words(cfg)}")
     chosen = min(batch or want, want, fits)
     cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
@@ -173,5 +174,5 @@ def _show_part(ui: UI, part) -> None:
         return
     what = "part" if part.level == 0 else f"level {part.level} group"  # the JSON's level
     ui.err.print(f"[bold]{what} {part.index + 1} of {part.count}[/] [dim](tokens "
-                 f"{part.tokens[0]:,}-{part.tokens[1]:,}, {part.new_tokens} new)[/]")
+                 f"{part.tokens[0]:,}-{part.tokens[1]:,}, {part.new_tokens:,} new)[/]")
     ui.err.print(escape(part.summary), style="dim")
