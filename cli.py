@@ -110,8 +110,8 @@ def generate(
     *, opts: Options,
 ):
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
-    ui = UI(opts)
-    with errors(opts.debug, opts.json):
+    ui = UI(opts, "generate")
+    with errors(opts.debug, opts.json, ui):
         from infer.ui.oneshot import chat_messages, one_shot  # the reply's view: not for --help
 
         if prompt == "-":
@@ -154,8 +154,8 @@ def summarize(
 ):
     """Summarize a text FILE; one longer than the context is summarized in parts, then the part
     summaries are combined (thinking off unless --think)."""
-    ui = UI(opts)
-    with errors(opts.debug, opts.json):
+    ui = UI(opts, "summarize")
+    with errors(opts.debug, opts.json, ui):
         # summarize's own modules: not for --help or the other commands
         from infer.summary_prompts import SUMMARY_PROMPT
         from infer.ui.oneshot import chat_messages
@@ -166,13 +166,14 @@ def summarize(
         if batch is not None and not 1 <= batch <= 16:
             raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
         text, n_bad = setup.read_input(ui, file)
+        extra = dict(input_chars=len(text), replaced_bytes=n_bad)
+        ui.startup.extra = {**extra, "split": None}  # decided once the prompt is read
         cfg, tok, plan = setup.prepare(ui, model)
         with ui.status(f"reading the text ({len(text):,} characters) ..."):  # a book: seconds
             ids = tok.chat_ids(chat_messages(None, SUMMARY_PROMPT.format(text=text)),
                                enable_thinking=opts.think)
         summarize_text(ui, cfg, tok, plan, ids, text, no_split=no_split,
-                       part_tokens=part_tokens, batch=batch,
-                       extra=dict(input_chars=len(text), replaced_bytes=n_bad))
+                       part_tokens=part_tokens, batch=batch, extra=extra)
 
 
 @app.command(cls=Command, short_help="Talk with MODEL (/reset, /stats, /exit).")
@@ -185,8 +186,8 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
 
     With piped input the exit code is 2 if a turn failed on bad input (1 on a runtime failure).
     """
-    ui = UI(opts)
-    with errors(opts.debug, opts.json):
+    ui = UI(opts, "chat")
+    with errors(opts.debug, opts.json, ui):
         # the chat loop: not for --help or the other commands
         from infer.ui.repl import check_reply_budget, run_repl
 
@@ -225,8 +226,8 @@ def bench(
 ):
     """Measure prefill and decode speed of MODEL at long context against the decode ceiling
     (the GPU's read bandwidth over the bytes each token must read)."""
-    ui = UI(opts)
-    with errors(opts.debug, opts.json):
+    ui = UI(opts, "bench")
+    with errors(opts.debug, opts.json, ui):
         from infer.bench import parse_lengths  # torch: under `errors`, as a Ctrl-C in it exits 130
         from infer.ui import bench_view
 

@@ -122,19 +122,29 @@ sys.exit(main())
 @pytest.mark.parametrize("module", ["typer", "torch", "tokenizers", "triton"])
 def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module, tiny_ckpt):
     """Ctrl-C in the imports: typer's before `main` runs, torch, tokenizers and triton's (~2 s)
-    in the command, which imports them as it needs them: exit 130, one line. Triton's import
-    is part of the engine's load: that line is the reply's that never began."""
+    in the command, which imports them as it needs them: exit 130, one line. From torch's on
+    it is the reply's that never began (``infer.ui.startup``): before the load, or in it
+    (triton's import is part of the engine's load). With --json, the reply's object, whose
+    header is null before the config was made (nothing imports torch again to make it)."""
     import subprocess
     import sys
     from pathlib import Path
 
-    proc = subprocess.run([sys.executable, "-c", CTRL_C_AT_IMPORT, module, "generate",
-                           str(tiny_ckpt), "P", *FAST], capture_output=True, text=True,
-                          timeout=60, cwd=Path(__file__).parents[1])
-    line = (r"prompt \d+ tokens · interrupted while loading the model\n" if module == "triton"
-            else "interrupted\n")
+    def run(*flags):
+        return subprocess.run([sys.executable, "-c", CTRL_C_AT_IMPORT, module, "generate",
+                               str(tiny_ckpt), "P", *FAST, *flags], capture_output=True,
+                              text=True, timeout=60, cwd=Path(__file__).parents[1])
+
+    proc = run()
+    line = {"typer": "interrupted\n",
+            "triton": r"prompt \d+ tokens · interrupted while loading the model\n"}.get(
+        module, "interrupted before loading the model\n")
     assert (proc.returncode, proc.stdout) == (130, ""), proc.stderr
     assert re.fullmatch(line, proc.stderr), proc.stderr
+    if module == "torch":
+        proc = run("--json")
+        obj = json.loads(proc.stdout)
+        assert proc.returncode == 130 and (obj["interrupted"], obj["model"]) == (True, None)
 
 
 def test_ctrl_c_in_an_extension_module_import_exits_130(monkeypatch, capsys):

@@ -1,7 +1,8 @@
 """The `infer` command line at its input and output edges: a closed or full stdout, stderr that
-cannot be written, stdin from a terminal, Ctrl-C before the reply and during prefill, the prefill
-bar; through typer's test runner (and real processes where a pipe must be real) on a tiny random
-checkpoint. Help, version and the start-up imports are in ``test_cli_startup.py``."""
+cannot be written, stdin from a terminal, Ctrl-C during prefill, the prefill bar; through typer's
+test runner (and real processes where a pipe must be real) on a tiny random checkpoint. Help,
+version and the start-up imports are in ``test_cli_startup.py``, Ctrl-C before the reply in
+``test_cli_interrupt.py``."""
 
 from __future__ import annotations
 
@@ -139,40 +140,6 @@ def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):
     assert result.exit_code == 130
     stats = result.stderr.strip().splitlines()[-1]
     assert "interrupted during prefill" in stats and "first token" not in stats
-
-
-@pytest.mark.parametrize("json_flag", [False, True])
-@pytest.mark.parametrize("stage", ["load", "warm"])
-@pytest.mark.parametrize("command", ["generate", "summarize"])
-def test_ctrl_c_before_the_reply_is_a_reply_cut_before_it_began(command, stage, json_flag,
-                                                                tiny_ckpt, tmp_path, monkeypatch):
-    """Ctrl-C while the engine loads or warms up printed the error object ({"error":
-    "interrupted"}) with --json; now one line on stderr, or the reply's object (interrupted, no
-    token; load_s null before the load finished) as a reply cut by Ctrl-C gives, exit 130."""
-    (tmp_path / "t.txt").write_text(TEXT)
-    args = ([command, tiny_ckpt, "hi"] if command == "generate"
-            else [command, tmp_path / "t.txt", "--model", tiny_ckpt])
-    flags = [*FAST, *(["--json"] if json_flag else [])]
-    keys = json.loads(invoke(*args, *flags, "--json").stdout).keys()  # an uncut reply's
-
-    def ctrl_c(*a, **kw):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(*{"load": ("infer.engine.Engine.__init__", ctrl_c),
-                          "warm": ("infer.ui.oneshot.warm_engine", ctrl_c)}[stage])
-    result = invoke(*args, *flags)
-    assert result.exit_code == 130, result.output
-    assert "error" not in result.output and "Traceback" not in result.output
-    if not json_flag:
-        what = "loading the model" if stage == "load" else "warming up"
-        assert result.stdout == "" and re.fullmatch(
-            rf"prompt \d+ tokens · interrupted while {what}\n", result.stderr), result.stderr
-        return
-    obj = json.loads(result.stdout)
-    assert obj.keys() == keys and obj["command"] == command
-    assert obj["interrupted"] is True and obj["stop_reason"] == "interrupted"
-    assert obj["text"] == "" and obj["new_tokens"] == 0 and obj["prompt_tokens"] > 0
-    assert (obj["load_s"] is None) is (stage == "load")
 
 
 def interrupt_third_chunk(monkeypatch) -> list[int]:

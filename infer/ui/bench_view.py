@@ -62,6 +62,7 @@ def measure(ui: UI, engine, lengths: list[int], tokens: int, speculate: bool = F
     """Benchmark each length in turn (``speculate``: also with speculation, ``run_bench``).
     Returns ``(results, interrupted)``: a Ctrl-C stops the run, says so on stderr and keeps the
     lengths already measured."""
+    ui.startup.began()
     results, runs = [], run_bench(engine, lengths, tokens, speculate=speculate)
     again = ", then again speculating" if speculate else ""
     try:

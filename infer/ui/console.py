@@ -3,7 +3,8 @@
 Owns where output goes and how failures end a command. ``UI`` holds the two rich consoles (the
 reply on stdout, or on stderr under ``--json``; everything else on stderr). ``errors`` turns an
 exception into one line on stderr (plus ``{"error", "exit_code"}`` on stdout with ``--json``) and
-an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C, 0 for a closed stdout. Writes to stdout go
+an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C (before the command's work began, its
+result cut before it began: ``infer.ui.startup``), 0 for a closed stdout. Writes to stdout go
 through ``CheckedOutput``, so that a stdout that cannot be written (a full disk, ``> /dev/full``) is
 told apart from other OSErrors: ``error: cannot write output: <reason>``, exit 1; so is a stdout
 closed from the start (``>&-``): ``cannot write output: standard output is closed``.
@@ -27,6 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from infer.errors import NonFiniteLogits
+from infer.ui.startup import Startup, not_begun
 from models.hub import HubUnreachableError
 
 if TYPE_CHECKING:
@@ -131,10 +133,12 @@ class StderrConsole(Console):
 
 
 class UI:
-    """The two consoles: ``text`` gets the reply, ``err`` everything else (stderr)."""
+    """The two consoles: ``text`` gets the reply, ``err`` everything else (stderr); ``startup``:
+    how far ``command`` got before its work began (``infer.ui.startup``)."""
 
-    def __init__(self, opts: Options):
+    def __init__(self, opts: Options, command: str = ""):
         self.opts = opts
+        self.startup = Startup(command)
         self.out = StdoutConsole(file=checked_stdout(), highlight=False, soft_wrap=True)
         self.err = StderrConsole(file=SideStream(), highlight=False, soft_wrap=True)
         self.text = self.err if opts.json else self.out
@@ -211,11 +215,13 @@ def quiet_stream(stream) -> None:
 
 
 @contextmanager
-def errors(debug: bool, as_json: bool = False):
+def errors(debug: bool, as_json: bool = False, ui: UI | None = None):
     """Turn exceptions into one line on stderr and an exit code (2 bad input, 1 runtime, 130
-    Ctrl-C); with ``as_json`` also one ``{"error", "exit_code"}`` object on stdout. A closed
-    stdout (BrokenPipeError) exits 0 quietly; one that cannot be written (OutputError) exits 1
-    with ``error: cannot write output: <reason>`` and no JSON."""
+    Ctrl-C); with ``as_json`` also one ``{"error", "exit_code"}`` object on stdout. A Ctrl-C
+    before the work of ``ui``'s command began is its result cut before it began instead
+    (``infer.ui.startup.not_begun``). A closed stdout (BrokenPipeError) exits 0 quietly; one that
+    cannot be written (OutputError) exits 1 with ``error: cannot write output: <reason>`` and no
+    JSON."""
     try:
         yield
     except (typer.Exit, typer.Abort):
@@ -230,10 +236,10 @@ def errors(debug: bool, as_json: bool = False):
         quiet_stdout()
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        _interrupted(as_json)
+        _interrupted(as_json, ui)
     except Exception as e:  # noqa: BLE001 - the CLI boundary: every error becomes one line
         if is_ctrl_c(e):
-            _interrupted(as_json)
+            _interrupted(as_json, ui)
         if debug:
             traceback.print_exc(file=sys.stderr)
         msg, bad_input = error_message(e, debug)
@@ -249,8 +255,11 @@ def is_ctrl_c(e: BaseException) -> bool:
                                                 and isinstance(e.__cause__, KeyboardInterrupt))
 
 
-def _interrupted(as_json: bool):
-    """Ctrl-C: ``interrupted`` on stderr (and the JSON error object), exit code 130."""
+def _interrupted(as_json: bool, ui: UI | None = None):
+    """Ctrl-C: before the work of ``ui``'s command began, ``not_begun``'s report; else
+    ``interrupted`` on stderr (and the JSON error object). Exit code 130."""
+    if ui is not None and ui.startup.stage is not None:
+        not_begun(ui)
     Console(stderr=True, highlight=False).print("[yellow]interrupted[/]")
     if as_json:
         print_error_json({"error": "interrupted", "exit_code": 130})

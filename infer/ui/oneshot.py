@@ -4,23 +4,20 @@
 (``infer.ui.render.ReplyView``), then prints the stats line on stderr or, with ``--json``, the
 reply's object on stdout; a reply cut by Ctrl-C ends the command with exit code 130 after that.
 A Ctrl-C before the reply began (loading the engine, warming it up) ends it the same way, with
-the reply that never began (``not_begun``): one line on stderr, or its object with ``--json``
-(``load_s`` null before the load finished), not the ``{"error": ...}`` object of a failure.
+the reply that never began, as in every command (``infer.ui.startup.not_begun``, from what
+``ui.startup`` holds): one line on stderr, or its object with ``--json`` (``load_s`` null before
+the load finished), not the ``{"error": ...}`` object of a failure.
 """
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 import typer
 
 from infer.fits import check_fits
-from infer.stats import GenerationStats
-from infer.ui.console import UI, is_ctrl_c
+from infer.ui.console import UI
 from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
-from infer.ui.render import Reply, ReplyView, capture_note, format_stats
-from infer.wording import counted
+from infer.ui.render import ReplyView, capture_note, format_stats
 
 
 def chat_messages(system: str | None, user: str) -> list[dict]:
@@ -36,41 +33,15 @@ def one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], *, max_ctx: i
     Raises:
         ValueError: the prompt and ``--max-new-tokens`` do not fit in the context (or beyond
             ``max_ctx``, the largest the checkpoint supports).
-        typer.Exit(130): Ctrl-C cut the reply (its stats are printed first), or came before
-            it began (``not_begun``).
+        typer.Exit(130): Ctrl-C cut the reply (its stats are printed first). One before it
+            began (the load, the warm-up) is ``infer.ui.console.errors``' (``ui.startup``).
     """
+    ui.startup.prompt_tokens, ui.startup.extra = len(ids), extra
     check_fits(len(ids), cfg.ctx, ui.opts.max_new_tokens, max_ctx=max_ctx)
-    engine = load_s = None
-    try:
-        engine, load_s = load_engine(ui, cfg, tokenizer)
-        sampling = engine.default_sampling(**ui.opts.sampling_overrides())
-        warm_engine(ui, engine, sampling, prompt_tokens=len(ids))
-    except (KeyboardInterrupt, ImportError) as e:  # an import: triton's, as the engine loads
-        if not is_ctrl_c(e):
-            raise
-        not_begun(command, ui, cfg, engine, load_s, len(ids), extra)
+    engine, load_s = load_engine(ui, cfg, tokenizer)
+    sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+    warm_engine(ui, engine, sampling, prompt_tokens=len(ids))
     reply_once(command, ui, engine, load_s, ids, sampling, extra)
-
-
-def empty_reply(prompt_tokens: int) -> Reply:
-    """A reply that Ctrl-C cut before it began: no text, no token, ``interrupted``."""
-    stats = GenerationStats(prompt_tokens=prompt_tokens, stop_reason="interrupted")
-    return Reply(raw="", answer="", thinking="", stats=stats, interrupted=True, ceiling=None)
-
-
-def not_begun(command: str, ui: UI, cfg, engine, load_s: float | None, prompt_tokens: int,
-              extra: dict) -> NoReturn:
-    """Ctrl-C while the engine loaded (``engine`` None) or warmed up: ``prompt N tokens ·
-    interrupted while ...`` on stderr, or with ``--json`` the ``empty_reply``'s object (its
-    header from ``cfg`` while there is no engine), then exit code 130."""
-    if ui.opts.json:
-        ui.emit_json(reply_record(command, engine, empty_reply(prompt_tokens), load_s, cfg=cfg,
-                                  **extra))
-    else:
-        what = "loading the model" if engine is None else "warming up"
-        ui.err.print(f"prompt {counted(prompt_tokens, 'token')} · interrupted while {what}",
-                     style="dim")
-    raise typer.Exit(130)
 
 
 def reply_once(command: str, ui: UI, engine, load_s: float, ids: list[int], sampling,
@@ -81,6 +52,7 @@ def reply_once(command: str, ui: UI, engine, load_s: float, ids: list[int], samp
     Raises:
         typer.Exit(130): Ctrl-C cut the reply (its stats are printed first).
     """
+    ui.startup.began()
     session = engine.new_session()
     reply = ReplyView(ui.text, ui.err, engine, session, hide_thinking=ui.opts.hide_thinking,
                       speculate=ui.opts.speculation(command)).run(ids, sampling)

@@ -5,9 +5,10 @@ and the context plan, not the weights; the note when ``--ctx`` turns YaRN on), r
 input (``read_input``; ``user_text`` for an argument or a chat line, ``system_text`` for
 ``--system``) and loading the engine (``load_engine``, under a status spinner). The context check
 of a prompt and its reply is ``infer.fits.check_fits``. ``warm_engine`` pays the first reply's
-start-up costs before it (``infer/warm_up.py``). Every user mistake raises ValueError with a
-message that says how to fix it, naming the flag (``flag_message``: the library names the
-parameter); ``infer.ui.console.errors`` turns it into one line and exit code 2.
+start-up costs before it (``infer/warm_up.py``). Each records how far the command got in
+``ui.startup`` (``infer.ui.startup``: what a Ctrl-C there reports). Every user mistake raises
+ValueError with a message that says how to fix it, naming the flag (``flag_message``: the library
+names the parameter); ``infer.ui.console.errors`` turns it into one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import replace
 
 from infer.errors import OptionError
 from infer.ui.console import UI
+from infer.ui.startup import LOADING, WARMING_UP
 
 
 def prepare(ui: UI, model: str):
@@ -59,6 +61,7 @@ def prepare(ui: UI, model: str):
     if o.device is None and not torch.cuda.is_available():
         ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
     folder = resolve_model(model)
+    cfg = ui.startup.cfg = replace(cfg, model=str(folder))  # a Ctrl-C from here: its header
     config = Qwen3Config.from_json(folder)
     plan = plan_context(config, cfg.ctx)
     tokenizer = Qwen3Tokenizer.from_folder(folder)
@@ -68,7 +71,7 @@ def prepare(ui: UI, model: str):
                          f"weights do not belong together")
     if plan.note:
         ui.note(plan.note)
-    return replace(cfg, model=str(folder)), tokenizer, plan
+    return cfg, tokenizer, plan
 
 
 def flag_message(e: OptionError) -> str:
@@ -100,13 +103,16 @@ def import_torch():
 
 
 def load_engine(ui: UI, cfg, tokenizer):
-    """Load the weights and allocate the KV pool. Returns ``(engine, seconds)``."""
+    """Load the weights and allocate the KV pool (a Ctrl-C in it: ``ui.startup``'s stage
+    ``LOADING``). Returns ``(engine, seconds)``."""
+    ui.startup.stage, ui.startup.cfg = LOADING, cfg
     from infer.engine import Engine
 
     t0 = time.perf_counter()
     with ui.status(f"loading {cfg.model} ..."):
         engine = Engine(cfg, tokenizer=tokenizer)
-    return engine, time.perf_counter() - t0
+    ui.startup.engine, ui.startup.load_s = engine, time.perf_counter() - t0
+    return engine, ui.startup.load_s
 
 
 def warm_engine(ui: UI, engine, sampling, *, batch: int = 1, prompt_tokens: int = 0) -> None:
@@ -116,6 +122,7 @@ def warm_engine(ui: UI, engine, sampling, *, batch: int = 1, prompt_tokens: int 
     and no kernel binaries to load."""
     if engine.device.type != "cuda":
         return
+    ui.startup.stage = WARMING_UP
     from infer.warm_up import warm_up
 
     with ui.status("warming up (kernels, CUDA graph) ..."):

@@ -5,8 +5,9 @@ cache_dtype, attention, cuda_graphs, page_size, load_s, warm_up_s: the start-up'
 (``infer/warm_up.py``; 0 on the CPU), graph_capture_s: the host seconds spent capturing CUDA
 graphs so far, the warm-up's included); ``reply_record`` adds one reply's text and
 stats (generate, summarize, one line per reply in chat), ``bench_record`` the measured lengths.
-A ``summarize`` in parts cut by Ctrl-C before its engine was built has the header of the config
-that would have built it (``load_s`` null, nothing warmed up or captured).
+A command cut by Ctrl-C before its engine was built (``infer.ui.startup``) has the header of the
+config that would have built it (``load_s`` null, nothing warmed up or captured), or before the
+config was made (its flags checked, its model found) the header's fields null but ``command``.
 
 Numbers are rounded for people who read them: seconds (``*_s``) to the millisecond, rates
 (``*_per_s``) to 0.1, fractions, ``speedup`` and ``mean_accepted`` to 0.001 (``rounded``); the
@@ -36,14 +37,15 @@ def engine_header(command: str, engine, load_s: float | None, *, cfg=None) -> di
     """The fields every ``--json`` object shares. ``engine``: ``infer.engine.Engine``; None when
     a Ctrl-C came before it was built: then the fields its ``EngineConfig`` ``cfg`` gives (the
     attention backend and the stored dtype as the engine would resolve them), ``load_s`` None
-    (the load did not finish) and no warm-up or capture seconds."""
-    from infer.bench import cache_dtype  # torch, through infer.config: not for --help
-
+    (the load did not finish) and no warm-up or capture seconds; with no ``cfg`` either (a
+    Ctrl-C before it was made, maybe in torch's import) all but ``command`` None."""
     if engine is not None:
+        from infer.bench import cache_dtype  # torch, through infer.config: not for --help
+
         cfg, device, attention, graphs = (engine.config, engine.device, engine.attention_kind,
                                           engine.cuda_graphs)
         stored, warm_s, capture_s = cache_dtype(engine), engine.warm_up_s, engine.graph_capture_s
-    else:
+    elif cfg is not None:
         from infer.attention import resolve_attention
 
         device = cfg.torch_device
@@ -51,9 +53,14 @@ def engine_header(command: str, engine, load_s: float | None, *, cfg=None) -> di
         # (as cache_dtype: int8, else the activation dtype the pool would be allocated in)
         stored = "int8" if cfg.kv_cache == "int8" else str(cfg.torch_dtype).removeprefix("torch.")
         warm_s = capture_s = 0.0
-    return {"command": command, "model": str(cfg.model), "device": str(device),
-            "ctx": cfg.ctx, "kv_cache": cfg.kv_cache, "cache_dtype": stored,
-            "attention": attention, "cuda_graphs": graphs, "page_size": cfg.page_size,
+    else:  # nothing is known but the command (and that nothing was loaded)
+        device = attention = graphs = stored = None
+        warm_s = capture_s = 0.0
+    return {"command": command, "model": None if cfg is None else str(cfg.model),
+            "device": None if device is None else str(device), "ctx": getattr(cfg, "ctx", None),
+            "kv_cache": getattr(cfg, "kv_cache", None), "cache_dtype": stored,
+            "attention": attention, "cuda_graphs": graphs,
+            "page_size": getattr(cfg, "page_size", None),
             "load_s": None if load_s is None else round(load_s, 3),
             "warm_up_s": round(warm_s, 3), "graph_capture_s": round(capture_s, 3)}
 
@@ -67,8 +74,10 @@ def reply_record(command: str, engine, reply, load_s: float | None, *, cfg=None,
             **rounded(reply.to_dict())}
 
 
-def bench_record(engine, load_s: float, results: list, interrupted: bool) -> dict:
+def bench_record(engine, load_s: float | None, results: list, interrupted: bool, *,
+                 cfg=None) -> dict:
     """The object of ``infer bench``: ``results`` are ``infer.bench.BenchResult`` per length
-    (with ``--speculate`` each also has its speculative fields; without, they are absent)."""
-    return {**engine_header("bench", engine, load_s), "interrupted": interrupted,
+    (with ``--speculate`` each also has its speculative fields; without, they are absent).
+    ``engine`` None: see ``engine_header`` (a Ctrl-C before the load finished: no results)."""
+    return {**engine_header("bench", engine, load_s, cfg=cfg), "interrupted": interrupted,
             "results": [rounded(r.to_dict()) for r in results]}

@@ -89,6 +89,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
     2 bad input, 1 a runtime failure (which wins over 2). With ``--json`` each reply is one
     ``reply_record`` line, each failed turn one ``{"error", "turn"}`` line.
     """
+    ui.startup.began()  # a Ctrl-C from here: a reply's, the prompt's, or errors' plain one
     o = ui.opts
     sampling = engine.default_sampling(**o.sampling_overrides())
     session = engine.new_session()

@@ -25,10 +25,11 @@ from rich.markup import escape
 from infer.fits import check_fits
 from infer.summarize import StageTimes, Summarizer
 from infer.summary_prompts import check_plan
-from infer.ui.console import UI
-from infer.ui.oneshot import empty_reply, one_shot, reply_once
+from infer.ui.console import UI, is_ctrl_c
+from infer.ui.oneshot import one_shot, reply_once
 from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
+from infer.ui.startup import empty_reply
 from infer.wording import counted
 
 
@@ -82,7 +83,9 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
 
             final = sm.run(text, pieces=pieces, on_part=lambda p: _show_part(ui, p),
                            on_prefill=on_prefill)
-    except KeyboardInterrupt:  # shown as an interrupted reply, not as an error
+    except (KeyboardInterrupt, ImportError) as e:  # an interrupted reply, not an error
+        if not is_ctrl_c(e):  # (an ImportError: triton's, as the engine loads)
+            raise
         _interrupted(ui, cfg, engine, load_s, _result(extra, pieces, width, sm), pieces, sm)
     check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
     extra, suffix = _result(extra, pieces, width, sm)

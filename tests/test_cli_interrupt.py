@@ -1,0 +1,143 @@
+"""Ctrl-C before a command's work began (``infer.ui.startup``): the imports, the model's files and
+tokenizer, the engine's load and warm-up, in every command; through typer's test runner on a tiny
+random checkpoint. Ctrl-C during a reply is in ``test_cli_streams.py``, during the start-up's own
+imports (real processes) in ``test_cli_startup.py``, before a summary's parts in
+``test_summary_cli.py``, during bench's lengths in ``test_bench.py``."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+from cli_helpers import FAST, TEXT, invoke
+
+pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
+
+BENCH = ["--device", "cpu", "--ctx", "1k", "--lengths", "64", "--tokens", "2"]
+
+
+def ctrl_c(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def press_ctrl_c(stage: str, monkeypatch) -> None:
+    """Ctrl-C at ``stage``: ``torch`` (its import, before the flags are checked), ``tokenizer``
+    (reading it: the model folder is known), ``load`` (the engine's), ``warm`` (the warm-up, as
+    on a GPU: the CPU has none)."""
+    import infer.ui.prepare
+    from models.tokenizer import Qwen3Tokenizer
+
+    if stage == "torch":
+        monkeypatch.setattr(infer.ui.prepare, "import_torch", ctrl_c)
+    elif stage == "tokenizer":
+        monkeypatch.setattr(Qwen3Tokenizer, "from_folder", classmethod(ctrl_c))
+    elif stage == "load":
+        monkeypatch.setattr("infer.engine.Engine.__init__", ctrl_c)
+    else:
+        import torch
+
+        real = infer.ui.prepare.warm_engine
+
+        def warm_on_a_gpu(ui, engine, sampling, **kw):
+            real(ui, SimpleNamespace(device=torch.device("cuda")), sampling, **kw)
+
+        monkeypatch.setattr("infer.warm_up.warm_up", ctrl_c)
+        monkeypatch.setattr(infer.ui.prepare, "warm_engine", warm_on_a_gpu)
+        monkeypatch.setattr("infer.ui.oneshot.warm_engine", warm_on_a_gpu)
+
+
+@pytest.mark.parametrize("json_flag", [False, True])
+@pytest.mark.parametrize("stage", ["load", "warm"])
+@pytest.mark.parametrize("command", ["generate", "summarize"])
+def test_ctrl_c_before_the_reply_is_a_reply_cut_before_it_began(command, stage, json_flag,
+                                                                tiny_ckpt, tmp_path, monkeypatch):
+    """Ctrl-C while the engine loads or warms up printed the error object ({"error":
+    "interrupted"}) with --json; now one line on stderr, or the reply's object (interrupted, no
+    token; load_s null before the load finished) as a reply cut by Ctrl-C gives, exit 130."""
+    (tmp_path / "t.txt").write_text(TEXT)
+    args = ([command, tiny_ckpt, "hi"] if command == "generate"
+            else [command, tmp_path / "t.txt", "--model", tiny_ckpt])
+    flags = [*FAST, *(["--json"] if json_flag else [])]
+    keys = json.loads(invoke(*args, *flags, "--json").stdout).keys()  # an uncut reply's
+    press_ctrl_c(stage, monkeypatch)
+    result = invoke(*args, *flags)
+    assert result.exit_code == 130, result.output
+    assert "error" not in result.output and "Traceback" not in result.output
+    if not json_flag:
+        what = "loading the model" if stage == "load" else "warming up"
+        assert result.stdout == "" and re.fullmatch(
+            rf"prompt \d+ tokens · interrupted while {what}\n", result.stderr), result.stderr
+        return
+    obj = json.loads(result.stdout)
+    assert obj.keys() == keys and obj["command"] == command
+    assert obj["interrupted"] is True and obj["stop_reason"] == "interrupted"
+    assert obj["text"] == "" and obj["new_tokens"] == 0 and obj["prompt_tokens"] > 0
+    assert (obj["load_s"] is None) is (stage == "load")
+
+
+def uncut(command: str, tiny_ckpt, tmp_path) -> tuple[list, dict]:
+    """The arguments of ``command`` on the tiny checkpoint, and its uncut ``--json`` object."""
+    (tmp_path / "t.txt").write_text(TEXT)
+    args = {"generate": ["generate", tiny_ckpt, "hi", *FAST],
+            "summarize": ["summarize", tmp_path / "t.txt", "--model", tiny_ckpt, *FAST],
+            "chat": ["chat", tiny_ckpt, *FAST], "bench": ["bench", tiny_ckpt, *BENCH]}[command]
+    done = invoke(*args, "--json", input="hi\n")
+    assert done.exit_code == 0, done.output
+    return args, json.loads(done.stdout.splitlines()[0])
+
+
+@pytest.mark.parametrize("json_flag", [False, True])
+@pytest.mark.parametrize("command,stage", [
+    ("generate", "torch"), ("generate", "tokenizer"), ("summarize", "torch"),
+    ("summarize", "tokenizer"), ("chat", "torch"), ("chat", "tokenizer"), ("chat", "load"),
+    ("chat", "warm"), ("bench", "torch"), ("bench", "tokenizer"), ("bench", "load"),
+])
+def test_ctrl_c_before_the_work_is_the_commands_result_cut_before_it_began(
+        command, stage, json_flag, tiny_ckpt, tmp_path, monkeypatch):
+    """Ctrl-C before the load (torch's import, the tokenizer), and in chat and bench during the
+    load, printed `interrupted` and with --json the error object ({"error": "interrupted"});
+    now as generate and summarize during their load: one line saying where it came, or with
+    --json the command's own object (a reply's; bench's, with no lengths), interrupted, with
+    what is not known yet null; exit 130."""
+    args, done = uncut(command, tiny_ckpt, tmp_path)
+    press_ctrl_c(stage, monkeypatch)
+    result = invoke(*args, *(["--json"] if json_flag else []))
+    assert result.exit_code == 130, result.output
+    assert "error" not in result.output and "Traceback" not in result.output
+    where = {"torch": "before loading the model", "tokenizer": "before loading the model",
+             "load": "while loading the model", "warm": "while warming up"}[stage]
+    if not json_flag:
+        assert (result.stdout, result.stderr) == ("", f"interrupted {where}\n")
+        return
+    obj = json.loads(result.stdout)
+    assert obj.keys() == done.keys() and obj["command"] == command
+    assert obj["interrupted"] is True and (obj["load_s"] is None) is (stage != "warm")
+    assert (obj["model"], obj["ctx"]) == ((None, None) if stage == "torch" else
+                                          (done["model"], done["ctx"]))
+    if command == "bench":
+        assert obj["results"] == []
+    else:
+        assert obj["stop_reason"] == "interrupted" and obj["text"] == ""
+        assert obj["new_tokens"] == 0 and obj["prompt_tokens"] is None  # not read yet
+
+
+def test_ctrl_c_in_triton_import_before_the_parts_is_the_parts_result(tiny_ckpt, texts_dir,
+                                                                      monkeypatch):
+    """A Ctrl-C in triton's import, as a summary in parts loads its engine, reaches us as an
+    ImportError caused by the KeyboardInterrupt (``is_ctrl_c``): the parts' interrupted result
+    (as for a plain KeyboardInterrupt there), not the one-reply line without the parts."""
+    def ctrl_c_in_an_import(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            raise ImportError("initialization failed") from e
+
+    monkeypatch.setattr("infer.ui.summary_view.load_engine", ctrl_c_in_an_import)
+    result = invoke("summarize", texts_dir / "pep-0498-literal-string-interpolation.txt",
+                    "--model", tiny_ckpt, "--device", "cpu", "--ctx", "2k", "--part-tokens", "16",
+                    "--max-new-tokens", "16")
+    assert result.exit_code == 130 and result.stdout == "", result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("interrupted summarizing the parts: 0 of "), result.stderr
