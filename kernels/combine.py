@@ -1,6 +1,6 @@
 """Split-KV combine: merge the per-split partial outputs of decode stage 1 into the final output.
 
-Contract with ``kernels/decode_attention.py`` (stage 1), per (sequence b, KV head h, split s,
+Contract with ``kernels/decode_split.py`` (stage 1), per (sequence b, KV head h, split s,
 tile row r) where row ``r = t * group + g`` is query token ``t`` of the step and query head
 ``h * group + g``:
 

@@ -1,6 +1,7 @@
 """One key block of split-KV decode: the online-softmax step of stage 1 and the INT8 code
-conversions it uses (``kernels/decode_attention.py`` holds the kernel, its launcher and the design
-notes: GQA packing, INT8 layout and conversions, conditional rescaling, masking).
+conversions it uses (``kernels/decode_split.py`` holds the kernel and the design notes: GQA
+packing, INT8 layout and conversions, conditional rescaling, masking;
+``kernels/decode_attention.py`` its launcher).
 
 The block step, per ``BLOCK_N`` keys of one (sequence, KV head): look the page up in the page
 table, load K (and, for INT8 pools, the key scales), score ``q . K^T`` in float32 on tensor cores,

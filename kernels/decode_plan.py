@@ -1,6 +1,6 @@
 """Planning for split-KV decode: the float32 workspace and the split count.
 
-Kept apart from the kernel (``kernels/decode_attention.py``) because the engine sizes and owns the
+Kept apart from the kernel (``kernels/decode_split.py``) because the engine sizes and owns the
 workspace once at start-up (CUDA graphs need it preallocated) and picks the split count before
 any step runs: neither may depend on the context length.
 """

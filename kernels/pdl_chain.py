@@ -14,7 +14,7 @@ this way on their own since ``kernels.tiles.DecodeTiles.pdl``)::
         -> add + rmsnorm -> gate/up GEMV -> down GEMV -> (next layer's add + rmsnorm)
 
 ``|``: the KV store is launched without PDL, so it starts when the q/k-norm + RoPE kernel has
-completed (stage 1 reads earlier keys before its wait: ``kernels/decode_attention.py``).
+completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``).
 
 The contract every kernel of the chain keeps (``NOTE``: a new kernel on the chain must too):
 
