@@ -141,3 +141,27 @@ def test_ctrl_c_in_triton_import_before_the_parts_is_the_parts_result(tiny_ckpt,
     assert result.exit_code == 130 and result.stdout == "", result.output
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("interrupted summarizing the parts: 0 of "), result.stderr
+
+
+def test_sigint_deferred_holds_a_ctrl_c_until_the_block_is_done():
+    """``import_torch`` runs torch's import under ``sigint_deferred``: a Ctrl-C that came in the
+    middle of it (swallowed there before: the command ran on and exited 0) is a KeyboardInterrupt
+    once the block is done, and the default handler is back."""
+    import os
+    import signal
+    import time
+
+    from infer.ui.startup import sigint_deferred
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # Python runs its signal handlers between bytecodes: long enough
+            done.append("the block ran to its end")
+    assert done == ["the block ran to its end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with sigint_deferred():  # no Ctrl-C: nothing raised
+        done.append("again")
+    assert done[-1] == "again"

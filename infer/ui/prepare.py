@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from infer.errors import OptionError
 from infer.ui.console import UI
-from infer.ui.startup import LOADING, WARMING_UP
+from infer.ui.startup import LOADING, WARMING_UP, sigint_deferred
 
 
 def prepare(ui: UI, model: str):
@@ -88,14 +88,16 @@ def import_torch():
     of every start-up on a 2-core CPU (three full collections during the import) and ~0.5 s of
     its exit (the interpreter's last collections, which skip frozen objects). Nothing else
     changes but that the few garbage cycles the import leaves (~7k small objects, ~0.7 MB) are
-    kept instead of freed. A process that already imported torch (a test run) is left alone."""
+    kept instead of freed. A process that already imported torch (a test run) is left alone.
+    A Ctrl-C during the import is raised as KeyboardInterrupt after it (``sigint_deferred``)."""
     if "torch" in sys.modules or not gc.isenabled():
         import torch
 
         return torch
     gc.disable()
     try:
-        import torch
+        with sigint_deferred():  # a Ctrl-C in the import: KeyboardInterrupt once it is done
+            import torch
     finally:
         gc.freeze()
         gc.enable()

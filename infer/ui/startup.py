@@ -17,6 +17,10 @@ Nothing here imports torch: a Ctrl-C may come in torch's import.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
@@ -86,3 +90,28 @@ def not_begun(ui: UI) -> NoReturn:
             f"prompt {counted(s.prompt_tokens, 'token')} · "
         ui.err.print(f"{prompt}interrupted {s.stage}", style="dim")
     raise typer.Exit(130)
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the block ends, then raise KeyboardInterrupt.
+
+    For the import of torch (and numpy inside it): a KeyboardInterrupt raised inside an extension
+    module's import may be swallowed there (the command then runs on to the end, exit 0), abort
+    the process from C++ (pybind11's ``error_already_set``: exit 134), or come out as an
+    ImportError ("cannot load module more than once per process"). Held back, it is one Ctrl-C
+    before the work began (``not_begun``) once the import is done. Does nothing outside the main
+    thread or when SIGINT has a handler other than Python's default (a test harness, a host
+    program)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
