@@ -94,7 +94,8 @@ class EngineConfig:
         ctx: context size in tokens that one session can hold (prompt + reply, all turns).
             Use ``parse_ctx`` for user text.
         kv_cache: ``"bf16"``: K/V unquantized in the activation dtype (bfloat16 on CUDA, float32
-            on the CPU); ``"int8"``: INT8 codes plus one float32 scale per (token, KV head).
+            on the CPU); ``"int8"``: INT8 codes plus one float32 scale per (token, KV head),
+            the keys balanced first (``models/key_balance.py``).
         page_size: positions per KV page, one of 16, 32, 64, 128.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks ``default_device()``.
         dtype: activation/weight dtype name (``"bfloat16"``, ``"float16"``, ``"float32"``);

@@ -79,7 +79,9 @@ class Engine:
         config, model_config (Qwen3Config: the model's, YaRN included), model, tokenizer, pool
         (KVPool), attn (the attention backend), device, dtype.
         context: the ``models.context.ContextPlan`` of ``config.ctx`` (``max_ctx``, whether
-            YaRN was turned on and the note saying so). A model passed in is used as built.
+            YaRN was turned on and the note saying so). A model passed in is used as built; one
+            the engine loads for an INT8 pool gets its key channels balanced first
+            (``models/key_balance.py``: exact for attention, fewer INT8 rounding errors).
         max_batch: the most sessions ``generate_batch`` decodes together.
         warm_up_s: seconds spent in ``infer.warm_up.warm_up`` (0.0 when never called).
         cuda_graphs: bool, whether decode steps replay CUDA graphs (``config.use_cuda_graphs``)
