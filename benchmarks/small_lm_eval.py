@@ -83,6 +83,15 @@ def induction(model, ids: list[int], length: int = 200, passages: int = 32,
             "ratio": round(second / first, 4)}
 
 
+def random_induction(model, ids: list[int], seed: int, length: int = 200, passages: int = 32,
+                     what: str = "induction_random") -> dict:
+    """``induction`` on ``ids`` shuffled with ``seed`` (copying alone: no sentence to
+    remember)."""
+    shuffled = torch.tensor(ids)[torch.randperm(
+        len(ids), generator=torch.Generator().manual_seed(seed))].tolist()
+    return induction(model, shuffled, length, passages, what=what)
+
+
 def copy_samples(texts: list[str], tokenizer, samples: int = 16, prefix: int = 4,
                  max_new: int = 24, max_prompt: int = 400) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, target ids) pairs from the held-out ``texts`` (module docstring). A

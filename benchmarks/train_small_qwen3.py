@@ -59,6 +59,7 @@ from benchmarks.small_lm_eval import (  # noqa: E402
     heldout_loss,
     induction,
     load_check,
+    random_induction,
 )
 from benchmarks.small_lm_grow import grow  # noqa: E402
 from benchmarks.small_lm_summaries import summary_rows  # noqa: E402
@@ -251,17 +252,10 @@ def run(args, dev: torch.device, emit) -> None:
     with amp:
         emit(heldout_loss(model, held_ids, args.seq, max_tokens=args.heldout_tokens or None))
         emit(induction(model, held_ids, args.induction_length, args.induction_passages))
-        emit(random_induction(model, held_ids, args))
+        emit(random_induction(model, held_ids, args.seed, args.induction_length,
+                                   args.induction_passages))
         emit(copy_eval(model, copy_samples(held, tok, args.copy_samples)))
     emit(load_check(model, out, held_ids[:args.check_tokens]))
-
-
-def random_induction(model, held_ids: list[int], args, what: str = "induction_random") -> dict:
-    """``induction`` on the held-out ids shuffled with ``--seed`` (copying alone: no sentence
-    to remember)."""
-    shuffled = torch.tensor(held_ids)[torch.randperm(
-        len(held_ids), generator=torch.Generator().manual_seed(args.seed))].tolist()
-    return induction(model, shuffled, args.induction_length, args.induction_passages, what=what)
 
 
 def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[int],
@@ -277,7 +271,8 @@ def grow_and_train(model, cfg: dict, data: torch.Tensor, args, held_ids: list[in
     with amp, torch.no_grad():
         emit(induction(model, held_ids, args.induction_length, args.induction_passages,
                        what="induction_before_grow"))
-        emit(random_induction(model, held_ids, args, what="induction_random_before_grow"))
+        emit(random_induction(model, held_ids, args.seed, args.induction_length,
+                                   args.induction_passages, what="induction_random_before_grow"))
         before = forward_batch(model, probe).float() @ model.lm_head.weight.float().T
     grown, grown_cfg = grow(model, cfg, args.grow_hidden, args.grow_intermediate,
                             noise_std=args.grow_noise, seed=args.seed)
