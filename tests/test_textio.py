@@ -124,7 +124,7 @@ def test_dev_zero_is_binary():
 def test_endless_text_stops_at_the_cap(monkeypatch):
     monkeypatch.setattr(textio, "MAX_INPUT_BYTES", 3 << 20)
     stream = _Endless(b"y\n")
-    with pytest.raises(ValueError, match=r"larger than 3 MiB.*context"):
+    with pytest.raises(ValueError, match=r"larger than 3 MiB, the most text infer reads"):
         read_text_input("-", stdin=stream)
     assert stream.given <= (3 << 20) + 1
 

@@ -28,7 +28,8 @@ _BOMS = (
 # Above this fraction of replaced characters the input is taken as binary, not as damaged text.
 MAX_REPLACED_FRACTION = 0.25
 # Input is read in chunks and refused past this size: 128k tokens are about 0.5 MiB of English
-# text, so 64 MiB is far beyond any context, and /dev/zero or `yes |` cannot exhaust the memory.
+# text, so 64 MiB is far beyond any context and ~20 times War and Peace, which summarize splits
+# in parts; /dev/zero or `yes |` cannot exhaust the memory.
 MAX_INPUT_BYTES = 64 << 20
 CHUNK_BYTES = 1 << 20
 
@@ -175,6 +176,7 @@ def read_capped(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
         total += len(chunk)
         if total > limit:
             raise ValueError(
-                f"{name} is larger than {limit / (1 << 20):g} MiB, far more text than any "
-                "context holds (128k tokens are about 0.5 MiB): give a smaller file")
+                f"{name} is larger than {limit / (1 << 20):g} MiB, the most text infer reads "
+                "(War and Peace is 3.1 MiB; summarize splits a text in parts up to this size): "
+                "give a smaller file")
     return b"".join(chunks)
