@@ -21,13 +21,12 @@ The scales come from the weights alone (no calibration text). A pair's expected 
 after ``k_norm`` is estimated, per KV head, as ``|w_knorm_i| * ||W_k[i, :] * g||`` (``W_k`` the
 key rows of ``qkv_proj``, ``g`` the layer's ``input_layernorm`` weight: the input's per-feature
 scale), relative within the head (``k_norm`` divides each head by its own RMS), then the largest
-over heads; ``mode="norm"`` uses ``|w_knorm_i|`` alone. ``s = 2 ** round(log2(m ** alpha))``,
-centred so the scales' geometric mean is 1.
+over heads; ``mode="norm"`` uses ``|w_knorm_i|`` alone. ``s = 2 ** round(log2(m))``, centred
+so the scales' geometric mean is 1: the keys are flattened as far as powers of two allow.
 """
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -75,17 +74,17 @@ def key_magnitudes(layer, mode: str) -> torch.Tensor:
     return torch.cat([pair, pair])
 
 
-def power_of_two_scales(m: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """float32 [D] scales ``2 ** round(log2(m ** alpha))`` with geometric mean ~1 (``m`` > 0;
-    zeros are treated as the smallest positive entry)."""
+def power_of_two_scales(m: torch.Tensor) -> torch.Tensor:
+    """float32 [D] scales ``2 ** round(log2(m))`` with geometric mean ~1 (``m`` > 0; zeros are
+    treated as the smallest positive entry)."""
     pos = m[m > 0]
     floor = float(pos.min()) if pos.numel() else 1.0
-    lg = alpha * torch.log2(m.clamp_min(floor))
+    lg = torch.log2(m.clamp_min(floor))
     return torch.exp2(torch.round(lg - lg.mean()))
 
 
 @torch.no_grad()
-def balance_keys(model, mode: str = "proj", alpha: float = 1.0) -> list[torch.Tensor]:
+def balance_keys(model, mode: str = "proj") -> list[torch.Tensor]:
     """Fold key-channel scales into every layer's ``q_norm``/``k_norm`` weights, in place.
 
     ``model``: ``models.qwen3.Qwen3ForCausalLM`` (any dtype, any device). Returns the scales
@@ -94,12 +93,10 @@ def balance_keys(model, mode: str = "proj", alpha: float = 1.0) -> list[torch.Te
     cache.
 
     Raises:
-        ValueError: an unknown ``mode``, ``alpha`` outside [0, 1], or an odd ``head_dim``.
+        ValueError: an unknown ``mode`` or an odd ``head_dim``.
     """
     if mode not in MODES:
         raise ValueError(f"key balance mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
-        raise ValueError(f"key balance alpha must be in [0, 1], got {alpha}")
     out = []
     for layer in model.model.layers:
         a = layer.self_attn
@@ -108,7 +105,7 @@ def balance_keys(model, mode: str = "proj", alpha: float = 1.0) -> list[torch.Te
         if mode == "off":
             out.append(torch.ones(a.head_dim))
             continue
-        s = power_of_two_scales(key_magnitudes(layer, mode), alpha)
+        s = power_of_two_scales(key_magnitudes(layer, mode))
         dev = a.k_norm.weight.device
         a.k_norm.weight.div_(s.to(dev, a.k_norm.weight.dtype))
         a.q_norm.weight.mul_(s.to(dev, a.q_norm.weight.dtype))
