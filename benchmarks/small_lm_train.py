@@ -104,8 +104,8 @@ def rows_at(step: int, args) -> tuple[int, int]:
     """(rows, tokens per row) of the batch at ``step``: ``--batch`` x ``--seq`` during the
     ``--copy-steps`` and without ``--long-seq``; after them ``--long-seq`` tokens a row and as
     many rows as keep the tokens per step (at least one). A curriculum: induction heads form on
-    short rows (on 2048-token rows from the start a model had not formed them after 900 steps,
-    BENCHMARKS.md), and the summary rows then span requests as long as the benchmark's."""
+    short rows sooner than on long ones (BENCHMARKS.md), and the summary rows then span requests
+    as long as the benchmark's."""
     long_seq = getattr(args, "long_seq", 0)
     if not long_seq or step < args.copy_steps:
         return args.batch, args.seq

@@ -123,9 +123,7 @@ class DraftControl:
       and the length restarts at ``start_k``. C starts at ``min_cooldown`` and doubles on each
       cool-down up to ``max_cooldown``; a verify step that pays resets it to ``min_cooldown``
       when all the timed verify steps so far have paid on balance (a reply whose drafts are
-      now and then right, but not often enough to pay, keeps the long cool-downs: with verify
-      steps of ~3 plain steps it ran ~12 % slower than plain decode when any paying step reset
-      it, BENCHMARKS.md).
+      now and then right, but not often enough to pay, keeps the long cool-downs).
 
     The counts a reply reports (drafted, accepted, verify steps) are ``GenerationStats``'s:
     the decode loop counts an accepted draft only once it is kept (not past a drafted stop id).

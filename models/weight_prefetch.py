@@ -23,9 +23,8 @@ import torch
 from kernels.device import supports_pdl
 from kernels.l2_prefetch import l2_prefetch
 
-# Off: with 32 MB it was slower for the 8B (-0.5 % at 4k, -1.2 % at 32k) and the 0.6B (-3 %,
-# -8 %); with 4 MB (the 0.6B's o_proj) +1.0-1.5 % for the 0.6B at 4k (H100, BENCHMARKS.md; the
-# A/B: ``benchmarks/decode_e2e.py --variants default,default+l2_prefetch``).
+# Off: measured slower than no prefetch at 32 MB (BENCHMARKS.md, "an L2 weight prefetch beside
+# the decode chain"; the A/B: ``benchmarks/decode_e2e.py --variants default,default+l2_prefetch``).
 ENABLED = False
 # Bytes prefetched after each layer's qkv GEMV, in MB (10^6); the L2 of an H100/H200 is 50 MB.
 BUDGET_MB = float(os.environ.get("INFER_L2_PREFETCH_MB", "32"))
