@@ -1,4 +1,5 @@
-"""Recording one decode step into a CUDA graph, without waiting for the device.
+"""The decode runner's captured steps: recording one into a CUDA graph without waiting for the
+device, and keeping the recent ones (``GraphRunner``'s capture side).
 
 ``capture_step(run, ...)`` warms ``run`` up twice on a side stream (the first call compiles and
 loads the Triton kernels, and the caching allocator sees every buffer the step needs), then
@@ -7,6 +8,12 @@ that stream. It does not use the ``torch.cuda.graph`` context manager, which syn
 device first: the runner captures while a prefill may still run on the current stream
 (``GraphRunner.prepare``), so that the capture's host work overlaps it. The side stream waits for
 the current one before the warm-up, and the current one for the side stream after the capture.
+
+``StepGraphs`` holds a runner's captured steps, one per ``GraphKey`` (bucket, sampling mode,
+verify), at most ``MAX_GRAPHS`` (the least recently used is dropped). It captures each over
+padding rows only (seq_len 0, slot -1: no cache read or write, so a capture may run while a
+prefill writes the cache). All graphs share one memory pool (NOTE: only the graph just replayed
+has valid ``hidden``/``logits``).
 
 Randomness: a sampling step registers the generator with the graph
 (``CUDAGraph.register_generator_state``: each replay draws from the generator's current Philox
@@ -20,10 +27,24 @@ After torch's "CUDA Graphs" notes (whole-network capture, warm-up on a side stre
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from infer.config import SamplingParams
+from infer.step_buffers import StaticBuffers, graph_key
+
+MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped
+
+GraphKey = tuple[int, SamplingParams, bool]  # (bucket, graph_key's params, verify)
+
+
+def step_key(bucket: int, params: SamplingParams, verify: bool) -> GraphKey:
+    """The key of the captured step of ``bucket`` rows for ``params`` (``graph_key``)."""
+    return (bucket, *graph_key(params, verify))
 
 
 @dataclass
@@ -67,3 +88,56 @@ def capture_step(run: Callable[[], tuple[torch.Tensor, torch.Tensor]], *,
     if state is not None:
         generator.set_state(state)
     return Captured(graph, hidden, logits)
+
+
+class StepGraphs:
+    """A runner's captured decode steps, keyed by ``GraphKey``, in one shared memory pool; past
+    ``MAX_GRAPHS`` the least recently used is dropped. CUDA only.
+
+    Args:
+        bufs: the runner's static buffers (every row is made padding before a capture).
+        device: the CUDA device the steps run on.
+    """
+
+    def __init__(self, bufs: StaticBuffers, device: torch.device):
+        self.bufs, self.device = bufs, device
+        self._pool = torch.cuda.graph_pool_handle()
+        self._stream: torch.cuda.Stream | None = None  # warm-up side stream
+        self._graphs: OrderedDict[GraphKey, Captured] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def __contains__(self, key: GraphKey) -> bool:
+        return key in self._graphs
+
+    def get(self, key: GraphKey) -> Captured:
+        """The held step of ``key``, now the most recently used (``KeyError`` if not held)."""
+        self._graphs.move_to_end(key)
+        return self._graphs[key]
+
+    def capture(self, key: GraphKey,
+                run: Callable[[int, SamplingParams, torch.Generator | None, bool],
+                              tuple[torch.Tensor, torch.Tensor]],
+                generator: torch.Generator) -> float:
+        """Capture ``run(bucket, params, gen, verify)`` (``key``'s values; ``gen`` is
+        ``generator``, or None for a greedy step) over padding rows and hold it, dropping the
+        least recently used step first when ``MAX_GRAPHS`` are held; the static buffers it leaves
+        behind are reset by the runner's ``begin`` and ``step``.
+
+        Returns:
+            The host seconds the capture took (the warm-up calls, which compile the kernels on a
+            first run, and recording; the device is not waited for).
+        """
+        if len(self._graphs) >= MAX_GRAPHS:
+            self._graphs.popitem(last=False)
+        t0 = time.perf_counter()
+        bucket, params, verify = key
+        gen = None if params.greedy else generator
+        with torch.cuda.device(self.device), torch.inference_mode():
+            self.bufs.pad_all()
+            if self._stream is None:
+                self._stream = torch.cuda.Stream()
+            self._graphs[key] = capture_step(lambda: run(bucket, params, gen, verify),
+                                             stream=self._stream, pool=self._pool, generator=gen)
+        return time.perf_counter() - t0

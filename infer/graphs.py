@@ -11,16 +11,18 @@ and replayed; otherwise (``capture=False``: the CPU, ``--no-cuda-graphs``) the s
 eagerly on the same static buffers, so both modes share one set of stop rules, presence state and
 page bookkeeping (``infer/decode_loop.py``).
 
-The static buffers are ``infer/step_buffers.py``'s, the host side of a step (its rows into the
-buffers, padding rows and slabs, the sampled tokens back) ``infer/step_io.py``'s. The decode
-kernels' grid depends only on the bucket (``kernels/decode_attention.py``), never on the context
-length, so one graph serves every length. Replay = write the host staging buffer, one copy,
-``replay()``; the only host sync per step is reading the sampled ids.
+This file owns the runner's API (a batch's ``begin``, its tickets and buckets, ``step``) and the
+step itself (``_run``). The static buffers are ``infer/step_buffers.py``'s, the host side of a
+step (its rows into the buffers, padding rows and slabs, the sampled tokens back)
+``infer/step_io.py``'s, the captured graphs (capture, the shared pool, which are kept)
+``infer/graph_capture.py``'s. The decode kernels' grid depends only on the bucket
+(``kernels/decode_attention.py``), never on the context length, so one graph serves every length.
+Replay = write the host staging buffer, one copy, ``replay()``; the only host sync per step is
+reading the sampled ids.
 
 Buckets are 1, 2, 4, 8 ... up to ``max_rows`` (at most 16: the projections' GEMM is row-invariant
 for up to 16 rows, and the split count is fixed per engine, so a sequence's tokens are the same
-bit for bit whatever the batch it decodes in). Graphs share one memory pool (NOTE: only the graph
-just replayed has valid ``hidden``/``logits``). A fed id of -1 (``sampling.NON_FINITE``: the
+bit for bit whatever the batch it decodes in). A fed id of -1 (``sampling.NON_FINITE``: the
 previous step's logits were not finite) is clamped to 0 on the device; the host raises on it.
 
 Randomness: the runner owns one ``torch.Generator``, registered with every graph
@@ -35,22 +37,17 @@ decode step; STYLE.md rule 12.
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
 
 from infer.config import MAX_BATCH, SamplingParams
-from infer.graph_capture import Captured, capture_step
+from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
 from infer.sampling import resolve_seed, sample, verify_sample
-from infer.step_buffers import StaticBuffers, batch_buckets, graph_key
+from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
 
-MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped
-
-
-GraphKey = tuple[int, SamplingParams, bool]  # (bucket, graph_key's params, verify)
+__all__ = ["MAX_GRAPHS", "GraphRunner"]  # MAX_GRAPHS: infer/graph_capture.py's, re-exported
 
 
 class GraphRunner:
@@ -115,9 +112,7 @@ class GraphRunner:
         self.generator = torch.Generator(device=self.device)
         self.io = StepIO(self.bufs, page_size, getattr(attn, "slab_tokens", 1),
                          getattr(attn, "slab_block_n", 1))
-        self._mempool = torch.cuda.graph_pool_handle() if capture else None
-        self._stream: torch.cuda.Stream | None = None  # warm-up side stream
-        self._graphs: OrderedDict[GraphKey, Captured] = OrderedDict()
+        self._graphs = StepGraphs(self.bufs, self.device) if capture else None
         self._params: SamplingParams | None = None
         self._bucket = 0
         self._gen: torch.Generator | None = None
@@ -129,7 +124,7 @@ class GraphRunner:
     @property
     def num_graphs(self) -> int:
         """Captured graphs held (one per bucket and sampling mode, at most ``MAX_GRAPHS``)."""
-        return len(self._graphs)
+        return len(self._graphs) if self._graphs is not None else 0
 
     @property
     def bucket(self) -> int:
@@ -239,7 +234,7 @@ class GraphRunner:
         b = self.bufs
         verify = drafts is not None and not self._params.greedy
         bucket = self.bucket_for(len(rows))
-        if self.capture and self._key(bucket, verify) not in self._graphs and \
+        if self.capture and step_key(bucket, self._params, verify) not in self._graphs and \
                 isinstance(tokens, torch.Tensor):
             tokens = tokens.clone()  # capturing overwrites next_token
         cap = self._graph(bucket, verify)
@@ -261,25 +256,17 @@ class GraphRunner:
 
     # ------------------------------------------------------------------ internals
 
-    def _key(self, bucket: int, verify: bool) -> GraphKey:
-        """The key of the captured step of ``bucket`` rows for the batch's parameters."""
-        return (bucket, *graph_key(self._params, verify))
-
     def _graph(self, bucket: int, verify: bool) -> Captured | None:
-        """The captured step of ``bucket`` rows for the batch's parameters (captured now if new;
-        the least recently used dropped past ``MAX_GRAPHS``); None when not capturing."""
+        """The captured step of ``bucket`` rows for the batch's parameters (captured now if new,
+        ``StepGraphs.capture``; the least recently used dropped past ``MAX_GRAPHS``); None when
+        not capturing."""
         if not self.capture:
             return None
-        key = self._key(bucket, verify)
+        key = step_key(bucket, self._params, verify)
         if key not in self._graphs:
-            if len(self._graphs) >= MAX_GRAPHS:
-                self._graphs.popitem(last=False)
-            t0 = time.perf_counter()
-            self._graphs[key] = self._capture(*key)
-            self.capture_s += time.perf_counter() - t0
+            self.capture_s += self._graphs.capture(key, self._run, self.generator)
             self.captures += 1
-        self._graphs.move_to_end(key)
-        cap = self._graphs[key]
+        cap = self._graphs.get(key)
         self._out = (cap.hidden, cap.logits)
         return cap
 
@@ -303,21 +290,3 @@ class GraphRunner:
             b.next_token[:bucket].copy_(sample(logits, params, gen, presence=presence,
                                                vocab_limit=self.vocab_limit))
         return hidden, logits
-
-    def _capture(self, bucket: int, params: SamplingParams, verify: bool) -> Captured:
-        """Capture ``_run`` for ``bucket`` rows (``infer/graph_capture.py``), every row padding
-        (seq_len 0, slot -1: no cache read or write, so it may run while a prefill writes the
-        cache); the static buffers it leaves behind are reset by ``begin`` and ``step``."""
-        b = self.bufs
-        gen = None if params.greedy else self.generator
-        with torch.cuda.device(self.device), torch.inference_mode():
-            b.step[0].zero_()
-            b.step[1].fill_(-1)
-            b.step[2].zero_()
-            b.step[3].fill_(1)
-            b.step[5].fill_(-1)
-            b.input_ids.zero_()
-            if self._stream is None:
-                self._stream = torch.cuda.Stream()
-            return capture_step(lambda: self._run(bucket, params, gen, verify),
-                                stream=self._stream, pool=self._mempool, generator=gen)

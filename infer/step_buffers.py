@@ -16,9 +16,10 @@ the runner's ``max_rows`` rows (Bmax)::
                              next_token [Bmax] int64 ---> host_tokens [2, Bmax] (pinned)
                              verify_out [2, Bmax] int64 (tokens | accepted: sampled verify)
 
-``PageTableRows`` copies into ``page_table`` only what changed. ``batch_buckets`` lists the batch
-sizes a runner captures; ``graph_key`` is the part of the sampling parameters a captured step
-depends on.
+``PageTableRows`` copies into ``page_table`` only what changed; ``StaticBuffers.pad_all`` makes
+every row padding (what a capture runs on). ``batch_buckets`` lists the batch sizes a runner
+captures; ``graph_key`` is the part of the sampling parameters a captured step depends on (its
+key in ``infer/graph_capture.py``).
 """
 
 from __future__ import annotations
@@ -117,6 +118,16 @@ class StaticBuffers:
     def seq_lens(self) -> torch.Tensor:
         """int32 [Bmax], the rows' seq_lens (``lens[0]``)."""
         return self.lens[0]
+
+    def pad_all(self) -> None:
+        """Make every row a padding row on the device (position 0, slot -1, seq_len 0, one slab
+        row, no draft, fed id 0: no cache read or write), the inputs a capture runs on."""
+        self.step[0].zero_()
+        self.step[1].fill_(-1)
+        self.step[2].zero_()
+        self.step[3].fill_(1)
+        self.step[5].fill_(-1)
+        self.input_ids.zero_()
 
 
 class PageTableRows:
