@@ -244,8 +244,6 @@ def bench(
 def _command_named(args: list[str]) -> str:
     """``infer CMD`` for the first command name among ``args`` (a parser error, such as a flag
     without its value, carries no context to name it), else ``infer``."""
-    import os
-
     root = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     root = "infer" if not root or root.startswith("-") else root  # python -c: no name
     names = typer.main.get_command(app).commands
