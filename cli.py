@@ -22,7 +22,8 @@ the output is piped, the text is written as it comes, verbatim (``<think>`` tags
 Errors are one line on stderr: exit code 2 for bad input (ValueError, NotImplementedError, a
 missing file, typer's usage errors: ``main`` runs the app outside typer's standalone mode to print
 them as one line), 1 for runtime failures (a stdout that cannot be written, such as ``/dev/full``
-or one closed from the start, ``>&-``, among them), 130 for Ctrl-C outside the chat prompt;
+or one closed from the start, ``>&-``, among them), 130 for Ctrl-C (in ``chat`` only before
+the chat began: from then on it stops a reply, or outside one ends the chat as Ctrl-D does);
 ``--debug`` adds the traceback. A chat with piped input exits 2 (or 1) at its end if a turn
 failed. A stdout whose reader goes away (``infer generate M P | head -c 10``) ends the command
 quietly with exit code 0, as the reader chose to stop reading.

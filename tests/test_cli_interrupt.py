@@ -1,6 +1,7 @@
 """Ctrl-C before a command's work began (``infer.ui.startup``): the imports, the model's files and
 tokenizer, the engine's load and warm-up, in every command; through typer's test runner on a tiny
-random checkpoint. Ctrl-C during a reply is in ``test_cli_streams.py``, during the start-up's own
+random checkpoint; and in chat between turns. Ctrl-C during a reply is in ``test_cli_streams.py``
+(chat's, and at its prompt, in ``test_cli.py``), during the start-up's own
 imports (real processes) in ``test_cli_startup.py``, before a summary's parts in
 ``test_summary_cli.py``, during bench's lengths in ``test_bench.py``."""
 
@@ -165,3 +166,40 @@ def test_sigint_deferred_holds_a_ctrl_c_until_the_block_is_done():
     with sigint_deferred():  # no Ctrl-C: nothing raised
         done.append("again")
     assert done[-1] == "again"
+
+
+@pytest.mark.parametrize("json_flag", [False, True])
+@pytest.mark.parametrize("where", ["tokenizing", "fit check", "after the reply"])
+def test_chat_ctrl_c_between_turns_ends_the_chat_as_at_the_prompt(where, json_flag, tiny_ckpt,
+                                                                  monkeypatch):
+    """Ctrl-C in the second turn while its message is tokenized (``Conversation.add_user``) or
+    its prompt checked (``check_turn``), or once the first reply was shown (``add_reply``),
+    printed `interrupted` and with --json the error object ({"error": "interrupted"}), exit
+    130; now the chat ends as on a Ctrl-C at the prompt: no error, no object, exit 0 (the lines
+    after it are not read)."""
+    from infer.ui import repl
+    from infer.ui.conversation import Conversation
+
+    target, name = {"tokenizing": (Conversation, "add_user"), "fit check": (repl, "check_turn"),
+                    "after the reply": (Conversation, "add_reply")}[where]
+    real, calls = getattr(target, name), []
+
+    def ctrl_c_in_turn_two(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2 or where == "after the reply":
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, ctrl_c_in_turn_two)
+    result = invoke("chat", tiny_ckpt, *FAST, *(["--json"] if json_flag else []),
+                    input="hello\nagain\nonce more\n")
+    assert result.exit_code == 0, result.output
+    assert "error" not in result.stderr and "interrupted" not in result.stderr
+    assert "Traceback" not in result.output
+    replies = 0 if where == "after the reply" else 1  # the first reply, then the Ctrl-C
+    if json_flag:
+        objs = [json.loads(line) for line in result.stdout.splitlines()]
+        assert len(objs) == replies and all(not o["interrupted"] for o in objs)
+        assert all("error" not in o for o in objs)
+    else:
+        assert result.stderr.count("stop:") == replies, result.stderr

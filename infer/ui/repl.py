@@ -81,7 +81,8 @@ def check_turn(conv: Conversation, ids: list[int], ctx: int, max_new: int, *,
 
 
 def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
-    """The chat loop; returns on /exit, Ctrl-D or Ctrl-C at the prompt.
+    """The chat loop; returns on /exit, Ctrl-D, or Ctrl-C outside a reply (at the prompt, or
+    between turns: as a message is tokenized, after a reply is shown); one in a reply stops it.
 
     A line starting with ``/`` and a letter is a command (unknown: a warning); ``//text`` sends
     ``/text``. A failed turn (the message does not fit, or the engine raised) prints the error,
@@ -89,92 +90,96 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
     2 bad input, 1 a runtime failure (which wins over 2). With ``--json`` each reply is one
     ``reply_record`` line, each failed turn one ``{"error", "turn"}`` line.
     """
-    ui.startup.began()  # a Ctrl-C from here: a reply's, the prompt's, or errors' plain one
-    o = ui.opts
-    sampling = engine.default_sampling(**o.sampling_overrides())
-    session = engine.new_session()
-    conv = Conversation(engine.tokenizer, system, enable_thinking=o.think)
-    last = None
-    # Invalid bytes in a line: lone surrogates (replaced by user_text), not a UnicodeDecodeError
-    # that would end the chat (stdin is strict outside the C/POSIX locales).
-    with contextlib.suppress(AttributeError, ValueError, OSError):
-        sys.stdin.reconfigure(errors="surrogateescape")
-    if sys.stdin.isatty():
-        try:  # line editing and history for input()
-            import readline  # noqa: F401
-        except ImportError:  # not on every platform
-            pass
-    ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
+    ui.startup.began()  # a Ctrl-C from here: a reply's (ReplyView), else the chat's end
     # Piped input: the prompts go to stderr, so stdout holds only the replies.
     prompt_to = ui.text if sys.stdin.isatty() else ui.err
     turn, code = 0, 0
-    while True:
-        try:
-            line = prompt_to.input("[bold green]>[/] ")
-        except (EOFError, KeyboardInterrupt):
-            prompt_to.print()
-            return code
-        line = user_text(ui, line, "the message")  # invalid bytes on stdin: U+FFFD
-        line = line.removesuffix("\r")  # piped CRLF lines: input() keeps the \r
-        cmd = line.strip()
-        if not cmd:
-            continue
-        if _COMMAND.match(cmd):
-            word, _, rest = cmd.partition(" ")
-            word = word.lower()  # /Stats, /EXIT: the same commands
-            if word not in CHAT_COMMANDS:
-                ui.warn(f"unknown command {word}: {CHAT_HELP}")
+    try:
+        o = ui.opts
+        sampling = engine.default_sampling(**o.sampling_overrides())
+        session = engine.new_session()
+        conv = Conversation(engine.tokenizer, system, enable_thinking=o.think)
+        last = None
+        # Invalid bytes in a line: lone surrogates (replaced by user_text), not a UnicodeDecodeError
+        # that would end the chat (stdin is strict outside the C/POSIX locales).
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            sys.stdin.reconfigure(errors="surrogateescape")
+        if sys.stdin.isatty():
+            try:  # line editing and history for input()
+                import readline  # noqa: F401
+            except ImportError:  # not on every platform
+                pass
+        ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
+        while True:
+            try:
+                line = prompt_to.input("[bold green]>[/] ")
+            except EOFError:  # Ctrl-D (Ctrl-C: below)
+                prompt_to.print()
+                return code
+            line = user_text(ui, line, "the message")  # invalid bytes on stdin: U+FFFD
+            line = line.removesuffix("\r")  # piped CRLF lines: input() keeps the \r
+            cmd = line.strip()
+            if not cmd:
                 continue
-            if rest.strip():
-                ui.warn(f"{word} takes no argument: {CHAT_HELP}")
+            if _COMMAND.match(cmd):
+                word, _, rest = cmd.partition(" ")
+                word = word.lower()  # /Stats, /EXIT: the same commands
+                if word not in CHAT_COMMANDS:
+                    ui.warn(f"unknown command {word}: {CHAT_HELP}")
+                    continue
+                if rest.strip():
+                    ui.warn(f"{word} takes no argument: {CHAT_HELP}")
+                    continue
+                cmd = word
+            elif cmd.startswith("//"):
+                line = line.replace("/", "", 1)
+            if cmd in ("/exit", "/quit"):
+                return code
+            if cmd == "/reset":
+                session.reset()
+                conv.reset()
+                last = None
+                ui.err.print("[dim]conversation cleared[/]")
                 continue
-            cmd = word
-        elif cmd.startswith("//"):
-            line = line.replace("/", "", 1)
-        if cmd in ("/exit", "/quit"):
-            return code
-        if cmd == "/reset":
-            session.reset()
-            conv.reset()
-            last = None
-            ui.err.print("[dim]conversation cleared[/]")
-            continue
-        if cmd == "/stats":
-            used = f"context: {session.num_cached:,} of {engine.ctx:,} tokens cached"
-            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True) + "; " + used
-                         if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
-            continue
-        turn += 1
-        if "\x00" in line:  # generate and summarize refuse such input too
-            code = code or 2
-            _turn_error(ui, "the message contains NUL bytes (binary input?): send text", turn)
-            continue
-        try:
-            ids = conv.add_user(line)
-            check_turn(conv, ids, engine.ctx, o.max_new_tokens, max_ctx=engine.context.max_ctx)
-            reply = ReplyView(ui.text, ui.err, engine, session, hide_thinking=o.hide_thinking,
-                              speculate=o.speculation("chat")).run(ids, sampling)
-        except (BrokenPipeError, OutputError):  # stdout is gone or full: the chat ends
-            raise
-        except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on
-            conv.drop_user()
-            if o.debug:
-                traceback.print_exc(file=sys.stderr)
-            msg, bad_input = error_message(e, o.debug)  # (check_turn's says when /reset helps)
-            code = 1 if not bad_input or code == 1 else 2
-            _turn_error(ui, msg, turn)
-            continue
-        last = reply
-        # The reply as the model wrote it (thinking included; the template drops old thinking).
-        conv.add_reply(last.raw, ids, session.cached_ids, interrupted=last.interrupted)
-        if o.json:
-            ui.emit_json(reply_record("chat", engine, last, load_s))
-        else:
-            ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True)
-                         + capture_note(engine.take_capture_s()), style="dim")
-        if last.stats.stop_reason == "context":
-            ui.warn(f"the context is full ({counted(engine.ctx, 'token')}): /reset, or restart "
-                    "with a larger --ctx")
+            if cmd == "/stats":
+                used = f"context: {session.num_cached:,} of {engine.ctx:,} tokens cached"
+                ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True) + "; " + used
+                             if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
+                continue
+            turn += 1
+            if "\x00" in line:  # generate and summarize refuse such input too
+                code = code or 2
+                _turn_error(ui, "the message contains NUL bytes (binary input?): send text", turn)
+                continue
+            try:
+                ids = conv.add_user(line)
+                check_turn(conv, ids, engine.ctx, o.max_new_tokens, max_ctx=engine.context.max_ctx)
+                reply = ReplyView(ui.text, ui.err, engine, session, hide_thinking=o.hide_thinking,
+                                  speculate=o.speculation("chat")).run(ids, sampling)
+            except (BrokenPipeError, OutputError):  # stdout is gone or full: the chat ends
+                raise
+            except Exception as e:  # noqa: BLE001 - one failed turn; the chat goes on
+                conv.drop_user()
+                if o.debug:
+                    traceback.print_exc(file=sys.stderr)
+                msg, bad_input = error_message(e, o.debug)  # (check_turn's says when /reset helps)
+                code = 1 if not bad_input or code == 1 else 2
+                _turn_error(ui, msg, turn)
+                continue
+            last = reply
+            # The reply as the model wrote it (thinking included; the template drops old thinking).
+            conv.add_reply(last.raw, ids, session.cached_ids, interrupted=last.interrupted)
+            if o.json:
+                ui.emit_json(reply_record("chat", engine, last, load_s))
+            else:
+                ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True)
+                             + capture_note(engine.take_capture_s()), style="dim")
+            if last.stats.stop_reason == "context":
+                ui.warn(f"the context is full ({counted(engine.ctx, 'token')}): /reset, or restart "
+                        "with a larger --ctx")
+    except KeyboardInterrupt:  # at the prompt or between turns (not in a reply): as Ctrl-D
+        prompt_to.print()
+        return code
 
 
 def _turn_error(ui: UI, msg: str, turn: int) -> None:
