@@ -21,7 +21,8 @@ projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the 
 q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PDL chain
 (``kernels.pdl_chain.ENABLED``), ``l2_prefetch`` with the next weights prefetched into L2
 beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` sets its
-budget): ``split_k+pdl_chain`` is what ships; ``+`` joins them
+budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
+(``models.qwen3_fused.REDUCE_IN_NORM``): ``split_k+pdl_chain`` is what ships; ``+`` joins them
 (``default+X``: as shipped, with X on as well). Each
 JSON line names its variant and round.
 
@@ -43,6 +44,7 @@ import torch
 import kernels.pdl_chain
 import kernels.tiles
 import models.qwen3
+import models.qwen3_fused
 import models.weight_prefetch
 from infer import Engine, EngineConfig, SamplingParams
 from models.loader import load_model
@@ -57,7 +59,8 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
          "pdl_chain": (kernels.pdl_chain, "ENABLED"),
-         "l2_prefetch": (models.weight_prefetch, "ENABLED")}
+         "l2_prefetch": (models.weight_prefetch, "ENABLED"),
+         "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -40,9 +40,11 @@
 #              (the default) alternating, 3 each: wall, load_s, the process's exit after the JSON
 #   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
 #              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
-#   fusions    the decode A/B of the PDL chain against
-#              split-K alone (benchmarks/decode_e2e.py --variants ..., 2 rounds alternating):
-#              the 8B ($CKPT) BF16 at 4k and 32k, then the 0.6B; FUSION_VARIANTS overrides
+#   fusions    the decode A/B of the shipped flags against the same with the split-K reduce
+#              in the add + RMSNorm (benchmarks/decode_e2e.py --variants ..., 2 rounds
+#              alternating), BF16 at 4k and 32k, per size of FUSION_SIZES (default
+#              "0.6b 1.7b": the sizes with split-K projections; "8b" takes $CKPT);
+#              FUSION_VARIANTS overrides the variants
 #   prefill    a 32k prefill's kernel time by kind against its FLOP counts, BF16 and INT8, the
 #              8B (benchmarks/profile_prefill.py)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
@@ -123,14 +125,20 @@ for what in "$@"; do
              --report "$OUT/train_grow.jsonl" > "$OUT/train_grow.log" 2>&1
            echo "traingrow rc=$?"; grep -v train_progress "$OUT/train_grow.log" | tail -n 16 ;;
     fusions)
-      [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
-          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
-      fv=${FUSION_VARIANTS:-split_k,split_k+pdl_chain}
-      python3 benchmarks/decode_e2e.py --model "$CKPT" --lengths 4096 32768 --kv bf16 \
-          --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 | tee "$OUT/fusions_8b.jsonl"
-      python3 benchmarks/decode_e2e.py --size 0.6b --workdir /tmp --lengths 4096 32768 \
-          --kv bf16 --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 \
-          | tee "$OUT/fusions_0.6b.jsonl" ;;
+      fv=${FUSION_VARIANTS:-default,default+reduce_in_norm}
+      for size in ${FUSION_SIZES:-0.6b 1.7b}; do
+        if [ "$size" = 8b ]; then
+          [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b \
+              --out "$CKPT" --tokenizer "$SHARED/data/qwen3-tokenizer" \
+              --config-dir "$SHARED/data/qwen3-configs"
+          python3 benchmarks/decode_e2e.py --model "$CKPT" --lengths 4096 32768 --kv bf16 \
+              --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 | tee "$OUT/fusions_8b.jsonl"
+        else
+          python3 benchmarks/decode_e2e.py --size "$size" --workdir /tmp --lengths 4096 32768 \
+              --kv bf16 --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 \
+              | tee "$OUT/fusions_$size.jsonl"
+        fi
+      done ;;
     prefill)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"

@@ -26,9 +26,11 @@ results there do depend on how a prompt is chunked.)
 
 **Split-K** (``GemvTiles.split_k`` > 1, plain ``gemv`` only): program ``(j, s)`` walks the
 ``s``-th of ``split_k`` equal runs of K-tiles for rows block ``j`` and stores its float32 sum in
-a ``[split_k, 16, N]`` workspace; ``_splitk_reduce_kernel`` adds the partials in the order
-``s = 0, 1, ...`` and rounds once. The summation order then depends on the weight's shape and
-the tiles only, so rows stay invariant and results deterministic (no atomics).
+a ``[split_k, 16, N]`` workspace; ``_splitk_reduce_kernel`` (``kernels/splitk.py``) adds the
+partials in the order ``s = 0, 1, ...`` and rounds once. The summation order then depends on the
+weight's shape and the tiles only, so rows stay invariant and results deterministic (no atomics).
+With ``reduce=False`` the caller gets the partials and a consumer adds them as it loads them
+(the add + RMSNorm that follows ``o_proj`` and ``down_proj``), bit for bit as the reduce would.
 
 ``gemv_swiglu`` is the MLP's gate/up projection with SwiGLU in its epilogue: each program computes
 the same ``BLOCK_N`` rows of the gate half and of the up half and writes ``silu(gate) * up``
@@ -54,10 +56,10 @@ import triton.language as tl
 
 from kernels.device import supports_pdl
 from kernels.silu_mul import silu_mul_rounded
+from kernels.splitk import SplitKPartials, _splitk_reduce_kernel, split_runs  # noqa: F401
 from kernels.tiles import GemvTiles, gemv_tiles
 
 MAX_ROWS = 16  # rows of x per call: the dot's M, padded
-SPLITK_REDUCE_COLUMNS = 128  # columns per program of the split-K reduce
 
 
 @triton.jit
@@ -125,25 +127,6 @@ def _gemv_kernel(
                  mask=in_m[:, None] & (out_n < N)[None, :])
 
 
-@triton.jit  # M specialized on purpose: latency-bound, and at M == 1 half its loads go
-def _splitk_reduce_kernel(ws_ptr, y_ptr, M, N, stride_ym, SPLIT_K: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          USE_PDL: tl.constexpr = False):
-    """y[m, n] = round(sum over s = 0, 1, ... of ws[s, m, n]): one program per BLOCK_N columns."""
-    if USE_PDL:  # the PDL chain: let the successor get scheduled, then wait for the partials
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    rows_m = tl.arange(0, BLOCK_M)
-    out_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows_m < M)[:, None] & (out_n < N)[None, :]
-    offs = rows_m[:, None] * N + out_n[None, :]
-    acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
-    for s in tl.static_range(1, SPLIT_K):
-        acc += tl.load(ws_ptr + s * BLOCK_M * N + offs, mask=mask, other=0.0)
-    tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :],
-             acc.to(y_ptr.dtype.element_ty), mask=mask)
-
-
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
     if x.dim() != 2 or not 0 <= x.shape[0] <= MAX_ROWS or (x.stride(1) != 1 and x.shape[1] > 1):
         raise ValueError(f"gemv: x must be [M, K] with M <= {MAX_ROWS} and a contiguous last "
@@ -164,7 +147,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[in
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
-            tiles: GemvTiles | None) -> torch.Tensor:
+            tiles: GemvTiles | None, reduce: bool = True) -> torch.Tensor | SplitKPartials:
     y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if n == 0 or x.shape[0] == 0:
         return y
@@ -173,7 +156,8 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
     if tiles is None:
         tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
     if tiles.split_k > 1 and not swiglu:
-        return _launch_split(x, weight, y, n, k, tiles)
+        partials = _launch_split(x, weight, n, k, tiles)
+        return partials.reduce() if reduce else partials
     _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
@@ -191,17 +175,9 @@ def _chain_options(device: torch.device, tiles: GemvTiles) -> dict:
     return {}
 
 
-def split_runs(k: int, block_k: int, split_k: int) -> tuple[int, int]:
-    """``(splits, columns per split)`` for split-K over ``k`` columns in ``block_k`` tiles: at
-    most ``split_k`` runs of whole tiles, the last one shorter, none empty."""
-    k_tiles = triton.cdiv(k, block_k)
-    per = triton.cdiv(k_tiles, min(split_k, k_tiles)) * block_k
-    return triton.cdiv(k, per), per
-
-
-def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int, k: int,
-                  tiles: GemvTiles) -> torch.Tensor:
-    """Split-K (module notes): the partial sums, then their fixed-order sum into ``y``."""
+def _launch_split(x: torch.Tensor, weight: torch.Tensor, n: int, k: int,
+                  tiles: GemvTiles) -> SplitKPartials:
+    """Split-K (module notes): the partial sums, not yet reduced (``kernels/splitk.py``)."""
     splits, per = split_runs(k, tiles.block_k, tiles.split_k)
     ws = torch.empty((splits, MAX_ROWS, n), dtype=torch.float32, device=x.device)
     chain = _chain_options(x.device, tiles)
@@ -212,13 +188,11 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int
         SWIGLU=False, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", SPLIT_K=splits,
         K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain)
-    _splitk_reduce_kernel[(triton.cdiv(n, SPLITK_REDUCE_COLUMNS),)](
-        ws, y, x.shape[0], n, y.stride(0), SPLIT_K=splits, BLOCK_M=MAX_ROWS,
-        BLOCK_N=SPLITK_REDUCE_COLUMNS, **chain)
-    return y
+    return SplitKPartials(ws, x.shape[0], x.dtype, pdl=bool(chain))
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, *, tiles: GemvTiles | None = None) -> torch.Tensor:
+def gemv(x: torch.Tensor, weight: torch.Tensor, *, tiles: GemvTiles | None = None,
+         reduce: bool = True) -> torch.Tensor | SplitKPartials:
     """``x @ weight.T`` for a decode step's 1 to 16 rows (``F.linear`` without bias).
 
     Args:
@@ -227,19 +201,23 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, *, tiles: GemvTiles | None = Non
         weight: [N, K] in x's dtype, last dim contiguous (an ``nn.Linear`` weight).
         tiles: a ``kernels.tiles.GemvTiles``; None takes ``gemv_tiles`` for the weight (never a
             function of M: row invariance); its ``split_k`` > 1 adds a float32 workspace of
-            ``split_k x 16 x N`` and a second kernel.
+            ``split_k x 16 x N`` and a second kernel (the reduce).
+        reduce: False leaves a split-K result unreduced: a ``kernels.splitk.SplitKPartials``
+            for a consumer that adds the partials itself (``kernels/rmsnorm.py``), one launch
+            fewer; without split-K the tensor as usual.
 
     Returns:
         A new [M, N] tensor in x's dtype: float32 accumulation, one rounding at the end; each row
         bit-identical to the same row computed alone (module notes). Allocation only, no sync:
-        safe under CUDA graph capture. Oracle: ``kernels.reference.linear``.
+        safe under CUDA graph capture. Oracle: ``kernels.reference.linear``. With
+        ``reduce=False`` and split-K: the ``SplitKPartials`` whose ``reduce()`` is that tensor.
 
     Raises:
         ValueError: M over 16, K mismatch, mismatched devices or non-float dtypes, or a last
             dim that is not contiguous.
     """
     n, k = _check(x, weight, 1)
-    return _launch(x, weight, n, k, swiglu=False, tiles=tiles)
+    return _launch(x, weight, n, k, swiglu=False, tiles=tiles, reduce=reduce)
 
 
 def gemv_swiglu(x: torch.Tensor, weight: torch.Tensor, *,

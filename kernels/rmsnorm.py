@@ -10,6 +10,11 @@ to the model dtype again. Only the reduction order (and rsqrt's last bit) differ
 On the PDL chain (``kernels/pdl_chain.py``) it loads the weight, signals its dependents and then
 waits for its predecessor before loading the rows.
 
+``x`` may also be a split-K projection not yet reduced (``kernels.splitk.SplitKPartials``, from
+``gemv(..., reduce=False)``): the kernel then adds each row's float32 partials in the reduce
+kernel's order and rounds them to the model dtype as it loads them, so ``x`` has the same bits as
+after the reduce, and the reduce's launch is saved.
+
 Semantics after vLLM's ``fused_add_rms_norm`` (residual = x + residual; out = norm(residual)),
 but functional: both outputs are new tensors, and the inputs are left alone.
 """
@@ -22,11 +27,12 @@ import triton.language as tl
 
 from kernels.checks import check_contiguous, check_last_dim_contiguous
 from kernels.pdl_chain import chain_pdl
+from kernels.splitk import SplitKPartials, reduce_rows
 
 
 @triton.jit
 def _rmsnorm_kernel(
-    x_ptr,  # [T, HIDDEN] model dtype (last dim contiguous)
+    x_ptr,  # [T, HIDDEN] model dtype (last dim contiguous); SPLITS > 1: float32 partials
     res_ptr,  # [T, HIDDEN] model dtype residual stream (HAS_RESIDUAL only)
     w_ptr,  # [HIDDEN] model dtype
     out_ptr,  # [T, HIDDEN] model dtype, the normalized rows
@@ -37,6 +43,8 @@ def _rmsnorm_kernel(
     BLOCK: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     USE_PDL: tl.constexpr,  # on the PDL chain (kernels/pdl_chain.py)
+    SPLITS: tl.constexpr = 0,  # >= 1: x_ptr is a split-K workspace [SPLITS, >= T, HIDDEN] float32
+    SPLIT_STRIDE: tl.constexpr = 0,  # elements between its splits
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -46,7 +54,11 @@ def _rmsnorm_kernel(
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()  # the next GEMV may take the SMs
         tl.extra.cuda.gdc_wait()  # x and the residual come from the predecessors
-    x = tl.load(x_ptr + row * tl.cast(stride_xt, tl.int64) + offs, mask=mask, other=0.0)
+    if SPLITS > 0:  # the split-K reduce's adds and rounding (kernels/splitk.py)
+        x = reduce_rows(x_ptr, row * tl.cast(stride_xt, tl.int64) + offs, mask, SPLIT_STRIDE,
+                        SPLITS).to(dtype)
+    else:
+        x = tl.load(x_ptr + row * tl.cast(stride_xt, tl.int64) + offs, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * tl.cast(stride_rt, tl.int64) + offs, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
@@ -57,13 +69,15 @@ def _rmsnorm_kernel(
     tl.store(out_ptr + row * tl.cast(stride_ot, tl.int64) + offs, (w * xn).to(dtype), mask=mask)
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+def rmsnorm(x: torch.Tensor | SplitKPartials, weight: torch.Tensor, eps: float,
             residual: torch.Tensor | None = None
             ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm of each row, optionally after adding the residual stream (fused add + norm).
 
     Args:
-        x: [T, hidden] float16/bfloat16/float32, last dim contiguous (any row stride).
+        x: [T, hidden] float16/bfloat16/float32, last dim contiguous (any row stride); or a
+            ``kernels.splitk.SplitKPartials`` of that shape and dtype (module notes: the same
+            result as its ``reduce()``, one launch fewer).
         weight: [hidden], same dtype as ``x``.
         eps: added to the mean of squares before the rsqrt.
         residual: None, or [T, hidden] in ``x``'s dtype, last dim contiguous.
@@ -81,32 +95,40 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
         ValueError: naming the argument, on wrong ranks, shapes, dtypes or a last dim that is not
             contiguous.
     """
-    if x.dim() != 2 or weight.shape != (x.shape[1],):
-        raise ValueError(f"x must be [T, hidden] and weight [hidden], got {tuple(x.shape)} and "
+    splits = x.splits if isinstance(x, SplitKPartials) else 0
+    shape, dtype = (x.shape, x.dtype)
+    if len(shape) != 2 or weight.shape != (shape[1],):
+        raise ValueError(f"x must be [T, hidden] and weight [hidden], got {tuple(shape)} and "
                          f"{tuple(weight.shape)}")
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or weight.dtype != x.dtype:
-        raise ValueError(f"x and weight must share a float dtype, got {x.dtype} and "
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32) or weight.dtype != dtype:
+        raise ValueError(f"x and weight must share a float dtype, got {dtype} and "
                          f"{weight.dtype}")
-    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
-        raise ValueError(f"residual must match x ({x.dtype} {tuple(x.shape)}), got "
+    if residual is not None and (residual.shape != shape or residual.dtype != dtype):
+        raise ValueError(f"residual must match x ({dtype} {tuple(shape)}), got "
                          f"{residual.dtype} {tuple(residual.shape)}")
-    check_last_dim_contiguous("rmsnorm", x=x)
+    if splits:
+        check_contiguous("rmsnorm", partials=x.ws)
+        x_arg, stride_xt, split_stride = x.ws, shape[1], x.ws.stride(0)
+    else:
+        check_last_dim_contiguous("rmsnorm", x=x)
+        x_arg, stride_xt, split_stride = x, x.stride(0), 0
     check_contiguous("rmsnorm", weight=weight)
-    num_tokens, hidden = x.shape
-    out = torch.empty((num_tokens, hidden), dtype=x.dtype, device=x.device)
+    num_tokens, hidden = shape
+    out = torch.empty((num_tokens, hidden), dtype=dtype, device=weight.device)
     if residual is None:
-        res, res_out = x, out  # placeholders, never touched (HAS_RESIDUAL=False)
+        res, res_out = (out if splits else x), out  # placeholders, never touched
     else:
         check_last_dim_contiguous("rmsnorm", residual=residual)
         res, res_out = residual, torch.empty_like(out)
     if num_tokens > 0:
         block = triton.next_power_of_2(hidden)
-        pdl = chain_pdl(x.device)
+        pdl = chain_pdl(weight.device)
         _rmsnorm_kernel[(num_tokens,)](
-            x_ptr=x, res_ptr=res, w_ptr=weight, out_ptr=out, res_out_ptr=res_out,
-            stride_xt=x.stride(0), stride_rt=res.stride(0), stride_ot=out.stride(0),
+            x_ptr=x_arg, res_ptr=res, w_ptr=weight, out_ptr=out, res_out_ptr=res_out,
+            stride_xt=stride_xt, stride_rt=res.stride(0), stride_ot=out.stride(0),
             stride_rot=res_out.stride(0), eps=float(eps),
             HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None, USE_PDL=pdl,
             num_warps=max(1, min(8, block // 256)), **({"launch_pdl": True} if pdl else {}),
+            **({"SPLITS": splits, "SPLIT_STRIDE": split_stride} if splits else {}),
         )
     return out if residual is None else (out, res_out)

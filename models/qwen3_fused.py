@@ -6,9 +6,12 @@ stream before it): add + RMSNorm (``kernels/rmsnorm.py``), the qkv projection, q
 (``kernels/qk_norm_rope.py``; with ``kv_store`` it also stores the step's K/V:
 ``kernels/qk_norm_rope_store.py``), attention, ``o_proj``, add + RMSNorm, gate/up with SwiGLU,
 ``down_proj``; a decode step may prefetch the next weights into L2 beside that chain
-(``models/weight_prefetch.py``). A step of 1 to 16 tokens (decode) runs its projections through
-``kernels/gemv.py`` (SwiGLU in the gate/up epilogue), a longer one through cuBLAS and
-``kernels/silu_mul.py``.
+(``models/weight_prefetch.py``). With ``REDUCE_IN_NORM`` a split-K ``o_proj`` or ``down_proj``
+(the narrow weights of the small models: ``kernels.tiles.gemv_split_k``) hands its partial sums to
+the add + RMSNorm that follows, which adds them as the reduce kernel would
+(``kernels/splitk.py``): the same bits, two launches a layer fewer. A step of 1 to 16 tokens
+(decode) runs its projections through ``kernels/gemv.py`` (SwiGLU in the gate/up epilogue), a
+longer one through cuBLAS and ``kernels/silu_mul.py``.
 
 The numerics follow the torch path step by step (each rounding to the model dtype included);
 only the float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32
@@ -27,16 +30,22 @@ from kernels.rmsnorm import rmsnorm
 from kernels.silu_mul import silu_mul
 from models.weight_prefetch import prefetcher_for
 
+# Whether a split-K o_proj / down_proj leaves its reduce to the add + RMSNorm after it (module
+# notes). Off until the decode A/B (``benchmarks/decode_e2e.py --variants ...reduce_in_norm``)
+# says it pays; results are the same bit for bit either way.
+REDUCE_IN_NORM = False
+
 
 def gemv_rows(x: torch.Tensor) -> bool:
     """Whether x [T, in] is a step for ``kernels/gemv.py`` (1 to 16 rows: decode)."""
     return 0 < x.shape[0] <= MAX_ROWS
 
 
-def project(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True):
     """x [T, in] -> [T, out]; up to 16 rows (a decode step) through ``kernels/gemv.py``, more
-    through ``linear`` (cuBLAS)."""
-    return gemv(x, linear.weight) if gemv_rows(x) else linear(x)
+    through ``linear`` (cuBLAS). ``reduce=False``: a split-K GEMV's result may come back as
+    ``kernels.splitk.SplitKPartials`` (for ``kernels.rmsnorm.rmsnorm``)."""
+    return gemv(x, linear.weight, reduce=reduce) if gemv_rows(x) else linear(x)
 
 
 def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta,
@@ -61,7 +70,8 @@ def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store, p
     """One decoder layer with fused add + norm: ``h`` the previous sublayer's output [T, hidden],
     ``residual`` the stream before adding it (None at the first layer, where ``h`` is the
     embedding). ``prefetch``: a ``models.weight_prefetch.WeightPrefetcher`` forked after the qkv
-    projection, or None. Returns (this MLP's output, the stream before adding it)."""
+    projection, or None. Returns (this MLP's output, the stream before adding it); the output
+    is ``SplitKPartials`` where ``REDUCE_IN_NORM`` leaves a split-K ``down_proj`` unreduced."""
     norm, eps = layer.input_layernorm, layer.input_layernorm.eps
     if residual is None:
         residual, h = h, rmsnorm(h, norm.weight, eps)
@@ -71,11 +81,13 @@ def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store, p
     if prefetch is not None:
         prefetch.after_qkv(layer.self_attn.layer_idx)
     o = attend(layer, qkv, positions, rotary, attn, meta, kv_store)
-    h, residual = rmsnorm(project(layer.self_attn.o_proj, o),
+    reduce = not REDUCE_IN_NORM
+    h, residual = rmsnorm(project(layer.self_attn.o_proj, o, reduce),
                           layer.post_attention_layernorm.weight, eps, residual)
     mlp = layer.mlp
-    if gemv_rows(h):
-        return gemv(gemv_swiglu(h, mlp.gate_up_proj.weight), mlp.down_proj.weight), residual
+    if gemv_rows(h):  # the output may be SplitKPartials: the next add + RMSNorm reduces it
+        return gemv(gemv_swiglu(h, mlp.gate_up_proj.weight), mlp.down_proj.weight,
+                    reduce=reduce), residual
     return mlp.down_proj(silu_mul(mlp.gate_up_proj(h))), residual
 
 
