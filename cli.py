@@ -36,14 +36,25 @@ import sys
 import threading
 
 
+def _json_wanted(args: list[str]) -> bool:
+    """Whether ``--json`` is among the command line's ``args`` (before a ``--``), as a flag."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
 def _exit_on_ctrl_c(signum, frame) -> None:
-    """SIGINT during the start-up imports: one line and exit code 130 (SIGINT's), at once.
+    """SIGINT during the start-up imports: one line and exit code 130 (SIGINT's), at once; with
+    ``--json`` also the error object ``errors`` prints for a Ctrl-C, on stdout.
 
     ``os._exit`` rather than a KeyboardInterrupt, which the module being imported may swallow or
     turn into another error (a pybind11 module such as triton's raises ImportError
-    "initialization failed"); nothing is written or open yet that would need closing."""
+    "initialization failed"); nothing is written or open yet that would need closing. Not the
+    command's own interrupted object (``infer.ui.startup.not_begun``): the arguments are not
+    parsed yet, and the modules that make it are the ones being imported."""
     with contextlib.suppress(OSError):  # no stderr: exit all the same
         os.write(2, b"interrupted\n")
+    if _json_wanted(sys.argv[1:]):
+        with contextlib.suppress(OSError):  # no stdout (closed, full): the exit code tells
+            os.write(1, b'{"error": "interrupted", "exit_code": 130}\n')
     os._exit(130)
 
 
@@ -285,8 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         # click 8.2+ words a bad enum choice "Value error, 'x' is not one of ...": drop the prefix
         text = " ".join(e.format_message().split()).replace("Value error, ", "")
         msg = text + f" (see {where} --help)"
-        as_json = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
-        print_error(msg, e.exit_code, as_json)
+        print_error(msg, e.exit_code, _json_wanted(args))
         sys.exit(e.exit_code)
     except typer.Abort:
         print("Aborted!", file=sys.stderr)

@@ -125,7 +125,8 @@ def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module, tiny_ckpt)
     in the command, which imports them as it needs them: exit 130, one line. In the middle of
     torch's import (numpy's, inside it) the KeyboardInterrupt was swallowed (the command ran on,
     exit 0), killed the process from C++ (exit 134) or became an ImportError (exit 1); it is now
-    held back until the import is done (``sigint_deferred``). From torch's on
+    held back until the import is done (``sigint_deferred``). In typer's, before `main`, --json
+    printed no object: now the error object, as the arguments are not parsed yet. From torch's on
     it is the reply's that never began (``infer.ui.startup``): before the load, or in it
     (triton's import is part of the engine's load). With --json, the reply's object, whose
     header is null before the config was made (nothing imports torch again to make it)."""
@@ -148,6 +149,12 @@ def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module, tiny_ckpt)
         proc = run("--json")
         obj = json.loads(proc.stdout)
         assert proc.returncode == 130 and (obj["interrupted"], obj["model"]) == (True, None)
+    if module == "typer":  # before `main`: the error object (it printed nothing on stdout)
+        proc = run("--json")
+        assert (proc.returncode, proc.stderr) == (130, "interrupted\n"), proc.stderr
+        assert json.loads(proc.stdout) == {"error": "interrupted", "exit_code": 130}
+        proc = run("--", "--json")  # an argument after --, not the flag
+        assert (proc.returncode, proc.stdout) == (130, ""), proc.stdout
 
 
 def test_ctrl_c_in_an_extension_module_import_exits_130(monkeypatch, capsys):
