@@ -23,6 +23,11 @@ Printed, one JSON line each:
 tiles with ``split_k = s`` (``kernels/gemv.py``'s split-K, not picked by default yet). Expected
 on the 0.6B's ``o_proj`` and ``down_proj`` (32 programs by default on 132 SMs): most of the way
 from about a third of the bandwidth towards the ~85-90 % the wide weights reach.
+``--tiles 16x128x3,32x256x5`` (``BLOCK_N x BLOCK_K x stages``, optionally ``x warps``) adds
+``impl`` ``ours_{tile}`` lines: each projection with that tile (split-K as ``gemv_tiles`` would
+pick it for that tile on this GPU), the gate/up projection through ``gemv_swiglu`` (its tile is
+per half), as the model runs it. The tiles were chosen on the 8B's shapes; this is the sweep for
+the small models' narrow ones (``--size 0.6b --layers 28``).
 
 Run: ``python3 benchmarks/gemv.py [--size 8b] [--layers 36] [--rows 1]`` (GPU only; ~1 minute).
 """
@@ -37,18 +42,49 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.timing import bench_graph_many, read_bandwidth
+from kernels import tiles as tiles_module
+from kernels.device import sm_count
 from kernels.gemv import gemv, gemv_swiglu
 from kernels.silu_mul import silu_mul
-from kernels.tiles import gemv_tiles
+from kernels.tiles import GemvTiles, gemv_split_k, gemv_tiles
 
 SIZES = {  # hidden, intermediate, q heads, kv heads, head_dim, vocab
-    "0.6b": (1024, 3072, 16, 8, 128, 151936), "4b": (2560, 9728, 32, 8, 128, 151936),
+    "0.6b": (1024, 3072, 16, 8, 128, 151936), "1.7b": (2048, 6144, 16, 8, 128, 151936),
+    "4b": (2560, 9728, 32, 8, 128, 151936),
     "8b": (4096, 12288, 32, 8, 128, 151936), "14b": (5120, 17408, 40, 8, 128, 151936)}
 
 
 def emit(rec: dict) -> None:
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in rec.items()}),
           flush=True)
+
+
+def parse_tiles(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """``16x128x3,32x256x5x8`` -> ``[(label, (block_n, block_k, stages[, warps])), ...]``.
+
+    Raises:
+        ValueError: an item that is not 3 or 4 positive integers joined by ``x``.
+    """
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        parts = item.split("x")
+        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"--tiles item {item!r}: want BLOCK_NxBLOCK_KxSTAGES[xWARPS]")
+        out.append((item, tuple(int(p) for p in parts)))
+    return out
+
+
+def tiles_for(spec: tuple[int, ...], n: int, k: int, swiglu: bool, device) -> GemvTiles:
+    """A ``GemvTiles`` of ``spec`` for an ``[n, k]`` weight (``n`` per half for SwiGLU), with
+    the split-K ``gemv_tiles`` would pick for that tile and the chain flag it sets."""
+    bn, bk, stages, *warps = spec
+    split = 1
+    if tiles_module.GEMV_SPLIT_K and not swiglu:
+        split = gemv_split_k(-(-n // bn), -(-k // bk), sm_count(device))
+    pdl = gemv_tiles(device, torch.bfloat16, n, k, swiglu).pdl
+    return GemvTiles(bn, bk, stages, num_warps=warps[0] if warps else 4, split_k=split, pdl=pdl)
 
 
 def main() -> None:
@@ -58,8 +94,13 @@ def main() -> None:
     ap.add_argument("--rep-ms", type=int, default=200)
     ap.add_argument("--rows", type=int, default=1, help="tokens of the step, 1 to 16")
     ap.add_argument("--split-k", default="", help="split_k values to try, e.g. 2,4,8")
+    ap.add_argument("--tiles", default="", help="tiles to try, e.g. 16x128x3,32x256x5")
     args = ap.parse_args()
     splits = [int(v) for v in args.split_k.split(",") if v]
+    try:
+        sweep = parse_tiles(args.tiles)
+    except ValueError as e:
+        ap.error(str(e))
     if not 1 <= args.rows <= 16:
         ap.error("--rows must be 1 to 16")
     if args.layers < 1 or args.rep_ms < 1:
@@ -92,6 +133,11 @@ def main() -> None:
         for sk in splits if name != "gate_up_proj" else ():
             t = replace(gemv_tiles(dev, dt, n, k, False), split_k=sk)
             impls.append((f"ours_split{sk}", lambda w, xi=xi, t=t: gemv(xi, w, tiles=t)))
+        for label, spec in sweep:
+            swiglu = name == "gate_up_proj"
+            t = tiles_for(spec, n // 2 if swiglu else n, k, swiglu, dev)
+            fn = gemv_swiglu if swiglu else gemv
+            impls.append((f"ours_{label}", lambda w, xi=xi, t=t, fn=fn: fn(xi, w, tiles=t)))
         for impl, fn in impls:
             us = per_layer([lambda w=w, fn=fn: fn(w) for w in ws], len(ws))
             emit({"what": "gemv", "proj": name, "impl": impl, "rows": m, "n": n, "k": k,

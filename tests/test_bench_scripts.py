@@ -1,7 +1,8 @@
 """The benchmark scripts that CI can smoke-test on the CPU, on a tiny random checkpoint:
 ``benchmarks/profile_decode.py`` (issue 16's decode-step profile),
 ``benchmarks/load_weights.py`` (weight loading GB/s), ``benchmarks/profile_prefill.py`` (the
-prefill by kernel kind). Their JSON lines keep their keys."""
+prefill by kernel kind); and the argument parsing of ``benchmarks/gemv.py``'s tile sweep. Their
+JSON lines keep their keys."""
 
 from __future__ import annotations
 
@@ -142,3 +143,17 @@ def test_profile_prefill_kinds_and_flop():
     cfg = SimpleNamespace(hidden_size=4, num_attention_heads=2, num_key_value_heads=1,
                           head_dim=2, intermediate_size=8, num_hidden_layers=1)
     assert prefill_flop(cfg, 3) == (2.0 * 144 * 3, 2.0 * 2.0 * 2 * 2 * 9 / 2)
+
+
+def test_gemv_tile_sweep_parses_its_tiles():
+    """``benchmarks/gemv.py --tiles``: ``BLOCK_NxBLOCK_KxSTAGES[xWARPS]`` items, empty items
+    skipped, anything else a ValueError naming the item (the script turns it into a usage
+    error)."""
+    from benchmarks.gemv import parse_tiles
+
+    assert parse_tiles("16x128x3, 32x256x5x8,") == [("16x128x3", (16, 128, 3)),
+                                                     ("32x256x5x8", (32, 256, 5, 8))]
+    assert parse_tiles("") == []
+    for bad in ("16x128", "16x128x3x4x2", "16xax3", "0x128x3"):
+        with pytest.raises(ValueError, match=bad):
+            parse_tiles(bad)
