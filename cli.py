@@ -42,14 +42,16 @@ def _json_wanted(args: list[str]) -> bool:
 
 
 def _exit_on_ctrl_c(signum, frame) -> None:
-    """SIGINT during the start-up imports: one line and exit code 130 (SIGINT's), at once; with
-    ``--json`` also the error object ``errors`` prints for a Ctrl-C, on stdout.
+    """SIGINT before a command's own code runs (``_sigint_exits``): one line and exit code 130
+    (SIGINT's), at once; with ``--json`` also the error object ``errors`` prints for a Ctrl-C, on
+    stdout.
 
     ``os._exit`` rather than a KeyboardInterrupt, which the module being imported may swallow or
     turn into another error (a pybind11 module such as triton's raises ImportError
-    "initialization failed"); nothing is written or open yet that would need closing. Not the
-    command's own interrupted object (``infer.ui.startup.not_begun``): the arguments are not
-    parsed yet, and the modules that make it are the ones being imported."""
+    "initialization failed"), and which typer's parser turns into a silent exit 130; nothing is
+    written or open yet that would need closing. Not the command's own interrupted object
+    (``infer.ui.startup.not_begun``): the arguments are not parsed yet, and the modules that make
+    it may be the ones being imported."""
     with contextlib.suppress(OSError):  # no stderr: exit all the same
         os.write(2, b"interrupted\n")
     if _json_wanted(sys.argv[1:]):
@@ -58,15 +60,26 @@ def _exit_on_ctrl_c(signum, frame) -> None:
     os._exit(130)
 
 
-# NOTE: the `infer` script runs `from cli import main` before `main`, so these imports (typer and
-# rich, ~0.1 s; torch, triton and each command's own modules are imported by the commands, under
-# `errors`, so that `--help` needs none of them) are under no handler of main's or typer's: a
-# Ctrl-C in them would print a KeyboardInterrupt traceback. They run under `_exit_on_ctrl_c`
-# instead, unless SIGINT is ignored (a background job) or handled by whoever imports cli, or cli
-# is imported outside the main thread (where no handler can be set).
-_sigint = signal.getsignal(signal.SIGINT)
-if _sigint is signal.default_int_handler and threading.current_thread() is threading.main_thread():
-    signal.signal(signal.SIGINT, _exit_on_ctrl_c)
+def _sigint_exits(on: bool) -> None:
+    """``on``: SIGINT runs ``_exit_on_ctrl_c``, unless it is ignored (a background job) or handled
+    by whoever runs cli (a host program, a test harness), or this is not the main thread (where
+    no handler can be set). Off: Python's handler (KeyboardInterrupt) again, if it was ours."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if on and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _exit_on_ctrl_c)
+    elif not on and signal.getsignal(signal.SIGINT) is _exit_on_ctrl_c:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# NOTE: a Ctrl-C before a command's own code runs, under its `errors`, reaches no handler of ours:
+# in this module's imports (typer and rich, ~0.1 s: the `infer` script runs `from cli import main`
+# before `main`) and its command definitions it printed a KeyboardInterrupt traceback, in typer's
+# building of the app and parsing of the arguments (~0.05 s) it gave a traceback or a silent exit
+# 130. These run under `_exit_on_ctrl_c` (`_sigint_exits`): this module until its end, `main`
+# until the command's first line. Torch, triton and each command's own modules are imported by the
+# commands, under `errors`, so that `--help` needs none of them.
+_sigint_exits(True)
 try:
     from typing import Annotated
 
@@ -94,9 +107,9 @@ try:
         System,
         shared_options,
     )
-finally:
-    if signal.getsignal(signal.SIGINT) is _exit_on_ctrl_c:
-        signal.signal(signal.SIGINT, _sigint)
+except BaseException:  # no cli: SIGINT as it was
+    _sigint_exits(False)
+    raise
 
 DEFAULT_SUMMARY_MODEL = "Qwen/Qwen3-0.6B"
 
@@ -124,6 +137,7 @@ def generate(
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
     ui = UI(opts, "generate")
     with errors(opts.debug, opts.json, ui):
+        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         from infer.ui.oneshot import chat_messages, one_shot  # the reply's view: not for --help
 
         if prompt == "-":
@@ -168,6 +182,7 @@ def summarize(
     summaries are combined (thinking off unless --think)."""
     ui = UI(opts, "summarize")
     with errors(opts.debug, opts.json, ui):
+        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         # summarize's own modules: not for --help or the other commands
         from infer.summary_prompts import SUMMARY_PROMPT
         from infer.ui.oneshot import chat_messages
@@ -200,6 +215,7 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """
     ui = UI(opts, "chat")
     with errors(opts.debug, opts.json, ui):
+        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         # the chat loop: not for --help or the other commands
         from infer.ui.repl import check_reply_budget, run_repl
 
@@ -240,6 +256,7 @@ def bench(
     (the GPU's read bandwidth over the bytes each token must read)."""
     ui = UI(opts, "bench")
     with errors(opts.debug, opts.json, ui):
+        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         from infer.bench import parse_lengths  # torch: under `errors`, as a Ctrl-C in it exits 130
         from infer.ui import bench_view
 
@@ -279,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     stdout = sys.stdout
     try:
         sys.stdout = checked_stdout()  # typer and click write to sys.stdout
+        _sigint_exits(True)  # until the command's first line
         rv = app(args=argv, standalone_mode=False)
         sys.stdout.flush()
     except BrokenPipeError:
@@ -302,8 +320,12 @@ def main(argv: list[str] | None = None) -> None:
         print("Aborted!", file=sys.stderr)
         sys.exit(1)
     finally:
+        _sigint_exits(False)
         sys.stdout = stdout
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+_sigint_exits(False)  # the module is defined: main turns it on again for typer's parse
 
 
 if __name__ == "__main__":

@@ -97,50 +97,66 @@ def test_version(capsys):
 
 
 # The `infer` console script as pip writes it for `infer = "cli:main"`, run as from a terminal
-# (Python's own SIGINT handler), after a finder that sends the process a SIGINT when one module
-# is about to be imported: a Ctrl-C at that point of the start-up.
-CTRL_C_AT_IMPORT = """
+# (Python's own SIGINT handler), that sends the process a SIGINT when one module is about to be
+# imported (a finder), or a function named NAME, given as `NAME()`, is first called (a profile
+# hook): a Ctrl-C at that point of the start-up.
+CTRL_C_AT = """
 import os
 import signal
 import sys
 
 class CtrlC:
-    def __init__(self, module):
-        self.module = module
+    def __init__(self, where):
+        self.where = where
 
     def find_spec(self, name, path=None, target=None):
-        if name == self.module:
+        if name == self.where:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def on_call(self, frame, event, arg):
+        if event == "call" and frame.f_code.co_name + "()" == self.where:
+            sys.setprofile(None)
             os.kill(os.getpid(), signal.SIGINT)
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
-sys.meta_path.insert(0, CtrlC(sys.argv.pop(1)))
+ctrl_c = CtrlC(sys.argv.pop(1))
+sys.meta_path.insert(0, ctrl_c)
+if ctrl_c.where.endswith("()"):
+    sys.setprofile(ctrl_c.on_call)
 from cli import main
 sys.exit(main())
 """
 
+# Where cli's start-up runs before a command's own code: its command definitions, typer's building
+# of the app (`get_command`) and its parse of the arguments (`make_context`).
+BEFORE_THE_COMMAND = ["shared_options()", "get_command()", "make_context()"]
 
-@pytest.mark.parametrize("module", ["typer", "torch", "numpy", "tokenizers", "triton"])
+
+@pytest.mark.parametrize("module", ["typer", *BEFORE_THE_COMMAND, "torch", "numpy",
+                                    "tokenizers", "triton"])
 def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module, tiny_ckpt):
     """Ctrl-C in the imports: typer's before `main` runs, torch, tokenizers and triton's (~2 s)
     in the command, which imports them as it needs them: exit 130, one line. In the middle of
     torch's import (numpy's, inside it) the KeyboardInterrupt was swallowed (the command ran on,
     exit 0), killed the process from C++ (exit 134) or became an ImportError (exit 1); it is now
     held back until the import is done (``sigint_deferred``). In typer's, before `main`, --json
-    printed no object: now the error object, as the arguments are not parsed yet. From torch's on
-    it is the reply's that never began (``infer.ui.startup``): before the load, or in it
-    (triton's import is part of the engine's load). With --json, the reply's object, whose
+    printed no object: now the error object, as the arguments are not parsed yet. So between
+    typer's import and the command's first line, where it printed a traceback (cli's command
+    definitions, typer building the app) or nothing (typer's parse: a silent exit 130). From
+    torch's on it is the reply's that never began (``infer.ui.startup``): before the load, or in
+    it (triton's import is part of the engine's load). With --json, the reply's object, whose
     header is null before the config was made (nothing imports torch again to make it)."""
     import subprocess
     import sys
     from pathlib import Path
 
     def run(*flags):
-        return subprocess.run([sys.executable, "-c", CTRL_C_AT_IMPORT, module, "generate",
+        return subprocess.run([sys.executable, "-c", CTRL_C_AT, module, "generate",
                                str(tiny_ckpt), "P", *FAST, *flags], capture_output=True,
                               text=True, timeout=60, cwd=Path(__file__).parents[1])
 
     proc = run()
-    line = {"typer": "interrupted\n",
+    line = {"typer": "interrupted\n", **dict.fromkeys(BEFORE_THE_COMMAND, "interrupted\n"),
             "triton": r"prompt \d+ tokens · interrupted while loading the model\n"}.get(
         module, "interrupted before loading the model\n")
     assert (proc.returncode, proc.stdout) == (130, ""), proc.stderr
@@ -149,7 +165,7 @@ def test_ctrl_c_during_the_start_up_imports_exits_130_quietly(module, tiny_ckpt)
         proc = run("--json")
         obj = json.loads(proc.stdout)
         assert proc.returncode == 130 and (obj["interrupted"], obj["model"]) == (True, None)
-    if module == "typer":  # before `main`: the error object (it printed nothing on stdout)
+    if module == "typer" or module in BEFORE_THE_COMMAND:  # the error object
         proc = run("--json")
         assert (proc.returncode, proc.stderr) == (130, "interrupted\n"), proc.stderr
         assert json.loads(proc.stdout) == {"error": "interrupted", "exit_code": 130}
