@@ -106,9 +106,16 @@ def import_torch():
 
 def load_engine(ui: UI, cfg, tokenizer):
     """Load the weights and allocate the KV pool (a Ctrl-C in it: ``ui.startup``'s stage
-    ``LOADING``). Returns ``(engine, seconds)``."""
+    ``LOADING``). Returns ``(engine, seconds)``.
+
+    The engine's modules import triton (~1 s), with a Ctrl-C in it held back until it is done
+    (``sigint_deferred``): raised inside, it left triton half-imported (a package whose finished
+    submodules stay in ``sys.modules``), so that the next import of it, by the interrupted
+    command's ``--json`` object (``infer.ui.records.engine_header``), failed with an
+    AttributeError (exit 1) instead of the object."""
     ui.startup.stage, ui.startup.cfg = LOADING, cfg
-    from infer.engine import Engine
+    with sigint_deferred():  # triton's import: see above
+        from infer.engine import Engine
 
     t0 = time.perf_counter()
     with ui.status(f"loading {cfg.model} ..."):

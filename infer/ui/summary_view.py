@@ -29,7 +29,7 @@ from infer.ui.console import UI, is_ctrl_c
 from infer.ui.oneshot import one_shot, reply_once
 from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
-from infer.ui.startup import empty_reply
+from infer.ui.startup import empty_reply, sigint_deferred
 from infer.wording import counted
 
 
@@ -141,7 +141,8 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
     Raises:
         ValueError: ``--batch`` outside 1..16 or more than fit.
     """
-    from infer.attention import resolve_attention
+    with sigint_deferred():  # triton's first import here (as in infer.ui.prepare.load_engine)
+        from infer.attention import resolve_attention
     from infer.capacity import kv_cache_words, largest_batch
 
     kind = resolve_attention(cfg.attention, cfg.torch_device)
