@@ -24,8 +24,9 @@
 #              steps at that width (~0.9 min; benchmarks/small_lm_grow.py): a copying model
 #              whose decode is bound by its weight bytes, into $SMALL
 #   trained    the GPU tests on the trained model in $SMALL (tests/test_trained_gpu.py)
-#   int8kl     KL(bf16 || int8) of the trained model at 4k and 32k (benchmarks/int8_kl.py), with
-#              each key-balance mode (KL_ARGS overrides)
+#   int8kl     KL(bf16 || int8) of the trained model at 2k (its training length), 4k and 32k
+#              (benchmarks/int8_kl.py), with each key-balance mode, and the BF16 noise floor
+#              (the Triton attention against torch's; KL_ARGS overrides)
 #   spec       speculative decoding on the trained model's held-out chapters, with and without
 #              (benchmarks/speculative.py; SPEC_ARGS replaces the default --ctx 2k, the
 #              length of the training's summary rows)
@@ -154,7 +155,7 @@ for what in "$@"; do
     trained) INFER_TRAINED_MODEL=$SMALL python3 -m pytest -q -m gpu -p no:cacheprovider \
                tests/test_trained_gpu.py 2>&1 | tee "$OUT/trained_tests.log" | tail -n 3 ;;
     int8kl) python3 benchmarks/int8_kl.py --model "$SMALL" --texts "$SHARED/data/texts" \
-              ${KL_ARGS:---balance off,norm,proj --window 2048} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
+              ${KL_ARGS:---balance off,norm,proj --window 2048 --positions 2048,4096,32768 --noise-floor} --report "$OUT/int8_kl.jsonl" 2>&1 | tail -n 4 ;;
     spec) python3 benchmarks/speculative.py --ckpt "$SMALL" --held-out --texts "$SHARED/data/texts" \
             ${SPEC_ARGS:---ctx 2k} 2>&1 | tee "$OUT/speculative.jsonl" | grep -v '"text": "held' ;;
     spec8b)

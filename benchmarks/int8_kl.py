@@ -19,7 +19,9 @@ One JSON line per target (after the device line): ``mean_kl``, ``p99_kl``, ``max
 ``top1_agree`` (fraction), ``flips`` (rows whose argmaxes differ), ``flip_margin_median`` and
 ``margin_median`` (the reference's top-1 minus top-2 probability, median over the flipped rows and
 over all rows: a flip at a near-tie costs little), ``nll_bf16``, ``nll_int8``; that set once
-per ``--balance`` mode (``models/key_balance.py``). Then one ``kv_channels`` line: the last
+per ``--balance`` mode (``models/key_balance.py``). With ``--noise-floor``, the same set for
+BF16 against BF16 through the torch reference attention (``bf16_noise_floor``: ``run_kl``).
+Then one ``kv_channels`` line: the last
 mode's BF16 pool's keys and values over all prefilled positions, per layer, outlier-channel
 ratios and the INT8 rounding error (``benchmarks/kv_outliers.py``). NOTE: a model trained on
 rows of 512 or 2048 tokens has never seen positions near 32k; its NLL says how well it still
@@ -161,11 +163,19 @@ def heldout_ids(texts: str | Path, tokenizer, n: int) -> tuple[list[int], int]:
 def run_kl(folder, positions: list[int], *, texts=DEFAULT_TEXTS, window: int = 512,
            chunk: int = 2048, device: str | None = None, attention: str = "auto",
            page_size: int = 64, caches: tuple[str, str] = ("bf16", "int8"),
-           balance: tuple[str, ...] = ("off",)) -> list[dict]:
-    """Load ``folder``, build the two engines (``caches``: reference first) and return one
-    record per target of ``positions`` (``compare``), each tagged ``"what": "int8_kl"``; once per
-    key-balance mode of ``balance`` (``models.key_balance``: the model loaded again and its
-    key-channel scales folded into ``q_norm``/``k_norm``; ``"off"`` leaves it as stored).
+           balance: tuple[str, ...] = ("off",), test_attention: str | None = None,
+           what: str = "int8_kl", channels: bool = True) -> list[dict]:
+    """Load ``folder``, build the two engines (``caches``: reference first; the second with
+    ``test_attention`` if given, else ``attention``) and return one record per target of
+    ``positions`` (``compare``), each tagged ``"what": what``; once per key-balance mode of
+    ``balance`` (``models.key_balance``: the model loaded again and its key-channel scales folded
+    into ``q_norm``/``k_norm``; ``"off"`` leaves it as stored). ``channels``: then the
+    ``kv_channels`` record of a BF16 reference pool.
+
+    The noise floor (``--noise-floor``): ``caches=("bf16", "bf16")`` with the Triton kernels
+    against ``test_attention="reference"`` (torch over the same pool): how often two correct BF16
+    attentions, differing only in their rounding, disagree on the top-1 token. INT8's flips are
+    read against that.
 
     Raises:
         ValueError: a target shorter than ``window`` or past the model's native positions, or an
@@ -188,20 +198,24 @@ def run_kl(folder, positions: list[int], *, texts=DEFAULT_TEXTS, window: int = 5
     for mode in balance:
         model = load_model(folder, device=dev, dtype=dtype)
         scales = balance_keys(model, mode)
-        ref, test = (ChunkRunner(make_engine(model, tok, folder, kv, ctx, dev, attention, chunk,
-                                             page_size)) for kv in caches)
+        ref, test = (ChunkRunner(make_engine(model, tok, folder, kv, ctx, dev, att, chunk,
+                                             page_size))
+                     for kv, att in zip(caches, (attention, test_attention or attention),
+                                        strict=True))
         records = compare(model, ref, test, ids, positions, window, chunk, tok.vocab_limit)
-        extra = {"what": "int8_kl", "ref": caches[0], "test": caches[1], "balance": mode,
+        extra = {"what": what, "ref": caches[0], "test": caches[1], "balance": mode,
                  "max_key_scale": max(float(s.max()) for s in scales), "chunk": chunk,
                  "attention": ref.engine.attention_kind,
+                 "test_attention": test.engine.attention_kind,
                  "dtype": str(dtype).removeprefix("torch."), "heldout_tokens": stream_len,
                  "model": str(folder)}
         for r in records:
-            r["nll_" + caches[0]], r["nll_" + caches[1]] = r.pop("nll_ref"), r.pop("nll_test")
+            if caches[0] != caches[1]:  # else nll_ref and nll_test
+                r["nll_" + caches[0]], r["nll_" + caches[1]] = r.pop("nll_ref"), r.pop("nll_test")
             out.append({**extra, **r})
         if mode != balance[-1]:
             del model, ref, test
-    if ref.engine.pool.kv_dtype == "bf16":
+    if channels and ref.engine.pool.kv_dtype == "bf16":
         layers = channel_stats(ref.engine.pool, ref.pages, ref.cached)
         out.append({"what": "kv_channels", "positions": ref.cached, "model": str(folder),
                     "balance": balance[-1],
@@ -224,6 +238,9 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--balance", default="off",
                    help="key-balance modes, comma-separated (models/key_balance.py): "
                    "off, norm, proj")
+    p.add_argument("--noise-floor", action="store_true",
+                   help="also BF16 with --attention against BF16 with the torch reference "
+                   "attention (bf16_noise_floor records: run_kl)")
     p.add_argument("--report", default=None, help="also write the JSON lines to this file")
     args = p.parse_args(argv)
     try:
@@ -250,6 +267,12 @@ def main(argv=None) -> list[dict]:
                          chunk=args.chunk, device=str(dev), attention=args.attention,
                          page_size=args.page_size,
                          balance=tuple(x.strip() for x in args.balance.split(",") if x.strip()))
+        if args.noise_floor:
+            results += run_kl(args.model, positions, texts=args.texts, window=args.window,
+                              chunk=args.chunk, device=str(dev), attention=args.attention,
+                              page_size=args.page_size, caches=("bf16", "bf16"),
+                              test_attention="reference", what="bf16_noise_floor",
+                              channels=False)
     except (ValueError, FileNotFoundError) as e:
         p.error(str(e))
     for r in results:

@@ -250,6 +250,24 @@ def test_int8_kl_same_cache_gives_zero(trained):
     assert int8_kl.chunk_bounds(10, 4, [5]) == [(0, 4), (4, 5), (5, 8), (8, 10)]
 
 
+def test_int8_kl_noise_floor_records(trained):
+    """``--noise-floor``'s records: BF16 against BF16 with the test engine's attention named
+    (on the CPU both are the reference, so nothing differs), the NLLs kept apart."""
+    _, _, out, _, _ = trained
+    (rec,) = int8_kl.run_kl(out, [64], window=16, chunk=40, device="cpu", page_size=16,
+                            caches=("bf16", "bf16"), test_attention="reference",
+                            what="bf16_noise_floor", channels=False)
+    assert rec["what"] == "bf16_noise_floor" and (rec["ref"], rec["test"]) == ("bf16", "bf16")
+    assert rec["attention"] == rec["test_attention"] == "reference"
+    assert rec["max_kl"] == 0 and rec["top1_agree"] == 1.0 and rec["rows"] == 16
+    assert rec["nll_ref"] == rec["nll_test"] > 0 and "nll_bf16" not in rec
+    records = int8_kl.main(["--model", str(out), "--positions", "64", "--window", "16",
+                            "--chunk", "40", "--page-size", "16", "--device", "cpu",
+                            "--noise-floor"])
+    assert [r["what"] for r in records] == ["device", "int8_kl", "kv_channels",
+                                            "bf16_noise_floor"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--lr", "-1"], "--lr must be > 0"),
     (["--heads", "3"], "a multiple of --kv-heads"),
