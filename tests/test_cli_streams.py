@@ -142,6 +142,39 @@ def test_ctrl_c_during_prefill_says_so(tiny_ckpt, monkeypatch):
     assert "interrupted during prefill" in stats and "first token" not in stats
 
 
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_ctrl_c_before_the_prefill_is_a_reply_with_no_token(command, tiny_ckpt, monkeypatch):
+    """Ctrl-C as a reply begins, before its prefill set the session's stats: the reply had
+    the stats of none (generate: an AttributeError, exit 1) or of the chat's previous reply
+    (its stats line and object, stop: length); now its own, interrupted with no token stored."""
+    from infer.engine import Engine
+
+    real, calls = Engine.run_batch, []
+
+    def run_batch(self, *args, **kwargs):
+        calls.append(1)
+        if command == "generate" or len(calls) == 2:  # chat: the second reply
+            raise KeyboardInterrupt
+        yield from real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "run_batch", run_batch)
+    args = [command, tiny_ckpt, *(["hi"] if command == "generate" else []), *FAST, "--json"]
+    result = invoke(*args, input="hi\nand again\n")
+    assert result.exit_code == (130 if command == "generate" else 0), result.output
+    cut = json.loads(result.stdout.splitlines()[-1])
+    assert cut["interrupted"] and cut["stop_reason"] == "interrupted", cut
+    assert (cut["new_tokens"], cut["prefill_tokens"], cut["reused_tokens"]) == (0, 0, 0)
+    if command == "chat":
+        first = json.loads(result.stdout.splitlines()[0])
+        assert cut["prompt_tokens"] > first["prompt_tokens"] + first["new_tokens"]
+    calls.clear()
+    result = invoke(*args[:-1], input="hi\nand again\n")  # the stats line says so
+    assert "Traceback" not in result.output and "error" not in result.stderr, result.output
+    stats = [ln for ln in result.stderr.splitlines() if " · " in ln][-1]  # (chat: after "> ")
+    assert re.search(r"(^|> )prompt \d+ tokens( \(0 reused\))? · interrupted during prefill "
+                     r"\(0 stored\)$", stats), stats
+
+
 def interrupt_third_chunk(monkeypatch) -> list[int]:
     """Ctrl-C as the third model step begins (the first reply's third prefill chunk)."""
     from infer.engine import Session

@@ -15,7 +15,8 @@ A long prefill (more than ``infer.ui.progress.MIN_TOKENS`` prompt tokens to pref
 stderr shows a progress bar there first (``PrefillBar``); the live view starts with the first token.
 
 Ctrl-C during a reply (its prefill included) ends that reply only: the generator is closed (the
-engine keeps the session consistent) and ``Reply.interrupted`` is set.
+engine keeps the session consistent) and ``Reply.interrupted`` is set. One before the prefill
+began (the session's stats are not this reply's yet) gives stats with no token stored.
 """
 
 from __future__ import annotations
@@ -171,8 +172,13 @@ class ReplyView:
             self.text.print(self._shown)
         elif self._raw:
             self._write("\n")
+        stats = self.session.stats
+        if stats is None or stats is self._prev_stats:  # cut before its prefill began
+            from infer.stats import GenerationStats
+
+            stats = GenerationStats(prompt_tokens=len(prompt_ids), stop_reason="interrupted")
         return Reply(raw="".join(self._raw), answer="".join(self._parts[False]).strip(),
-                     thinking="".join(self._parts[True]).strip(), stats=self.session.stats,
+                     thinking="".join(self._parts[True]).strip(), stats=stats,
                      interrupted=interrupted,
                      ceiling=self.engine.ceiling_tokens_per_s(self.session.num_cached))
 
