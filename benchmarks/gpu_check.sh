@@ -48,6 +48,8 @@
 #              "0.6b 1.7b 8b"; the 8B is $CKPT); FUSION_VARIANTS overrides the variants
 #   prefill    a 32k prefill's kernel time by kind against its FLOP counts, BF16 and INT8, the
 #              8B (benchmarks/profile_prefill.py)
+#   barrier    a grid barrier inside one kernel against a kernel boundary, plain and PDL
+#              (benchmarks/grid_barrier.py: the persistent decode layer's question)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
 #              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
@@ -70,6 +72,7 @@ for what in "$@"; do
            tail -n 1 "$OUT/sweep_decode.jsonl" ;;
     bench) python3 benchmarks/attention.py ${BENCH_ARGS:-} --out "$OUT/attention.jsonl" \
              > "$OUT/attention.log" 2>&1; grep -A 90 "^what" "$OUT/attention.log" ;;
+    barrier) python3 benchmarks/grid_barrier.py ${BARRIER_ARGS:-} 2>&1 | tee "$OUT/grid_barrier.jsonl" ;;
     floor) python3 benchmarks/decode_floor.py --timeline 2>&1 | tee "$OUT/decode_floor.jsonl" ;;
     gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl" ;;
     e2e) python3 benchmarks/decode_e2e.py --workdir /tmp ${E2E_ARGS:-} 2>&1 | tee "$OUT/decode_e2e.jsonl" ;;
