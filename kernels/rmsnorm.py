@@ -32,7 +32,7 @@ from kernels.splitk import SplitKPartials, reduce_rows
 
 @triton.jit
 def _rmsnorm_kernel(
-    x_ptr,  # [T, HIDDEN] model dtype (last dim contiguous); SPLITS > 1: float32 partials
+    x_ptr,  # [T, HIDDEN] model dtype (last dim contiguous); SPLITS >= 1: float32 partials
     res_ptr,  # [T, HIDDEN] model dtype residual stream (HAS_RESIDUAL only)
     w_ptr,  # [HIDDEN] model dtype
     out_ptr,  # [T, HIDDEN] model dtype, the normalized rows
