@@ -6,8 +6,9 @@ are declared once in ``infer/ui/options.py``; ``infer/ui/prepare.py`` checks the
 model (``models/hub.py``), reads input (``infer/ui/textio.py``) and loads the engine;
 ``infer/ui/oneshot.py`` runs generate and summarize, showing the reply with
 ``infer/ui/render.py``; the chat loop is ``infer/ui/repl.py``, the bench table
-``infer/ui/bench_view.py``, the consoles and the error/exit plumbing ``infer/ui/console.py``. No
-tensor math here. Streams, so that output stays scriptable:
+``infer/ui/bench_view.py``, the consoles and the error/exit plumbing ``infer/ui/console.py``, a
+Ctrl-C before a command's own code runs ``infer/ui/early_sigint.py``. No tensor math here.
+Streams, so that output stays scriptable:
 
 - the reply text goes to stdout; warnings, errors, the live status line and the stats line after
   each reply go to stderr;
@@ -29,57 +30,19 @@ failed. A stdout whose reader goes away (``infer generate M P | head -c 10``) en
 quietly with exit code 0, as the reader chose to stop reading.
 """
 
-import contextlib
 import os
-import signal
 import sys
-import threading
 
-
-def _json_wanted(args: list[str]) -> bool:
-    """Whether ``--json`` is among the command line's ``args`` (before a ``--``), as a flag."""
-    return "--json" in (args[:args.index("--")] if "--" in args else args)
-
-
-def _exit_on_ctrl_c(signum, frame) -> None:
-    """SIGINT before a command's own code runs (``_sigint_exits``): one line and exit code 130
-    (SIGINT's), at once; with ``--json`` also the error object ``errors`` prints for a Ctrl-C, on
-    stdout.
-
-    ``os._exit`` rather than a KeyboardInterrupt, which the module being imported may swallow or
-    turn into another error (a pybind11 module such as triton's raises ImportError
-    "initialization failed"), and which typer's parser turns into a silent exit 130; nothing is
-    written or open yet that would need closing. Not the command's own interrupted object
-    (``infer.ui.startup.not_begun``): the arguments are not parsed yet, and the modules that make
-    it may be the ones being imported."""
-    with contextlib.suppress(OSError):  # no stderr: exit all the same
-        os.write(2, b"interrupted\n")
-    if _json_wanted(sys.argv[1:]):
-        with contextlib.suppress(OSError):  # no stdout (closed, full): the exit code tells
-            os.write(1, b'{"error": "interrupted", "exit_code": 130}\n')
-    os._exit(130)
-
-
-def _sigint_exits(on: bool) -> None:
-    """``on``: SIGINT runs ``_exit_on_ctrl_c``, unless it is ignored (a background job) or handled
-    by whoever runs cli (a host program, a test harness), or this is not the main thread (where
-    no handler can be set). Off: Python's handler (KeyboardInterrupt) again, if it was ours."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if on and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _exit_on_ctrl_c)
-    elif not on and signal.getsignal(signal.SIGINT) is _exit_on_ctrl_c:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
+from infer.ui.early_sigint import json_wanted, sigint_exits  # the standard library only
 
 # NOTE: a Ctrl-C before a command's own code runs, under its `errors`, reaches no handler of ours:
 # in this module's imports (typer and rich, ~0.1 s: the `infer` script runs `from cli import main`
 # before `main`) and its command definitions it printed a KeyboardInterrupt traceback, in typer's
 # building of the app and parsing of the arguments (~0.05 s) it gave a traceback or a silent exit
-# 130. These run under `_exit_on_ctrl_c` (`_sigint_exits`): this module until its end, `main`
-# until the command's first line. Torch, triton and each command's own modules are imported by the
-# commands, under `errors`, so that `--help` needs none of them.
-_sigint_exits(True)
+# 130. These run under `exit_on_ctrl_c` (`sigint_exits`, infer/ui/early_sigint.py): this module
+# until its end, `main` until the command's first line. Torch, triton and each command's own
+# modules are imported by the commands, under `errors`, so that `--help` needs none of them.
+sigint_exits(True)
 try:
     from typing import Annotated
 
@@ -108,7 +71,7 @@ try:
         shared_options,
     )
 except BaseException:  # no cli: SIGINT as it was
-    _sigint_exits(False)
+    sigint_exits(False)
     raise
 
 DEFAULT_SUMMARY_MODEL = "Qwen/Qwen3-0.6B"
@@ -137,7 +100,7 @@ def generate(
     """Reply once to PROMPT (through the chat template; thinking off unless --think)."""
     ui = UI(opts, "generate")
     with errors(opts.debug, opts.json, ui):
-        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
+        sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         from infer.ui.oneshot import chat_messages, one_shot  # the reply's view: not for --help
 
         if prompt == "-":
@@ -182,7 +145,7 @@ def summarize(
     summaries are combined (thinking off unless --think)."""
     ui = UI(opts, "summarize")
     with errors(opts.debug, opts.json, ui):
-        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
+        sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         # summarize's own modules: not for --help or the other commands
         from infer.summary_prompts import SUMMARY_PROMPT
         from infer.ui.oneshot import chat_messages
@@ -215,7 +178,7 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
     """
     ui = UI(opts, "chat")
     with errors(opts.debug, opts.json, ui):
-        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
+        sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         # the chat loop: not for --help or the other commands
         from infer.ui.repl import check_reply_budget, run_repl
 
@@ -256,7 +219,7 @@ def bench(
     (the GPU's read bandwidth over the bytes each token must read)."""
     ui = UI(opts, "bench")
     with errors(opts.debug, opts.json, ui):
-        _sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
+        sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         from infer.bench import parse_lengths  # torch: under `errors`, as a Ctrl-C in it exits 130
         from infer.ui import bench_view
 
@@ -296,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     stdout = sys.stdout
     try:
         sys.stdout = checked_stdout()  # typer and click write to sys.stdout
-        _sigint_exits(True)  # until the command's first line
+        sigint_exits(True)  # until the command's first line
         rv = app(args=argv, standalone_mode=False)
         sys.stdout.flush()
     except BrokenPipeError:
@@ -314,18 +277,18 @@ def main(argv: list[str] | None = None) -> None:
         # click 8.2+ words a bad enum choice "Value error, 'x' is not one of ...": drop the prefix
         text = " ".join(e.format_message().split()).replace("Value error, ", "")
         msg = text + f" (see {where} --help)"
-        print_error(msg, e.exit_code, _json_wanted(args))
+        print_error(msg, e.exit_code, json_wanted(args))
         sys.exit(e.exit_code)
     except typer.Abort:
         print("Aborted!", file=sys.stderr)
         sys.exit(1)
     finally:
-        _sigint_exits(False)
+        sigint_exits(False)
         sys.stdout = stdout
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
-_sigint_exits(False)  # the module is defined: main turns it on again for typer's parse
+sigint_exits(False)  # the module is defined: main turns it on again for typer's parse
 
 
 if __name__ == "__main__":
