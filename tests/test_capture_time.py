@@ -13,7 +13,7 @@ from cli_helpers import FAST, invoke
 from mock_engine import GREEDY, NO_STOP, mock_engine, prompt_of
 
 from infer import Engine, EngineConfig
-from infer.ui.render import capture_note
+from infer.ui.stats_line import capture_note
 
 
 def test_take_capture_s_reports_each_second_once():

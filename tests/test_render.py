@@ -1,4 +1,5 @@
-"""infer.ui.render: the <think> splitter, the terminal and piped views of a reply, stats line."""
+"""infer.ui.render: the <think> splitter, the terminal and piped views of a reply; the stats line
+(infer.ui.stats_line)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from infer.engine import GenerationStats
-from infer.ui.render import ReplyView, ThinkSplitter, format_stats
+from infer.ui.render import ReplyView, ThinkSplitter
+from infer.ui.stats_line import format_stats
 
 REPLY = "<think>\nLet me think about <thin cats.\n</think>\n\nCats sleep a lot. </thi"
 

@@ -4,7 +4,8 @@
 ``--help`` looks (and ``--version``); ``console`` owns the two consoles and the error/exit
 plumbing, ``early_sigint`` a Ctrl-C before a command's own code runs; ``prepare`` the checks
 before any slow work and the engine load; ``oneshot`` the flow of ``generate`` and ``summarize``;
-``render`` the live view of a reply, ``progress`` the prefill bar before it; ``repl`` the ``chat``
-loop; ``records`` the ``--json`` objects; ``bench_view`` the ``bench`` table; ``textio`` reading a
-text file or standard input. Nothing here imports ``cli.py``.
+``render`` the live view of a reply, ``progress`` the prefill bar before it, ``stats_line`` the
+line after it; ``repl`` the ``chat`` loop; ``records`` the ``--json`` objects; ``bench_view`` the
+``bench`` table; ``textio`` reading a text file or standard input. Nothing here imports
+``cli.py``.
 """

@@ -1,12 +1,13 @@
 """One prompt, one reply: the flow of ``generate`` and ``summarize`` after the flags are checked.
 
 ``one_shot`` checks that the prompt and its reply fit, loads the engine, shows the reply
-(``infer.ui.render.ReplyView``), then prints the stats line on stderr or, with ``--json``, the
-reply's object on stdout; a reply cut by Ctrl-C ends the command with exit code 130 after that.
-A Ctrl-C before the reply began (loading the engine, warming it up) ends it the same way, with
-the reply that never began, as in every command (``infer.ui.startup.not_begun``, from what
-``ui.startup`` holds): one line on stderr, or its object with ``--json`` (``load_s`` null before
-the load finished), not the ``{"error": ...}`` object of a failure.
+(``infer.ui.render.ReplyView``), then prints the stats line (``infer.ui.stats_line``) on stderr
+or, with ``--json``, the reply's object on stdout; a reply cut by Ctrl-C ends the command with
+exit code 130 after that. A Ctrl-C before the reply began (loading the engine, warming it up)
+ends it the same way, with the reply that never began, as in every command
+(``infer.ui.startup.not_begun``, from what ``ui.startup`` holds): one line on stderr, or its
+object with ``--json`` (``load_s`` null before the load finished), not the ``{"error": ...}``
+object of a failure.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from infer.fits import check_fits
 from infer.ui.console import UI
 from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
-from infer.ui.render import ReplyView, capture_note, format_stats
+from infer.ui.render import ReplyView
+from infer.ui.stats_line import capture_note, format_stats
 
 
 def chat_messages(system: str | None, user: str) -> list[dict]:

@@ -24,7 +24,8 @@ from infer.ui.conversation import Conversation
 from infer.ui.oneshot import chat_messages
 from infer.ui.prepare import user_text
 from infer.ui.records import reply_record
-from infer.ui.render import ReplyView, capture_note, format_stats
+from infer.ui.render import ReplyView
+from infer.ui.stats_line import capture_note, format_stats
 from infer.wording import counted
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
