@@ -1,8 +1,8 @@
 """The `infer` command line at its input and output edges: a closed or full stdout, stderr that
 cannot be written, stdin from a terminal, Ctrl-C during prefill, the prefill bar; through typer's
 test runner (and real processes where a pipe must be real) on a tiny random checkpoint. Help,
-version and the start-up imports are in ``test_cli_startup.py``, Ctrl-C before the reply in
-``test_cli_interrupt.py``."""
+version and the start-up imports are in ``test_cli_startup.py`` (which modules they import in
+``test_cli_imports.py``), Ctrl-C before the reply in ``test_cli_interrupt.py``."""
 
 from __future__ import annotations
 
