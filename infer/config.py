@@ -9,8 +9,6 @@ the CLI names the flag instead (``--page-size must be ...``). Style after mini-s
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import torch
 
 from infer.errors import OptionError
+from infer.generation_config import read_sampling_defaults
 from infer.kv_pool import KV_DTYPES as KV_CACHES
 from infer.kv_pool import PAGE_SIZES, pages_for
 from models.dtypes import TORCH_DTYPES as DTYPES
@@ -26,6 +25,8 @@ ATTENTION_KINDS = ("auto", "reference", "triton")
 
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit value
 MAX_BATCH = 16  # sequences in one decode step: the projections' GEMM is row-invariant up to 16
+GREEDY_BELOW = 1e-5  # temperatures under this sample greedily (vLLM's _SAMPLING_EPS)
+MAX_TEMPERATURE = 100.0  # near-uniform long before; float32 logits / 1e39 are 0 or NaN
 
 _CTX_RE = re.compile(r"^\s*([0-9]+)([kK]?)\s*$")  # ASCII digits; "32k", not "32 k"
 
@@ -204,7 +205,9 @@ class SamplingParams:
     """How to pick each next token (applied in this order, as in HF transformers).
 
     Attributes:
-        temperature: 0 means greedy (argmax); > 0 divides the logits.
+        temperature: in [0, 100] (``MAX_TEMPERATURE``); > 0 divides the float32 logits. Below
+            ``GREEDY_BELOW`` (1e-5, 0 included) it is greedy (argmax): a tinier divisor would
+            overflow the logits, and the argmax is what it tends to.
         top_k: keep the k most likely tokens; 0 disables it; a k above the vocabulary keeps all.
         top_p: nucleus sampling, keep the smallest set of most likely tokens whose probability
             reaches top_p, in (0, 1]; the most likely token always survives.
@@ -233,9 +236,9 @@ class SamplingParams:
 
     def __post_init__(self):
         t = self.temperature
-        if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-            raise OptionError("temperature", f"must be a finite number >= 0 (0 = greedy), "
-                                             f"got {t!r}")
+        if not isinstance(t, (int, float)) or not 0 <= t <= MAX_TEMPERATURE:  # NaN fails too
+            raise OptionError("temperature", f"must be a number from 0 to {MAX_TEMPERATURE:g} "
+                                             f"(0 = greedy), got {t!r}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise OptionError("top_k", f"must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
@@ -256,7 +259,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        """Argmax sampling: ``temperature`` below ``GREEDY_BELOW`` (the generator is unused)."""
+        return self.temperature < GREEDY_BELOW
 
     def replace(self, **changes) -> SamplingParams:
         """A copy with some fields changed (``None`` values are ignored)."""
@@ -280,21 +284,11 @@ class SamplingParams:
         unknown = set(overrides) - names
         if unknown:
             raise ValueError(f"unknown sampling option(s): {', '.join(sorted(unknown))}")
-        values: dict = {}
         path = Path(folder) / "generation_config.json" if folder is not None else None
-        if path is not None and path.is_file():
-            try:
-                gen = json.loads(path.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
-            for key in ("temperature", "top_k", "top_p", "min_p", "presence_penalty"):
-                if gen.get(key) is not None:
-                    values[key] = gen[key]
-            if gen.get("do_sample") is False:
-                values["temperature"] = 0.0
-            try:  # a bad value in the file: say which file
-                cls(**values)
-            except ValueError as e:
-                raise ValueError(f"{path}: {e}") from None
+        values = read_sampling_defaults(path) if path is not None else {}
+        try:  # a bad value in the file: say which file
+            cls(**values)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

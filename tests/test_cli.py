@@ -90,6 +90,7 @@ def test_generate_interrupted_reply_exits_130(tiny_ckpt, monkeypatch):
     (["--ctx", "0"], "at least 1 token"),
     (["--page-size", "48"], "--page-size must be"),
     (["--temperature", "-1"], "--temperature must be"),
+    (["--temperature", "4e38"], "--temperature must be a number from 0 to 100"),
     (["--top-p", "0"], "--top-p must be"),
     (["--prefill-chunk", "0"], "--prefill-chunk must be"),
     (["--device", "tpu"], "--device must be"),

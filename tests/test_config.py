@@ -51,6 +51,8 @@ def test_engine_config_errors(kw, match):
 
 @pytest.mark.parametrize("kw,match", [
     ({"temperature": -0.1}, "temperature"), ({"temperature": float("nan")}, "temperature"),
+    ({"temperature": 100.5}, "temperature must be a number from 0 to 100"),
+    ({"temperature": 4e38}, "temperature"), ({"temperature": float("inf")}, "temperature"),
     ({"top_k": -1}, "top_k"), ({"top_k": 2.5}, "top_k"), ({"top_p": 0.0}, "top_p"),
     ({"top_p": 1.5}, "top_p"), ({"min_p": -0.1}, "min_p"), ({"min_p": 1.1}, "min_p"),
     ({"presence_penalty": 3.0}, "presence_penalty"), ({"seed": -1}, "seed"),
@@ -65,6 +67,27 @@ def test_sampling_params_edges_are_valid():
     assert p.greedy
     assert p.replace(top_k=None, seed=3) == SamplingParams(
         temperature=0, top_k=10**9, top_p=1e-9, min_p=1.0, presence_penalty=-2, seed=3)
+
+
+def test_temperatures_below_the_float32_useful_range_are_greedy():
+    """Dividing float32 logits by 1e-40 overflows (garbage tokens): below 1e-5 is argmax."""
+    assert SamplingParams(temperature=1e-40).greedy and SamplingParams(temperature=9e-6).greedy
+    assert not SamplingParams(temperature=1e-5).greedy
+    assert not SamplingParams(temperature=100).greedy
+
+
+def test_generation_config_temperature_out_of_range(tmp_path):
+    """A tiny value in the file is greedy, as from the flag; a huge one is refused naming the
+    file (as any other bad value there), not sampled into garbage."""
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 1e-40}))
+    assert SamplingParams.from_generation_config(tmp_path).greedy
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 1e39}))
+    with pytest.raises(ValueError, match=r"generation_config\.json: temperature must be a number "
+                                         r"from 0 to 100"):
+        SamplingParams.from_generation_config(tmp_path)
+    (tmp_path / "generation_config.json").write_text("[1]")
+    with pytest.raises(ValueError, match=r"generation_config\.json: expected a JSON object"):
+        SamplingParams.from_generation_config(tmp_path)
 
 
 def test_from_generation_config(tmp_path):

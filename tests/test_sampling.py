@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from infer.config import SamplingParams
-from infer.sampling import NON_FINITE, make_generator, sample
+from infer.sampling import NON_FINITE, make_generator, sample, verify_sample
 
 N = 20000  # rows drawn at once: one sample per row
 
@@ -29,6 +29,21 @@ def test_greedy_is_argmax_and_ignores_generator():
     assert out.dtype == torch.int64 and out.shape == (6,)
     assert torch.equal(out, logits.argmax(-1))
     assert torch.equal(sample(logits, p, None), out)
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-39, 1e-38, 9e-6])
+def test_temperature_below_float32_range_samples_greedily(temperature):
+    """logits / 1e-40 in float32 is inf/NaN (random tokens): such a temperature is argmax, in
+    ``sample`` and in the speculative verify step alike, whatever the seed."""
+    logits = torch.randn(6, 100) * 5
+    p = SamplingParams(temperature=temperature, seed=3)
+    for seed in (0, 1):
+        assert torch.equal(sample(logits, p, make_generator(seed, "cpu")), logits.argmax(-1))
+    drafts = logits.argmax(-1)
+    drafts[0] = (drafts[0] + 1) % 100
+    tok, ok = verify_sample(logits, drafts, p, make_generator(0, "cpu"))
+    assert torch.equal(tok, logits.argmax(-1))
+    assert ok.tolist() == [0, 1, 1, 1, 1, 1]
 
 
 def test_logits_not_modified_and_bf16_accepted():

@@ -91,7 +91,7 @@ _SAMPLING_FLAGS = (
         help="Most tokens per reply; 0 = no limit (until a stop token or a full context).",
         rich_help_panel=SAMPLING)], 512),
     ("temperature", Annotated[float | None, typer.Option(
-        help="Sampling temperature; 0 = greedy" + _GEN, show_default=False,
+        help="Sampling temperature, 0 to 100; below 1e-5 = greedy" + _GEN, show_default=False,
         rich_help_panel=SAMPLING)], None),
     ("top_p", Annotated[float | None, typer.Option(
         help="Nucleus sampling mass in (0, 1]" + _GEN, show_default=False,
