@@ -151,8 +151,9 @@ def test_chat_message_that_does_not_fit_beside_the_conversation_is_refused(tiny_
     assert first["turn"] == 1 and second["turn"] == 3
     # alone, beside the chat template: no conversation to /reset
     msg, total, left, fixed, held, fixes = CHAT_DOES_NOT_FIT.match(first["error"]).groups()
+    # the message alone is longer than the context: a lower --max-new-tokens cannot help
     assert (held, fixes) == ("the chat template", "send a shorter message, or restart with a "
-                             "larger --ctx or a lower --max-new-tokens")
+                             "larger --ctx")
     empty = len(tok.chat_ids([{"role": "user", "content": ""}], enable_thinking=False))
     assert int(fixed) == empty and int(left) == 512 - empty
     assert int(msg) == len(tok.chat_ids([{"role": "user", "content": too_long}],
@@ -188,3 +189,31 @@ def test_chat_turn_check_without_a_reply_budget_or_a_larger_context(tok):
                                f"{len(ids) - fixed} of the context's {len(ids)} are left ({fixed} "
                                "hold the system prompt and the chat template): send a shorter "
                                "message")
+
+
+def test_chat_after_a_reply_filled_the_context_says_the_conversation_is_longer(tiny_ckpt):
+    """A reply cut by the full context, rendered again for the next turn (re-encoded, its turn
+    closed, the next one opened), takes more than the context: the refusal said "0 of the
+    context's 64 are left (78 hold the conversation so far)"; it says the conversation is longer
+    than the context, and offers no lower --max-new-tokens."""
+    result = invoke("chat", tiny_ckpt, "--device", "cpu", "--ctx", "64", "--max-new-tokens", "0",
+                    "--temperature", "1", "--seed", "0", input="hi\nhi\n")
+    assert result.exit_code == 2, result.output
+    errors = [ln.removeprefix("> ") for ln in result.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1
+    m = re.search(r"but the conversation so far already takes ([\d,]+) tokens as the chat "
+                  r"template renders it, more than the context's 64: /reset, or restart with a "
+                  r"larger --ctx$", errors[0])
+    assert m and int(m.group(1).replace(",", "")) > 64, errors[0]
+
+
+def test_chat_lower_max_new_tokens_offered_only_when_it_helps(tok):
+    from infer.ui.conversation import Conversation
+    from infer.ui.repl import check_turn
+
+    conv = Conversation(tok, None, enable_thinking=False)
+    ids = conv.add_user("word " * 50)
+    with pytest.raises(ValueError, match=r"larger --ctx or a lower --max-new-tokens$"):
+        check_turn(conv, ids, len(ids) + 5, 10, max_ctx=40960)  # fits with 5 reply tokens
+    with pytest.raises(ValueError, match=r"restart with a larger --ctx$"):
+        check_turn(conv, ids, len(ids), 10, max_ctx=40960)  # no budget fits

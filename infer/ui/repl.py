@@ -72,13 +72,17 @@ def check_turn(conv: Conversation, ids: list[int], ctx: int, max_new: int, *,
             "the system prompt and the chat template" if conv.system else "the chat template")
     fixes = ["send a shorter message"] if fits(fixed + 1, ctx, max_new) else []
     fixes += ["/reset"] if conv.has_history else []
-    if ctx < max_ctx:
-        fixes.append("restart with a larger --ctx" +
-                     (" or a lower --max-new-tokens" if max_new > 0 else ""))
+    if ctx < max_ctx:  # a lower budget helps only if the prompt fits with one reply token
+        fixes.append("restart with a larger --ctx" + (
+            " or a lower --max-new-tokens" if max_new > 0 and fits(len(ids), ctx) else ""))
     how = ": " + ", ".join(fixes[:-1] + [f"or {fixes[-1]}"] if len(fixes) > 1 else fixes)
+    # NOTE: fixed can pass ctx: a reply that filled the context, rendered again by the template
+    # (its text re-encoded, its turn closed, the next turn opened), is longer than it was
+    room = (f"{left:,} of the context's {ctx:,} are left ({fixed:,} hold {held})" if fixed < ctx
+            else f"{held} already takes {fixed:,} tokens as the chat template renders it, "
+                 f"{'more than' if fixed > ctx else 'all of'} the context's {ctx:,}")
     raise ValueError(f"the message does not fit: it is {counted(need - reply, 'token')} and its "
-                     f"reply {budget}, {need:,} in all, but {left:,} of the context's {ctx:,} "
-                     f"are left ({fixed:,} hold {held}){how if fixes else ''}")
+                     f"reply {budget}, {need:,} in all, but {room}{how if fixes else ''}")
 
 
 def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
