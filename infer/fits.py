@@ -35,11 +35,11 @@ def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> No
                f"{most:,}")
         raise ValueError(f"{prompt} and the reply up to {max_new:,} "
                          f"(--max-new-tokens): {n_prompt + max_new:,} tokens, {beyond}: {fix}")
-    if max_new <= 0:
+    if n_prompt >= ctx:  # no room for one reply token: a lower --max-new-tokens cannot help
         size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
         raise ValueError(f"{prompt}, {size} the context of {counted(ctx, 'token')}"
                          f": raise --ctx (e.g. --ctx {need}k) or shorten the input")
     raise ValueError(f"{prompt} and the reply up to {max_new:,} "
                      f"(--max-new-tokens): {n_prompt + max_new:,} tokens, more than the context "
                      f"of {counted(ctx, 'token')}: raise --ctx (e.g. --ctx {need}k) or lower "
-                     "--max-new-tokens")
+                     f"--max-new-tokens to at most {ctx - n_prompt:,}")

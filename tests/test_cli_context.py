@@ -123,10 +123,35 @@ def test_check_fits_says_1_token_not_1_tokens():
         in str(info.value)
     with pytest.raises(ValueError) as info:  # generate a --raw --ctx 1 --max-new-tokens 1
         check_fits(1, 1, 1, max_ctx=131072)
-    assert "more than the context of 1 token:" in str(info.value)
+    assert "which leaves no room for a reply in the context of 1 token:" in str(info.value)
     with pytest.raises(ValueError, match="the prompt is 2,000 tokens, longer than the context of "
                                          "1,024 tokens"):
         check_fits(2000, 1024, max_ctx=131072)
+
+
+def test_check_fits_offers_a_lower_max_new_tokens_only_when_it_helps():
+    """A prompt as long as the context or longer fits with no --max-new-tokens: the message
+    said "or lower --max-new-tokens" all the same; now only when the prompt leaves room."""
+    from infer.fits import check_fits
+
+    for n_prompt, need in ((2048, 3), (7416, 8)):  # generate "$(cat README.md)" --ctx 2k
+        with pytest.raises(ValueError) as info:
+            check_fits(n_prompt, 2048, 512, max_ctx=131072)
+        assert str(info.value).endswith(f": raise --ctx (e.g. --ctx {need}k) or shorten the "
+                                        "input")
+        assert "max-new-tokens" not in str(info.value)
+    with pytest.raises(ValueError) as info:
+        check_fits(2000, 2048, 512, max_ctx=131072)
+    assert str(info.value).endswith("raise --ctx (e.g. --ctx 3k) or lower --max-new-tokens to "
+                                    "at most 48")
+
+
+def test_generate_prompt_longer_than_the_context_offers_no_lower_budget(tiny_ckpt):
+    result = invoke("generate", tiny_ckpt, "word " * 1500, "--device", "cpu", "--ctx", "1k",
+                    "--max-new-tokens", "16")
+    assert_one_line_error(result, 2, "longer than the context of 1,024 tokens: raise --ctx "
+                          "(e.g. --ctx 2k) or shorten the input")
+    assert "max-new-tokens" not in result.stderr
 
 
 CHAT_DOES_NOT_FIT = re.compile(
