@@ -97,3 +97,17 @@ def test_context_and_capacity_errors_group_their_token_counts(case, words, tiny_
     assert line.startswith("error: ") and words in line, line
     if case == "host":  # the largest contexts that fit: grouped too
         assert re.search(r"largest context that fits is \d{1,3}(,\d{3})* tokens", line), line
+
+
+def test_a_summary_prompt_as_long_as_the_context_is_not_called_longer(tiny_ckpt, tmp_path):
+    """summarize at --ctx equal to the prompt said "the prompt is 7,401 tokens, longer than the
+    context of 7,401": it is split (no room for a reply token) and is worded so."""
+    path = tmp_path / "text.txt"
+    path.write_text("word " * 300, encoding="utf-8")
+    flags = ["summarize", path, "--model", tiny_ckpt, "--device", "cpu"]
+    first = invoke(*flags, "--ctx", "64", "--no-split")
+    n = int(re.search(r"the prompt is ([\d,]+) tokens", first.stderr).group(1).replace(",", ""))
+    result = invoke(*flags, "--ctx", n, "--part-tokens", "1500")
+    assert_one_line_error(result, 2, f"the prompt is {n:,} tokens, which leaves no room for a "
+                          f"reply in the context of {n:,} tokens, and cannot be summarized in "
+                          "parts")

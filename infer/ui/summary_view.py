@@ -51,10 +51,12 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
         return
     from infer.textsplit import split_text
 
+    # the prompt is as long as the context or longer: no room for even one reply token
+    size = "longer than" if len(ids) > cfg.ctx else "which leaves no room for a reply in"
     try:
         limit = check_plan(tok, cfg.ctx, part_tokens, max_new or None, ui.opts.think)
     except ValueError as e:
-        raise ValueError(f"the prompt is {counted(len(ids), 'token')}, longer than the context "
+        raise ValueError(f"the prompt is {counted(len(ids), 'token')}, {size} the context "
                          f"of {counted(cfg.ctx, 'token')}, and cannot be summarized in parts: "
                          f"{e}") from None
     # Ctrl-C from here on: the interrupted result (_interrupted), whatever stage it cuts
@@ -62,7 +64,7 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     try:
         with ui.status("splitting the text ..."):
             pieces = split_text(text, tok, limit)
-        ui.note(f"the prompt is {len(ids):,} tokens, longer than the context of {cfg.ctx:,}: "
+        ui.note(f"the prompt is {len(ids):,} tokens, {size} the context of {cfg.ctx:,}: "
                 f"summarizing the text in {len(pieces)} parts of at most {limit:,} tokens, then "
                 f"combining their summaries (--no-split refuses instead)")
         width = _batch(ui, cfg, plan, min(len(pieces), 16), batch)
