@@ -54,6 +54,7 @@ try:
         OutputError,
         checked_stdout,
         click_exceptions,
+        devnull_stderr,
         errors,
         print_error,
         quiet_stdout,
@@ -252,12 +253,16 @@ def main(argv: list[str] | None = None) -> None:
     (``| head``) exits 0 quietly; one that cannot be written (``> /dev/full``) prints
     ``error: cannot write output: <reason>`` and exits 1 (the commands do the same through
     ``errors``; here for typer's own output, such as ``--help``), as does a stdout closed from the
-    start (``>&-``: ``sys.stdout`` is None), before any work whose output would be lost.
+    start (``>&-``: ``sys.stdout`` is None), before any work whose output would be lost. A stderr
+    closed from the start (``2>&-``) drops what goes there (``devnull_stderr``).
     """
     exc = click_exceptions()
     args = sys.argv[1:] if argv is None else argv
-    stdout = sys.stdout
+    stdout, stderr = sys.stdout, sys.stderr
+    devnull = devnull_stderr()
     try:
+        if devnull is not None:
+            sys.stderr = devnull
         sys.stdout = checked_stdout()  # typer and click write to sys.stdout
         sigint_exits(True)  # until the command's first line
         rv = app(args=argv, standalone_mode=False)
@@ -284,7 +289,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     finally:
         sigint_exits(False)
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
+        if devnull is not None:
+            devnull.close()
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -7,7 +7,8 @@ an exit code: 2 bad input, 1 runtime failure, 130 Ctrl-C (before the command's w
 result cut before it began: ``infer.ui.startup``), 0 for a closed stdout. Writes to stdout go
 through ``CheckedOutput``, so that a stdout that cannot be written (a full disk, ``> /dev/full``) is
 told apart from other OSErrors: ``error: cannot write output: <reason>``, exit 1; so is a stdout
-closed from the start (``>&-``): ``cannot write output: standard output is closed``.
+closed from the start (``>&-``): ``cannot write output: standard output is closed``. A stderr
+closed from the start (``2>&-``) is devnull instead (``devnull_stderr``): its text is dropped.
 ``click_exceptions`` finds the click exceptions typer raises, for ``cli.main``. Used by ``cli.py``
 and the rest of ``infer/ui/``; no tensor math here.
 """
@@ -85,6 +86,26 @@ def checked_stdout() -> CheckedOutput:
     if out is None:
         raise OutputError(OSError(errno.EBADF, "standard output is closed"))
     return out if isinstance(out, CheckedOutput) else CheckedOutput(out)
+
+
+def devnull_stderr():
+    """A text stream on devnull for ``sys.stderr`` when there is none: the command started with
+    stderr closed (``2>&-``) and Python set ``sys.stderr`` to None, which ``print_error``, rich's
+    ``Console(stderr=True)`` and tracebacks would fail on; the side channel's text is dropped and
+    the reply on stdout and the exit code stand. File descriptor 2, if closed too, becomes devnull,
+    so that a file opened later does not take it (and get what C code writes to stderr).
+    None when ``sys.stderr`` is there (nothing to do); the caller closes the stream."""
+    if sys.stderr is not None:
+        return None
+    fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.fstat(2)
+    except OSError:  # fd 2 is closed
+        if fd != 2:
+            os.dup2(fd, 2)
+            os.close(fd)
+            fd = 2
+    return open(fd, "w", encoding="utf-8", closefd=fd != 2)  # noqa: SIM115 - the caller closes
 
 
 class StdoutConsole(Console):

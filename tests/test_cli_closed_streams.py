@@ -1,0 +1,76 @@
+"""The `infer` command line started with a standard stream closed (Python then sets ``sys.stderr``
+to None): a closed stderr (``2>&-``) drops the side channel's text and the reply still comes on
+stdout with exit 0. A tiny random checkpoint on the CPU; in-process
+through ``cli.main`` and, where Python itself must see the stream closed, in a real process. A
+stdout closed from the start is in ``test_cli_streams.py``."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import FAST, TEXT
+
+pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
+
+ROOT = Path(__file__).parents[1]
+
+
+def run_closed(redirect: str, *args: str, input: str | None = None):
+    """``infer ARGS`` in a real process, its shell redirection ``redirect`` (``2>&-``, ``<&-``)."""
+    return subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, "-c",
+         "from cli import main; main()", *args],
+        input=input, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+@pytest.mark.parametrize("argv,stdin", [
+    (["generate", "{ckpt}", "hi", *FAST], None),
+    (["generate", "{ckpt}", "hi", *FAST, "--json"], None),
+    (["summarize", "{file}", "--model", "{ckpt}", *FAST], None),
+    (["summarize", "{file}", "--model", "{ckpt}", *FAST, "--json"], None),
+    (["chat", "{ckpt}", *FAST, "--no-think"], "hi\nagain\n"),
+    (["chat", "{ckpt}", *FAST, "--no-think", "--json"], "hi\nagain\n"),
+    (["generate", "/nonexistent-model", "hi", *FAST, "--json"], None),
+], ids=["generate", "generate-json", "summarize", "summarize-json", "chat", "chat-json",
+        "bad-model-json"])
+def test_closed_stderr_still_delivers_stdout(argv, stdin, tiny_ckpt, tmp_path, monkeypatch,
+                                             capsys):
+    """`infer ... 2>&-`: it was exit 1 and an empty stdout (with --json the object
+    ``AttributeError: 'NoneType' object has no attribute 'write'``)."""
+    from cli import main
+
+    (tmp_path / "t.txt").write_text(TEXT)
+    argv = [a.replace("{ckpt}", str(tiny_ckpt)).replace("{file}", str(tmp_path / "t.txt"))
+            for a in argv]
+    monkeypatch.setattr(sys, "stderr", None)
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    monkeypatch.undo()
+    out = capsys.readouterr().out
+    bad_model = "/nonexistent-model" in argv
+    assert info.value.code == (2 if bad_model else 0), out
+    assert "Error" not in out and "NoneType" not in out, out
+    if bad_model:
+        assert json.loads(out) == {"error": "model folder /nonexistent-model does not exist",
+                                   "exit_code": 2}
+    elif "--json" in argv:
+        objs = [json.loads(line) for line in out.splitlines()]
+        assert len(objs) == (2 if argv[0] == "chat" else 1)
+        assert all("error" not in o and o["new_tokens"] >= 1 for o in objs), objs
+    else:
+        assert out.strip()
+
+
+def test_closed_stderr_in_a_real_process(tiny_ckpt):
+    """`infer generate M hi --json 2>&-`: Python starts with no stderr at all."""
+    proc = run_closed("2>&-", "generate", str(tiny_ckpt), "hi", *FAST, "--json")
+    assert proc.returncode == 0, proc.stdout
+    obj = json.loads(proc.stdout)
+    assert obj["command"] == "generate" and obj["new_tokens"] >= 1 and "error" not in obj
