@@ -103,8 +103,11 @@ def generate(
     with errors(opts.debug, opts.json, ui):
         sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         from infer.ui.oneshot import chat_messages, one_shot  # the reply's view: not for --help
+        from infer.ui.textio import require_stdin
 
         if prompt == "-":
+            require_stdin("- reads the prompt from it", "pipe the prompt in, or give it as an "
+                          "argument")
             prompt, _ = setup.read_input(ui, "-")
         elif not prompt.strip():
             raise ValueError("the prompt is empty: give some text, or - to read standard input")
@@ -182,7 +185,10 @@ def chat(model: ModelArg, system: System = None, *, opts: Options):
         sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
         # the chat loop: not for --help or the other commands
         from infer.ui.repl import check_reply_budget, run_repl
+        from infer.ui.textio import require_stdin
 
+        require_stdin("chat reads the messages from it",
+                      "run chat in a terminal, or pipe the messages in")
         if system is not None:
             system = setup.system_text(ui, system)
         cfg, tok, plan = setup.prepare(ui, model)

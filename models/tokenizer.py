@@ -48,6 +48,20 @@ def _token_str(value) -> str | None:
     return value.get("content") if isinstance(value, Mapping) else value
 
 
+def _tokenizer_json_error(path: Path, error: Exception) -> str:
+    """Why ``tokenizers`` refused ``path``, worded for the user: its own error comes from the
+    parse of the file's struct, so valid JSON of another shape reads as a syntax error
+    ("expected `,` or `}` at line 1 column 5")."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return f"not valid JSON ({e})"
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        return ("valid JSON but not a Hugging Face tokenizers file (no 'model' object): save "
+                "the tokenizer with transformers' save_pretrained to write tokenizer.json")
+    return str(error)
+
+
 def _compile_template(source: str) -> jinja2.Template:
     """Compile a chat template the way transformers does (utils/chat_template_utils.py)."""
 
@@ -79,7 +93,7 @@ class Qwen3Tokenizer:
     """
 
     def __init__(self, tokenizer: Tokenizer, config: dict, chat_template: str | None,
-                 generation_eos: list[int]):
+                 generation_eos: list[int], folder: Path | None = None):
         decoder = tokenizer.get_added_tokens_decoder()  # id -> AddedToken
         self.added_tokens = {t.content: i for i, t in decoder.items()}
         self._special_ids = frozenset(i for i, t in decoder.items() if t.special)
@@ -94,7 +108,7 @@ class Qwen3Tokenizer:
         self._added_re = re.compile("|".join(map(re.escape, by_length)) or "(?!)")
         self._marked_re = re.compile(f"{_MARK_START}({self._added_re.pattern}){_MARK_END}"
                                      f"|[{_MARK_START}{_MARK_END}]")
-        self._template_source = chat_template
+        self._template_source, self._folder = chat_template, folder  # (folder: for messages)
         self._template: jinja2.Template | None = None  # compiled on first use
         self._template_tokens = {name: _token_str(config[name]) for name in _TEMPLATE_TOKEN_NAMES
                                  if _token_str(config.get(name)) is not None}
@@ -123,7 +137,7 @@ class Qwen3Tokenizer:
         try:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as e:  # the Rust error says what is wrong in the file
-            raise ValueError(f"cannot read {path}: {e}") from e
+            raise ValueError(f"cannot read {path}: {_tokenizer_json_error(path, e)}") from e
         config = cls._read_json(folder / "tokenizer_config.json")
         template = config.get("chat_template")
         if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
@@ -140,7 +154,7 @@ class Qwen3Tokenizer:
                                                 for i in eos):
             raise ValueError(f"cannot read {folder / 'generation_config.json'}: eos_token_id must "
                              f"be an integer or a list of integers, got {eos!r}")
-        return cls(tokenizer, config, template, eos)
+        return cls(tokenizer, config, template, eos, folder)
 
     @staticmethod
     def _read_json(path: Path) -> dict:
@@ -233,8 +247,11 @@ class Qwen3Tokenizer:
     def _render(self, messages: list[dict], add_generation_prompt: bool,
                 enable_thinking: bool) -> str:
         if not self._template_source:
-            raise ValueError("this tokenizer folder has no chat template (expected 'chat_template' "
-                             "in tokenizer_config.json or a chat_template.jinja file)")
+            config = (self._folder or Path("this tokenizer folder")) / "tokenizer_config.json"
+            where = (f"{config} has no 'chat_template'" if config.is_file() else
+                     f"{config.parent} has no tokenizer_config.json")
+            raise ValueError(f"no chat template: {where} (nor a chat_template.jinja file): add "
+                             "the checkpoint's, or use --raw")
         if self._template is None:  # compiled on first use: --raw and bench never need it
             try:
                 self._template = _compile_template(self._template_source)

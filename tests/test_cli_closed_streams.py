@@ -1,6 +1,7 @@
 """The `infer` command line started with a standard stream closed (Python then sets ``sys.stderr``
-to None): a closed stderr (``2>&-``) drops the side channel's text and the reply still comes on
-stdout with exit 0. A tiny random checkpoint on the CPU; in-process
+or ``sys.stdin`` to None): a closed stderr (``2>&-``) drops the side channel's text and the reply
+still comes on stdout with exit 0; a closed stdin (``<&-``) where input is read is one error line
+and exit 2, in ``chat`` before the model is loaded. A tiny random checkpoint on the CPU; in-process
 through ``cli.main`` and, where Python itself must see the stream closed, in a real process. A
 stdout closed from the start is in ``test_cli_streams.py``."""
 
@@ -74,3 +75,25 @@ def test_closed_stderr_in_a_real_process(tiny_ckpt):
     assert proc.returncode == 0, proc.stdout
     obj = json.loads(proc.stdout)
     assert obj["command"] == "generate" and obj["new_tokens"] >= 1 and "error" not in obj
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["generate", "/nonexistent-model", "-"], "(- reads the prompt from it)"),
+    (["summarize", "-", "--model", "/nonexistent-model"], "(- reads the text from it)"),
+    # the model is not even looked at: chat says so before loading it
+    (["chat", "/nonexistent-model"], "(chat reads the messages from it)"),
+], ids=["generate", "summarize", "chat"])
+def test_closed_stdin_is_one_error_line_exit_2(argv, needle):
+    """`infer ... <&-`: it was ``error: AttributeError: 'NoneType' object has no attribute
+    'buffer'`` (chat: ``'isatty'``, after loading the model), exit 1."""
+    for json_flag in ([], ["--json"]):
+        proc = run_closed("<&-", *argv, *json_flag)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: standard input is closed "), lines
+        assert needle in lines[0]
+        if json_flag:
+            obj = json.loads(proc.stdout)
+            assert obj["exit_code"] == 2 and obj["error"].startswith("standard input is closed")
+        else:
+            assert proc.stdout == ""

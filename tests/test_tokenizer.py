@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 
 import pytest
 from tokenizers import Tokenizer
@@ -232,6 +233,31 @@ def test_missing_tokenizer_json(tmp_path):
     (tmp_path / "vocab.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="tokenizer.json.*vocab.json"):
         Qwen3Tokenizer.from_folder(tmp_path)
+
+
+@pytest.mark.parametrize("content,words", [
+    ('{"x": 1}', "tokenizer.json: valid JSON but not a Hugging Face tokenizers file"),
+    ("[]", "tokenizer.json: valid JSON but not a Hugging Face tokenizers file"),
+    ("{x", "tokenizer.json: not valid JSON (Expecting property name"),
+])
+def test_tokenizer_json_of_another_shape_is_named_so(tmp_path, content, words):
+    """tokenizers' own error for valid JSON of another shape reads as a syntax error ("expected
+    `,` or `}` at line 1 column 5")."""
+    (tmp_path / "tokenizer.json").write_text(content)
+    with pytest.raises(ValueError, match="^" + re.escape(f"cannot read {tmp_path}/{words}")):
+        Qwen3Tokenizer.from_folder(tmp_path)
+
+
+def test_missing_chat_template_names_the_folder_and_the_file(tmp_path, tokenizer_dir):
+    folder = _tokenizer_folder(tmp_path, tokenizer_dir, config=False)
+    message = {"role": "user", "content": "hi"}
+    with pytest.raises(ValueError, match=f"^no chat template: {re.escape(str(folder))} has no "
+                                         "tokenizer_config.json .*or use --raw$"):
+        Qwen3Tokenizer.from_folder(folder).render_chat([message])
+    (folder / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(ValueError, match=re.escape(f"no chat template: {folder}/"
+                                                   "tokenizer_config.json has no 'chat_template'")):
+        Qwen3Tokenizer.from_folder(folder).render_chat([message])
 
 
 def test_chat_template_file_filters_and_errors(tmp_path, tokenizer_dir):

@@ -6,6 +6,7 @@ Line endings (``\\r\\n``, ``\\r``) become ``\\n``. Empty, whitespace-only and bi
 characters, or mostly undecodable bytes) and missing files raise ``ValueError`` saying what to fix.
 Text that is already a ``str`` (a command-line argument, a chat line) may hold the lone surrogates
 Python decodes invalid bytes to (surrogateescape): ``replace_surrogates`` turns them into U+FFFD.
+A standard input closed from the start (``<&-``) raises ``ValueError`` (``require_stdin``).
 """
 
 from __future__ import annotations
@@ -126,9 +127,11 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
 
     Raises:
         ValueError: the file is missing, is a folder or cannot be read, or its content is empty,
-            whitespace-only or binary.
+            whitespace-only or binary; ``"-"`` with standard input closed.
     """
     if str(path_or_dash) == "-":
+        if stdin is None:
+            require_stdin("- reads the text from it", "pipe the text in, or give a file")
         stream = stdin if stdin is not None else sys.stdin.buffer
         return decode_text(read_capped(stream, "<stdin>"), "<stdin>")
     path = Path(path_or_dash).expanduser()
@@ -142,6 +145,13 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     return decode_text(data, str(path))
+
+
+def require_stdin(why: str, fix: str) -> None:
+    """Raise ValueError ``standard input is closed (<why>): <fix>`` when there is no standard
+    input: the command started with it closed (``<&-``) and Python set ``sys.stdin`` to None."""
+    if sys.stdin is None:
+        raise ValueError(f"standard input is closed ({why}): {fix}")
 
 
 def read_capped(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
