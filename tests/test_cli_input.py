@@ -166,3 +166,16 @@ def test_prompt_plus_reply_longer_than_ctx_is_an_error(command, tiny_ckpt, tok):
     small = invoke(*args, *flags, "--max-new-tokens", 0, "--json", input=text)
     obj = ok_json(small)
     assert obj["prompt_tokens"] == n and obj["stop_reason"] in ("context", "stop")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["summarize", "~no-such-user-infer/notes.txt", "--model", "{ckpt}"],
+     "no such file: ~no-such-user-infer/notes.txt"),
+    (["generate", "~no-such-user-infer/model", "hi"],
+     "model folder ~no-such-user-infer/model does not exist"),
+], ids=["summarize", "generate"])
+def test_a_home_of_no_such_user_is_a_missing_path(argv, needle, tiny_ckpt):
+    """``~user`` of no such user: Path.expanduser raised RuntimeError, ``error: RuntimeError:
+    Could not determine home directory.`` and exit 1."""
+    argv = [a.replace("{ckpt}", str(tiny_ckpt)) for a in argv]
+    assert_one_line_error(invoke(*argv, *FAST), 2, needle)

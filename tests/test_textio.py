@@ -90,6 +90,11 @@ def test_missing_file_and_folder(tmp_path):
         read_text_input(tmp_path)
 
 
+def test_home_of_no_such_user_is_a_missing_file():
+    with pytest.raises(ValueError, match="no such file: ~no-such-user-infer/x.txt"):
+        read_text_input("~no-such-user-infer/x.txt")
+
+
 def test_dash_reads_stdin():
     stream = io.BytesIO(codecs.BOM_UTF8 + TEXT.replace("\n", "\r\n").encode())
     assert read_text_input("-", stdin=stream) == (TEXT, 0)

@@ -6,7 +6,8 @@ Line endings (``\\r\\n``, ``\\r``) become ``\\n``. Empty, whitespace-only and bi
 characters, or mostly undecodable bytes) and missing files raise ``ValueError`` saying what to fix.
 Text that is already a ``str`` (a command-line argument, a chat line) may hold the lone surrogates
 Python decodes invalid bytes to (surrogateescape): ``replace_surrogates`` turns them into U+FFFD.
-A standard input closed from the start (``<&-``) raises ``ValueError`` (``require_stdin``).
+A standard input closed from the start (``<&-``) raises ``ValueError`` (``require_stdin``); a
+``~user`` of no such user reads as the missing path it is (``expand_user``).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
             require_stdin("- reads the text from it", "pipe the text in, or give a file")
         stream = stdin if stdin is not None else sys.stdin.buffer
         return decode_text(read_capped(stream, "<stdin>"), "<stdin>")
-    path = Path(path_or_dash).expanduser()
+    path = expand_user(path_or_dash)
     if not path.exists():
         raise ValueError(f"no such file: {path} (give a text file, or - to read standard input)")
     if path.is_dir():
@@ -152,6 +153,16 @@ def require_stdin(why: str, fix: str) -> None:
     input: the command started with it closed (``<&-``) and Python set ``sys.stdin`` to None."""
     if sys.stdin is None:
         raise ValueError(f"standard input is closed ({why}): {fix}")
+
+
+def expand_user(path: str | Path) -> Path:
+    """``Path(path).expanduser()``, except that a ``~user`` naming no user on this system (where
+    ``expanduser`` raises RuntimeError) stays as it is: a path that does not exist, reported as
+    one (``no such file: ~bob/notes.txt``)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
 
 
 def read_capped(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:
