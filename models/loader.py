@@ -58,8 +58,8 @@ def read_config(folder: str | Path) -> Qwen3Config:
 def checkpoint_files(folder: str | Path) -> list[Path]:
     """The safetensors files of a checkpoint folder, from the index when there is one.
 
-    Raises ValueError for a folder with neither file, an unreadable index, or a missing shard
-    (naming the file).
+    Raises ValueError for a folder with neither file (naming the index when shards are there), an
+    unreadable index, or a missing shard (naming the file).
     """
     folder = Path(folder)
     index = folder / INDEX_FILE
@@ -77,6 +77,12 @@ def checkpoint_files(folder: str | Path) -> list[Path]:
         return [folder / n for n in names]
     if (folder / SINGLE_FILE).is_file():
         return [folder / SINGLE_FILE]
+    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    if shards:  # shards without their index: say which file is missing
+        names = ", ".join(shards[:3]) + (", ..." if len(shards) > 3 else "")
+        raise ValueError(f"{INDEX_FILE} is missing in {folder}, which holds {len(shards)} "
+                         f"safetensors file{'s' * (len(shards) > 1)} ({names}): download the "
+                         f"index with the shards (a single file must be named {SINGLE_FILE})")
     raise ValueError(f"no {SINGLE_FILE} or {INDEX_FILE} in {folder}: infer loads Hugging Face "
                      "safetensors checkpoints (.bin/.pth/GGUF are not supported)")
 

@@ -171,6 +171,17 @@ def test_no_weights_file(tiny_ckpt_factory, tmp_path):
         load_model(tmp_path / "nowhere")
 
 
+def test_shards_without_their_index_name_the_index(tiny_ckpt_factory, tmp_path):
+    """Shards but no index said "no model.safetensors or model.safetensors.index.json ...
+    (.bin/.pth/GGUF are not supported)", as if there were no safetensors at all."""
+    folder = copy_ckpt(tiny_ckpt_factory(**SMALL, tie=False, shards=3), tmp_path)
+    (folder / "model.safetensors.index.json").unlink()
+    with pytest.raises(ValueError, match=r"^model\.safetensors\.index\.json is missing in .*, "
+                                         r"which holds 3 safetensors files \(model-00001-of-"
+                                         r"00003\.safetensors, model-00002"):
+        load_model(folder)
+
+
 def test_corrupt_weights_file_is_named(tiny_ckpt_factory, tmp_path):
     folder = copy_ckpt(tiny_ckpt_factory(**SMALL, tie=False), tmp_path)
     (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{garbage")
