@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from models.config import read_json_object
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "presence_penalty")
 
@@ -18,12 +19,7 @@ def read_sampling_defaults(path: Path) -> dict:
     """
     if not path.is_file():
         return {}
-    try:
-        gen = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
-    if not isinstance(gen, dict):
-        raise ValueError(f"cannot read {path}: expected a JSON object, got {type(gen).__name__}")
+    gen = read_json_object(path)
     values = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
     if gen.get("do_sample") is False:
         values["temperature"] = 0.0

@@ -24,6 +24,21 @@ from models.dtypes import TORCH_DTYPES
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
+def read_json_object(path: Path) -> dict:
+    """The JSON object in the file ``path``.
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON, or holds another JSON value than an object (the
+            message names the file and the value's type).
+    """
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"cannot read {path}: expected a JSON object, got {type(d).__name__}")
+    return d
+
 
 @dataclass(frozen=True)
 class YarnScaling:
@@ -201,13 +216,7 @@ class Qwen3Config:
             path = path / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"no config.json at {path}")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
-        if not isinstance(d, dict):
-            raise ValueError(f"cannot read {path}: expected a JSON object")
-        return cls.from_dict(d)
+        return cls.from_dict(read_json_object(path))
 
 
 def _to_int(name: str, value) -> int:
