@@ -29,6 +29,25 @@ FAST = ["--ctx", "1k", "--device", "cpu", "--max-new-tokens", "3", "--temperatur
         "--seed", "0"]
 TEXT = "The cat sat on the mat.\nIt was a sunny day, and the cat was happy.\n"
 
+# Each command producing a reply, plain and --json (argv with {ckpt}/{file} placeholders, stdin,
+# id): for tests that run every command under one condition (a stream closed, a full device).
+REPLY_COMMANDS = [
+    (["generate", "{ckpt}", "hi", *FAST], None, "generate"),
+    (["generate", "{ckpt}", "hi", *FAST, "--json"], None, "generate-json"),
+    (["summarize", "{file}", "--model", "{ckpt}", *FAST], None, "summarize"),
+    (["summarize", "{file}", "--model", "{ckpt}", *FAST, "--json"], None, "summarize-json"),
+    (["chat", "{ckpt}", *FAST, "--no-think"], "hi\nagain\n", "chat"),
+    (["chat", "{ckpt}", *FAST, "--no-think", "--json"], "hi\nagain\n", "chat-json"),
+]
+
+
+def reply_command_params(*extra: tuple) -> list:
+    """``REPLY_COMMANDS`` and ``extra`` (argv, stdin, id) as ``pytest.param``s of
+    ``("argv", "stdin")``."""
+    import pytest
+
+    return [pytest.param(argv, stdin, id=name) for argv, stdin, name in (*REPLY_COMMANDS, *extra)]
+
 
 def ok_json(result) -> dict:
     assert result.exit_code == 0, result.output

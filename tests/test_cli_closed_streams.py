@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import FAST, TEXT
+from cli_helpers import FAST, TEXT, reply_command_params
 
 pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
 
@@ -29,16 +29,8 @@ def run_closed(redirect: str, *args: str, input: str | None = None):
         input=input, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
-@pytest.mark.parametrize("argv,stdin", [
-    (["generate", "{ckpt}", "hi", *FAST], None),
-    (["generate", "{ckpt}", "hi", *FAST, "--json"], None),
-    (["summarize", "{file}", "--model", "{ckpt}", *FAST], None),
-    (["summarize", "{file}", "--model", "{ckpt}", *FAST, "--json"], None),
-    (["chat", "{ckpt}", *FAST, "--no-think"], "hi\nagain\n"),
-    (["chat", "{ckpt}", *FAST, "--no-think", "--json"], "hi\nagain\n"),
-    (["generate", "/nonexistent-model", "hi", *FAST, "--json"], None),
-], ids=["generate", "generate-json", "summarize", "summarize-json", "chat", "chat-json",
-        "bad-model-json"])
+@pytest.mark.parametrize("argv,stdin", reply_command_params(
+    (["generate", "/nonexistent-model", "hi", *FAST, "--json"], None, "bad-model-json")))
 def test_closed_stderr_still_delivers_stdout(argv, stdin, tiny_ckpt, tmp_path, monkeypatch,
                                              capsys):
     """`infer ... 2>&-`: it was exit 1 and an empty stdout (with --json the object
