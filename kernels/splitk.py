@@ -95,10 +95,6 @@ class SplitKPartials:
     def splits(self) -> int:
         return self.ws.shape[0]
 
-    @property
-    def device(self) -> torch.device:
-        return self.ws.device
-
     def reduce(self) -> torch.Tensor:
         """The projection, [M, N] in ``dtype``: the reduce kernel (one launch). Allocation
         only, no sync: safe under CUDA graph capture."""
