@@ -96,8 +96,8 @@ def parse_lengths(text: str | None, ctx: int, tokens: int, max_ctx: int | None =
     plus ``tokens`` past it is an error), None for no limit.
 
     Raises:
-        ValueError: on a malformed size, a ``tokens`` below 2, or a length that does not leave
-            room for ``tokens`` new tokens in ``ctx``.
+        ValueError: on a malformed size, an empty item (``4k,,32k``), a ``tokens`` below 2,
+            or a length that does not leave room for ``tokens`` new tokens in ``ctx``.
     """
     if tokens < 2:
         raise ValueError(f"--tokens must be at least 2 (decode speed is timed after the first "
@@ -109,16 +109,20 @@ def parse_lengths(text: str | None, ctx: int, tokens: int, max_ctx: int | None =
                          "--tokens")
     if text is None:
         return sorted({min(4096, room), room})
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise ValueError(f"--lengths {text!r} names no length: give sizes such as 4k,32k")
+    if "" in parts:  # "4k,,32k" or "4k,": a typo, not a length to drop silently
+        raise ValueError(f"--lengths {text!r} has an empty item (a comma too many): give sizes "
+                         "such as 4k,32k")
     lengths = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    for part in parts:
         try:
             lengths.add(parse_ctx(part))
         except ValueError:
             raise ValueError(f"--lengths: invalid length {part!r}: give token counts such as "
                              "4096 or 4k (k = 1024), comma-separated") from None
     lengths = sorted(lengths)
-    if not lengths:
-        raise ValueError(f"--lengths {text!r} names no length: give sizes such as 4k,32k")
     # NOTE: "--lengths: a prompt of 131,072 tokens", not "--lengths 131,072" (two lengths)
     prompt = f"--lengths: a prompt of {counted(lengths[-1], 'token')} plus " \
              f"{counted(tokens, 'new token')} (--tokens)"

@@ -26,6 +26,9 @@ def test_parse_lengths_default_sorted_and_errors():
         parse_lengths("4k,x", 32768, 128)
     with pytest.raises(ValueError, match="names no length"):
         parse_lengths(" , ", 32768, 128)
+    for text in ("1,,2", "4k,", ",4k", "4k, ,8k"):  # a typo, not a list of fewer lengths
+        with pytest.raises(ValueError, match="has an empty item"):
+            parse_lengths(text, 32768, 128)
 
 
 def test_bench_prompt_is_deterministic_and_in_range():
@@ -67,6 +70,7 @@ def test_bench_table_on_stdout(tiny_ckpt):
     (["--tokens", "1"], "--tokens must be at least 2"),
     (["--lengths", "4k"], "does not fit in --ctx 1,024"),
     (["--lengths", "many"], "invalid length 'many'"),
+    (["--lengths", "1,,2"], "--lengths '1,,2' has an empty item"),
     (["--ctx", "oops"], "--ctx must be a token count"),
 ])
 def test_bench_bad_input_is_one_line_exit_2(tiny_ckpt, args, needle):
