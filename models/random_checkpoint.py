@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from models.dtypes import TORCH_DTYPES
+from models.paths import expand_user
 from models.safetensors_writer import write_checkpoint_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -223,8 +224,15 @@ def copy_tokenizer(src: Path, out: Path) -> None:
             shutil.copyfile(src / name, out / name)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, with an error as one line on stderr and exit 2 (no usage block), as infer's."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = _OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", choices=SIZES, default="tiny")
     p.add_argument("--out", required=True)
     p.add_argument("--tokenizer", default=None,
@@ -243,6 +251,11 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     if not a.out.strip():  # Path("") is the current folder: files would land wherever we are
         p.error("--out is empty: give the folder to write the checkpoint to")
+    a.out, a.tokenizer, a.config_dir = (x and str(expand_user(x))
+                                        for x in (a.out, a.tokenizer, a.config_dir))
+    if a.out.startswith("~"):  # a ~user of no such user: not a folder of that name here
+        p.error(f"--out {a.out}: {a.out.split('/')[0]} is no home folder on this system: give "
+                f"the full path (./{a.out} for a folder of that name here)")
     if foreign_checkpoint(a.out) and not a.force:  # someone's real weights, perhaps
         p.error(f"{a.out} already holds a checkpoint (*.safetensors) that this tool did not "
                 "write: give a new folder, or --force to overwrite it")

@@ -260,3 +260,45 @@ def test_random_checkpoint_cli_refuses_to_overwrite_weights_it_did_not_write(
     main(["--out", str(ours), *args, "--seed", "1"])  # ours: rewritten
     main(["--out", str(real), *args, "--force"])
     assert (real / MARKER).is_file() and (real / "model.safetensors").stat().st_size > 100
+
+
+def test_random_checkpoint_cli_expands_the_home_folder(tmp_path, tokenizer_dir, monkeypatch):
+    """``--out ~/x`` (quoted, so no shell expanded it) is ``$HOME/x``, not a folder named ``~``
+    in the current one; ``--tokenizer`` expands as well."""
+    import shutil
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    cwd.mkdir()
+    shutil.copytree(tokenizer_dir, home / "tok")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    main(["--out", "~/ckpt", "--tokenizer", "~/tok", "--vocab-size", "256", "--layers", "1",
+          "--device", "cpu"])
+    assert (home / "ckpt" / "model.safetensors").is_file()
+    assert (home / "ckpt" / "tokenizer.json").is_file()
+    assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--out", "~no-such-user-infer/ckpt"], "--out ~no-such-user-infer/ckpt: ~no-such-user-infer "
+     "is no home folder on this system: give the full path (./~no-such-user-infer/ckpt for a "
+     "folder of that name here)"),
+    (["--out", "x", "--tokenizer", "~no-such-user-infer/tok"],
+     "no tokenizer.json in ~no-such-user-infer/tok"),
+    (["--out", "x", "--size", "huge"], "argument --size: invalid choice: 'huge'"),
+    (["--size", "tiny"], "the following arguments are required: --out"),
+    (["--out", "x", "--shards", "two"], "argument --shards: invalid int value: 'two'"),
+    (["--out", "x", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+], ids=["out-no-such-user", "tokenizer-no-such-user", "size", "no-out", "shards", "flag"])
+def test_random_checkpoint_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch,
+                                                        tokenizer_dir, argv, needle):
+    """Bad input is one line on stderr (argparse printed its usage block above it), exit 2, and
+    nothing is written: a ``~user`` of no such user is not a folder of that name here."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--device", "cpu"] + ([] if "--tokenizer" in argv
+                                           else ["--tokenizer", str(tokenizer_dir)]))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -34,10 +34,10 @@ def prepare(ui: UI, model: str):
     """
     torch = import_torch()
     from infer.config import EngineConfig, SamplingParams, check_device_available, parse_ctx
-    from infer.ui.textio import expand_user
     from models.config import Qwen3Config
     from models.context import plan_context
     from models.hub import resolve_model
+    from models.paths import expand_user
     from models.tokenizer import Qwen3Tokenizer
 
     o = ui.opts

@@ -7,7 +7,7 @@ characters, or mostly undecodable bytes) and missing files raise ``ValueError`` 
 Text that is already a ``str`` (a command-line argument, a chat line) may hold the lone surrogates
 Python decodes invalid bytes to (surrogateescape): ``replace_surrogates`` turns them into U+FFFD.
 A standard input closed from the start (``<&-``) raises ``ValueError`` (``require_stdin``); a
-``~user`` of no such user reads as the missing path it is (``expand_user``).
+``~user`` of no such user reads as the missing path it is (``models.paths.expand_user``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 from typing import BinaryIO
+
+from models.paths import expand_user
 
 # Longest BOMs first: the UTF-32 LE BOM starts with the UTF-16 LE one.
 _BOMS = (
@@ -153,16 +155,6 @@ def require_stdin(why: str, fix: str) -> None:
     input: the command started with it closed (``<&-``) and Python set ``sys.stdin`` to None."""
     if sys.stdin is None:
         raise ValueError(f"standard input is closed ({why}): {fix}")
-
-
-def expand_user(path: str | Path) -> Path:
-    """``Path(path).expanduser()``, except that a ``~user`` naming no user on this system (where
-    ``expanduser`` raises RuntimeError) stays as it is: a path that does not exist, reported as
-    one (``no such file: ~bob/notes.txt``)."""
-    try:
-        return Path(path).expanduser()
-    except RuntimeError:
-        return Path(path)
 
 
 def read_capped(stream: BinaryIO, name: str, limit: int | None = None) -> bytes:

@@ -1,0 +1,22 @@
+"""Paths a user typed: ``~`` and ``~user`` expanded as the shell does (``expand_user``).
+
+``Path.expanduser`` raises RuntimeError for a ``~user`` naming no user on this system; every path
+a user hands to ``infer`` or its tools (a text file, a MODEL folder, the random checkpoint's
+``--out``) goes through ``expand_user`` instead, so that such a path stays as typed and is reported
+as the missing path it is. Here, below ``infer``, so that ``models`` never imports the command
+line's ``infer.ui``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def expand_user(path: str | Path) -> Path:
+    """``Path(path).expanduser()``, except that a ``~user`` naming no user on this system (where
+    ``expanduser`` raises RuntimeError) stays as it is: a path that does not exist, reported as
+    one (``no such file: ~bob/notes.txt``)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
