@@ -16,6 +16,8 @@ import os
 import re
 from pathlib import Path
 
+from models.paths import expand_user
+
 ALLOW_PATTERNS = [
     "config.json",
     "generation_config.json",
@@ -97,7 +99,7 @@ def resolve_model(name_or_path: str | Path) -> Path:
     if not name.strip():
         raise ValueError("MODEL is empty: give a local checkpoint folder or a hub id such as "
                          "Qwen/Qwen3-8B")
-    path = Path(name).expanduser()
+    path = expand_user(name)  # a ~user of no such user: a missing folder, not a RuntimeError
     if path.exists():
         return check_model_folder(path)
     if _looks_like_path(name):

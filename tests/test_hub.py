@@ -50,8 +50,11 @@ def test_file_instead_of_folder(tmp_path, offline_cache):
         resolve_model(path)
 
 
-@pytest.mark.parametrize("name", ["./no/such/dir", "/no/such/model/dir", "a/b/c"])
+@pytest.mark.parametrize("name", ["./no/such/dir", "/no/such/model/dir", "a/b/c",
+                                  "~no-such-user-infer/model"])
 def test_missing_path_is_not_sent_to_the_hub(name, offline_cache):
+    """A ``~user`` of no such user is a missing folder too (``Path.expanduser`` raised
+    RuntimeError: ``resolve_model``'s contract is ValueError for bad input)."""
     with pytest.raises(ValueError, match="does not exist"):
         resolve_model(name)
 

@@ -37,7 +37,6 @@ def prepare(ui: UI, model: str):
     from models.config import Qwen3Config
     from models.context import plan_context
     from models.hub import resolve_model
-    from models.paths import expand_user
     from models.tokenizer import Qwen3Tokenizer
 
     o = ui.opts
@@ -61,9 +60,6 @@ def prepare(ui: UI, model: str):
                          "use --attention reference or auto on the CPU")
     if o.device is None and not torch.cuda.is_available():
         ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
-    if model.startswith("~") and not expand_user(model).exists():
-        # resolve_model's expanduser raises RuntimeError for a ~user of no such user
-        raise ValueError(f"model folder {model} does not exist")
     folder = resolve_model(model)
     cfg = ui.startup.cfg = replace(cfg, model=str(folder))  # a Ctrl-C from here: its header
     config = Qwen3Config.from_json(folder)
