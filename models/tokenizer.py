@@ -1,4 +1,4 @@
-"""Qwen3 tokenizer: byte-level BPE from ``tokenizer.json``, the chat template, stop ids, streaming.
+"""Qwen3 tokenizer: byte-level BPE from ``tokenizer.json``, chat ids, stop ids, streaming.
 
 Design:
 
@@ -8,16 +8,9 @@ Design:
   Control tokens are produced only by ``_encode_control``, which splits text at added-token strings
   itself (longest first, as the tokenizers library does) and encodes the pieces in between as plain
   text, so its ids equal ``tokenizer.encode(text, add_special_tokens=False)``.
-- The chat template is rendered like transformers' ``apply_chat_template``: a jinja2
-  ``ImmutableSandboxedEnvironment`` with ``trim_blocks``/``lstrip_blocks``, the ``loopcontrols``
-  extension, a ``raise_exception`` global and a ``tojson`` filter that does not escape HTML.
-- ``chat_ids`` keeps message contents as text with the marker scheme of transformers'
-  ``sanitize_control_tokens``: added-token strings inside the messages are wrapped in two Unicode
-  noncharacters before rendering; after rendering, a marked string is encoded as plain text and
-  everything else (the template's own text) with control tokens. Contents without added-token
-  strings render unchanged, so their ids equal the tokenization of ``render_chat``. An assistant
-  turn's ``<think>...</think>`` is first moved to ``reasoning_content`` exactly as the Qwen3
-  template would do it, so that markers cannot disturb the template's own split on ``</think>``.
+- The chat template (rendering as transformers does, and the pieces of a rendered chat that are
+  plain text: added-token strings that stood in the messages) is ``models/chat_template.py``'s
+  ``ChatTemplate``; ``chat_ids`` encodes its pieces, plain text or with control tokens.
 - Streaming (``stream_decoder``) is ``models/stream_decoder.py``'s ``StreamDecoder``.
 """
 
@@ -25,27 +18,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer
 
+from models.chat_template import ChatTemplate, token_str
 from models.stream_decoder import StreamDecoder
-
-# Unicode noncharacters that wrap added-token strings found in messages (removed from messages).
-_MARK_START, _MARK_END = "\ufdd0", "\ufdd1"
-_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-_TEMPLATE_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                         "cls_token", "mask_token")
-
-
-def _token_str(value) -> str | None:
-    """A special-token entry of tokenizer_config.json: a string, {"content": ...} or null."""
-    return value.get("content") if isinstance(value, Mapping) else value
 
 
 def _tokenizer_json_error(path: Path, error: Exception) -> str:
@@ -60,24 +38,6 @@ def _tokenizer_json_error(path: Path, error: Exception) -> str:
         return ("valid JSON but not a Hugging Face tokenizers file (no 'model' object): save "
                 "the tokenizer with transformers' save_pretrained to write tokenizer.json")
     return str(error)
-
-
-def _compile_template(source: str) -> jinja2.Template:
-    """Compile a chat template the way transformers does (utils/chat_template_utils.py)."""
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(source)
 
 
 class Qwen3Tokenizer:
@@ -106,14 +66,9 @@ class Qwen3Tokenizer:
         self.vocab_limit = tokenizer.get_vocab_size(with_added_tokens=True)
         by_length = sorted(self.added_tokens, key=len, reverse=True)
         self._added_re = re.compile("|".join(map(re.escape, by_length)) or "(?!)")
-        self._marked_re = re.compile(f"{_MARK_START}({self._added_re.pattern}){_MARK_END}"
-                                     f"|[{_MARK_START}{_MARK_END}]")
-        self._template_source, self._folder = chat_template, folder  # (folder: for messages)
-        self._template: jinja2.Template | None = None  # compiled on first use
-        self._template_tokens = {name: _token_str(config[name]) for name in _TEMPLATE_TOKEN_NAMES
-                                 if _token_str(config.get(name)) is not None}
+        self._chat = ChatTemplate(chat_template, config, self._added_re, folder)
         stop = set(generation_eos)
-        for name in ("<|im_end|>", _token_str(config.get("eos_token")), "<|endoftext|>"):
+        for name in ("<|im_end|>", token_str(config.get("eos_token")), "<|endoftext|>"):
             if name in self.added_tokens:
                 stop.add(self.added_tokens[name])
         self.stop_ids = stop
@@ -225,7 +180,7 @@ class Qwen3Tokenizer:
         tokenize=False, add_generation_prompt=..., enable_thinking=...)``.
         Raises ValueError for malformed messages, a folder without a chat template, or an error
         the template raises."""
-        return self._render(self._normalize(messages), add_generation_prompt, enable_thinking)
+        return self._chat.render(messages, add_generation_prompt, enable_thinking)
 
     def chat_ids(self, messages, add_generation_prompt: bool = True,
                  enable_thinking: bool = True) -> list[int]:
@@ -233,76 +188,7 @@ class Qwen3Tokenizer:
         control ids; added-token strings inside message fields stay plain text. When no message
         contains an added-token string this equals the tokenization of ``render_chat``.
         Raises ValueError as ``render_chat``."""
-        messages = [self._mark(self._split_thinking(m)) for m in self._normalize(messages)]
-        text = self._render(messages, add_generation_prompt, enable_thinking)
-        # Splitting on the markers gives [text, marked, text, marked, ..., text]; a marked entry
-        # is None for a lone marker (a template string op cut a marked token), which is dropped.
-        pieces = self._marked_re.split(text)
         ids: list[int] = []
-        for i, piece in enumerate(pieces):
-            if piece:
-                ids += self.encode(piece) if i % 2 else self._encode_control(piece)
+        for piece, plain in self._chat.pieces(messages, add_generation_prompt, enable_thinking):
+            ids += self.encode(piece) if plain else self._encode_control(piece)
         return ids
-
-    def _render(self, messages: list[dict], add_generation_prompt: bool,
-                enable_thinking: bool) -> str:
-        if not self._template_source:
-            config = (self._folder or Path("this tokenizer folder")) / "tokenizer_config.json"
-            where = (f"{config} has no 'chat_template'" if config.is_file() else
-                     f"{config.parent} has no tokenizer_config.json")
-            raise ValueError(f"no chat template: {where} (nor a chat_template.jinja file): add "
-                             "the checkpoint's, or use --raw")
-        if self._template is None:  # compiled on first use: --raw and bench never need it
-            try:
-                self._template = _compile_template(self._template_source)
-            except jinja2.exceptions.TemplateError as e:
-                raise ValueError(f"the checkpoint's chat template does not parse: {e} (fix "
-                                 f"'chat_template' in tokenizer_config.json or "
-                                 f"chat_template.jinja, or use --raw)") from e
-        try:
-            return self._template.render(
-                messages=messages, tools=None, documents=None,
-                add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking,
-                **self._template_tokens)
-        except jinja2.exceptions.TemplateError as e:
-            raise ValueError(f"the chat template failed: {e}") from e
-
-    @staticmethod
-    def _normalize(messages) -> list[dict]:
-        """Copy messages as transformers does: drop None values, alias reasoning fields."""
-        if isinstance(messages, (str, Mapping)) or not messages:
-            raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
-        out = []
-        for m in messages:
-            if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
-                raise ValueError(f"each message must be a dict with a string 'role', got {m!r}")
-            m = {k: v for k, v in m.items() if v is not None}
-            reasoning = next((m[k] for k in _REASONING_FIELDS if k in m), None)
-            if reasoning is not None:
-                m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
-            out.append(m)
-        return out
-
-    def _split_thinking(self, m: dict) -> dict:
-        """Move an assistant turn's ``<think>...</think>`` into reasoning_content, with the Qwen3
-        template's own expressions, so it renders the same before and after marking."""
-        content = m.get("content")
-        if (m["role"] != "assistant" or not isinstance(content, str) or "</think>" not in content
-                or isinstance(m.get("reasoning_content"), str)
-                or "reasoning_content" not in (self._template_source or "")):
-            return m
-        reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-        return {**m, "reasoning_content": reasoning,
-                "content": content.split("</think>")[-1].lstrip("\n")}
-
-    def _mark(self, obj):
-        """Wrap added-token strings in the string values of ``obj`` with the markers (after
-        removing any markers already there, so that a message cannot forge one)."""
-        if isinstance(obj, str):
-            obj = obj.replace(_MARK_START, "").replace(_MARK_END, "")
-            return self._added_re.sub(f"{_MARK_START}\\g<0>{_MARK_END}", obj)
-        if isinstance(obj, Mapping):
-            return {k: self._mark(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [self._mark(v) for v in obj]
-        return obj
