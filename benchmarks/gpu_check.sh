@@ -45,7 +45,8 @@
 #              in the add + RMSNorm, with the KV store fused as well, and with split-K up
 #              to two programs per SM (benchmarks/decode_e2e.py --variants ..., 2 rounds
 #              alternating), BF16 at 4k and 32k, per size of FUSION_SIZES (default
-#              "0.6b 1.7b 8b"; the 8B is $CKPT); FUSION_VARIANTS overrides the variants
+#              "0.6b 1.7b 8b"; the 8B is $CKPT); FUSION_VARIANTS overrides the variants,
+#              FUSION_KV the caches (default bf16; "bf16 int8" for both)
 #   prefill    a 32k prefill's kernel time by kind against its FLOP counts, BF16 and INT8, the
 #              8B (benchmarks/profile_prefill.py)
 #   barrier    a grid barrier inside one kernel against a kernel boundary, plain and PDL
@@ -135,11 +136,11 @@ for what in "$@"; do
           [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b \
               --out "$CKPT" --tokenizer "$SHARED/data/qwen3-tokenizer" \
               --config-dir "$SHARED/data/qwen3-configs"
-          python3 benchmarks/decode_e2e.py --model "$CKPT" --lengths 4096 32768 --kv bf16 \
+          python3 benchmarks/decode_e2e.py --model "$CKPT" --lengths 4096 32768 --kv ${FUSION_KV:-bf16} \
               --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 | tee "$OUT/fusions_8b.jsonl"
         else
           python3 benchmarks/decode_e2e.py --size "$size" --workdir /tmp --lengths 4096 32768 \
-              --kv bf16 --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 \
+              --kv ${FUSION_KV:-bf16} --eager-tokens 0 --variants "$fv" --rounds 2 2>&1 \
               | tee "$OUT/fusions_$size.jsonl"
         fi
       done ;;
