@@ -15,11 +15,13 @@ BLOCK_D`` about 4096 float32 so the tile fits in registers and hundreds of split
 many programs (one load each rather than a few programs walking the splits: BENCHMARKS.md). The
 merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows; a row
 whose splits are all empty (a padding sequence with ``seq_len = 0``) gives exact zeros, never NaN.
-The sums over the splits run in a fixed order (``_ordered_sum``: halves added elementwise), not
-``tl.sum``'s, whose tree follows the thread layout and so ``num_warps``: ``merge_splits``, the
-arithmetic of one row, is also what stage 1 runs when the last split of a (sequence, KV head)
-merges in place of this kernel (``kernels/split_merge.py``), in a kernel of other warps, and
-both give the same bits.
+``merge_splits`` is the arithmetic of one row, shared with stage 1's own merge
+(``kernels/split_merge.py``, ``MERGE_IN_STAGE1``). With ``ORDERED`` its sums over the splits run
+in a fixed order (``_ordered_sum``: halves added elementwise) instead of ``tl.sum``'s, whose tree
+follows the thread layout and so ``num_warps``: stage 1's merge (other warps) always sums so,
+and this kernel does when ``ORDERED_SUM`` is set, the oracle that gives the same bits. The
+shipped combine keeps ``tl.sum`` (``ORDERED_SUM`` off): its code and bits stay as they were
+until the fused merge is measured.
 Oracle: ``kernels.reference.merge_partials``. The lse strides are ``do_not_specialize``: they
 differ between the one-sequence workspace slice of a decode step and the packed view of a verify
 step, which compiled to the same code (``kernels/decode_attention.py``), and now share a compile.
@@ -45,6 +47,10 @@ def merge_block_s(num_splits: int) -> int:
     return min(256, triton.next_power_of_2(num_splits))
 
 
+# The combine's sums over the splits in merge_splits' fixed order (the oracle of stage 1's merge,
+# MERGE_IN_STAGE1: same bits), or tl.sum's as shipped (module notes).
+ORDERED_SUM = False
+
 _MAX_LEVELS = tl.constexpr(8)  # halvings of _ordered_sum: N up to 256 (merge_block_s)
 
 
@@ -69,8 +75,21 @@ def _ordered_sum_rows(x):
 
 
 @triton.jit
+def _sum_splits(x, ORDERED: tl.constexpr):
+    """``x`` [N] or [N, D] summed over axis 0: ``_ordered_sum``'s order or ``tl.sum``'s."""
+    if ORDERED:
+        if len(x.shape) == 1:
+            res = _ordered_sum(x)
+        else:
+            res = _ordered_sum_rows(x)
+    else:
+        res = tl.sum(x, axis=0)
+    return res
+
+
+@triton.jit
 def merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS: tl.constexpr,
-                 BLOCK_S: tl.constexpr):
+                 BLOCK_S: tl.constexpr, ORDERED: tl.constexpr):
     """The merge of one tile row's ``NUM_SPLITS`` partials over the head_dim slice ``offs_d``:
     float32 [BLOCK_D]. ``o_base``/``lse_base`` point at split 0's ``o_part[b, h, 0, r, 0]`` and
     ``lse[b, h, 0, r]``; ``BLOCK_S`` is ``merge_block_s(NUM_SPLITS)``.
@@ -91,8 +110,9 @@ def merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS: tl.
         m_all = tl.max(lse, axis=0)
         m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # all empty: keep exp() finite
         w = tl.exp(lse - m_all)  # (BLOCK_S,), 0 for empty splits
-        acc = _ordered_sum_rows(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0))
-        denom = _ordered_sum(w)
+        acc = _sum_splits(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0),
+                          ORDERED)
+        denom = _sum_splits(w, ORDERED)
     else:
         # pass 1 over the lse (a few hundred bytes): the maximum
         m = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
@@ -113,9 +133,9 @@ def merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS: tl.
                         mask=valid[:, None], other=0.0)
             w = tl.exp(lse - m_all)
             wsum += w
-            acc += _ordered_sum_rows(tl.where((lse > float("-inf"))[:, None], w[:, None] * o,
-                                              0.0))
-        denom = _ordered_sum(wsum)
+            acc += _sum_splits(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0),
+                               ORDERED)
+        denom = _sum_splits(wsum, ORDERED)
     return tl.where(denom > 0, acc / tl.where(denom > 0, denom, 1.0), 0.0)
 
 
@@ -135,6 +155,7 @@ def _combine_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,  # head_dim slice of this program (grid axis 1)
     USE_PDL: tl.constexpr,
+    ORDERED: tl.constexpr,  # sums in merge_splits' fixed order (ORDERED_SUM)
 ):
     rows: tl.constexpr = NUM_QUERIES * GROUP
     pid = tl.program_id(0)
@@ -149,7 +170,8 @@ def _combine_kernel(
         tl.extra.cuda.gdc_wait()  # launched early (programmatic dependent launch): stage 1 done
         tl.extra.cuda.gdc_launch_dependents()  # e.g. the next layer's stage 1, which waits too
 
-    res = merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS, BLOCK_S)
+    res = merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS, BLOCK_S,
+                       ORDERED)
 
     t = r // GROUP
     g = r % GROUP
@@ -215,6 +237,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
         stride_tt=out.stride(0), stride_th=out.stride(1),
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, NUM_SPLITS=num_splits,
         HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d,
-        USE_PDL=use_pdl, num_warps=4, **({"launch_pdl": True} if use_pdl else {}),
+        USE_PDL=use_pdl, ORDERED=ORDERED_SUM, num_warps=4,
+        **({"launch_pdl": True} if use_pdl else {}),
     )
     return out

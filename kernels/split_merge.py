@@ -66,7 +66,7 @@ def merge_if_last(counter_ptr, o_part_ptr, lse_ptr, out_ptr, pid_bh, b, h, n_row
             for d0 in range(0, HEAD_DIM, BLOCK_D):
                 offs_d = d0 + offs
                 res = merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS,
-                                   BLOCK_S)
+                                   BLOCK_S, True)
                 tl.store(out_base + offs_d, res.to(out_ptr.dtype.element_ty))
         tl.atomic_xchg(counter_ptr + pid_bh, 0, sem="relaxed", scope="gpu")
 

@@ -5,8 +5,10 @@ CPU (Triton interpreter, float16/float32, tiny shapes): the output bit for bit t
 combine's, over batches with a padding sequence (exact zeros) and lengths that leave splits
 empty, GQA groups 1/2/4, 1 or 3 query tokens, 1/2/5 splits, 16-bit and INT8 pools, slabs (a
 verify step's rows); every counter back at 0 after each call (self-cleaning) and a second call
-the same bits; the tiny Qwen3 through ``TritonAttention`` with the flag on and off (the same
-logits, no combine launched when on). GPU (``-m gpu``): ``test_merge_in_stage1_gpu.py``.
+the same bits (the combine summing in the merge's fixed order, ``kernels.combine.ORDERED_SUM``;
+the shipped combine keeps ``tl.sum``'s, within tolerance of it); the tiny Qwen3 through
+``TritonAttention`` with the flag on and off (the same logits, no combine launched when on).
+GPU (``-m gpu``): ``test_merge_in_stage1_gpu.py``.
 """
 
 from __future__ import annotations
@@ -19,11 +21,18 @@ import torch
 from decode_case import TOL, Case
 from test_kernels_decode_slabs import Rows
 
+import kernels.combine
 import kernels.decode_attention as da
 from infer.meta import plan_slabs
 from kernels.decode_plan import DecodeWorkspace
 
 PAGE, KV_HEADS, HEAD_DIM = 16, 2, 32
+
+
+@pytest.fixture(autouse=True)
+def ordered_combine(monkeypatch):
+    """The oracle: the combine summing in stage 1's merge order (module notes)."""
+    monkeypatch.setattr(kernels.combine, "ORDERED_SUM", True)
 
 
 def fused_and_unfused(run, ws, monkeypatch, like):
@@ -154,3 +163,18 @@ def test_model_merge_in_stage1_equals_combine_cpu(tiny_ckpt_factory, kv_cache, m
     assert (combines_on, combines_off) == (0, 2 * model.config.num_hidden_layers)
     for a, b in zip(on, off, strict=True):
         assert torch.equal(a, b)
+
+
+def test_shipped_combine_sums_as_before_within_tolerance_of_the_ordered_one(monkeypatch):
+    """The shipped combine (``ORDERED_SUM`` off, ``tl.sum``) and the ordered one agree to
+    float32 rounding; the flag is off as shipped."""
+    monkeypatch.undo()
+    assert kernels.combine.ORDERED_SUM is False
+    case = Case([3 * PAGE + 5, 7], 1, kv_heads=KV_HEADS, group=4, head_dim=HEAD_DIM,
+                page_size=PAGE, dtype=torch.float32, int8=False)
+    outs = []
+    for ordered in (False, True):
+        monkeypatch.setattr(kernels.combine, "ORDERED_SUM", ordered)
+        outs.append(case.run(num_splits=5, block_n=16))
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(outs[0], case.expected(), **TOL[torch.float32])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from decode_case import TOL, Case
-from test_merge_in_stage1 import fused_and_unfused, model_steps
+from test_merge_in_stage1 import fused_and_unfused, model_steps, ordered_combine  # noqa: F401
 
 import kernels.decode_attention as da
 from kernels.decode_plan import DecodeWorkspace, default_num_splits
