@@ -19,6 +19,7 @@ import math
 import pytest
 import torch
 from decode_case import TOL, Case
+from fused_steps import fused_steps
 from test_kernels_decode_slabs import Rows
 
 import kernels.combine
@@ -119,7 +120,6 @@ def model_steps(model, kv_cache, merge, monkeypatch, num_splits=3):
     of 3 (the decode kernel). Returns the logits and the combine launches."""
     import infer.attention as attention
     from infer.kv_pool import KVPool
-    from infer.meta import build_meta
 
     c, dev = model.config, model.device
     pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, kv_cache,
@@ -135,18 +135,7 @@ def model_steps(model, kv_cache, merge, monkeypatch, num_splits=3):
 
     monkeypatch.setattr(da, "MERGE_IN_STAGE1", merge)
     monkeypatch.setattr(da, "combine", counted)
-    pages = [[7, 2], [0, 5]]
-    gen = torch.Generator().manual_seed(3)
-    logits, cached = [], [0, 0]
-    with torch.no_grad():
-        for news in ((5, 3), (1, 1), (3, 3)):
-            meta = build_meta([(p, c, n) for p, c, n in zip(pages, cached, news, strict=True)],
-                              16, dev)
-            cached = [c + n for c, n in zip(cached, news, strict=True)]
-            ids = torch.randint(0, c.vocab_size, (meta.num_tokens,), generator=gen).to(dev)
-            hidden = model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn,
-                                          meta)
-            logits.append(model.compute_logits(hidden))
+    logits = fused_steps(model, attn, dev, ((5, 3), (1, 1), (3, 3)))
     assert not attn.workspace.counters.any()
     return logits, len(combines)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fused_steps import fused_steps
 from pool_cases import assert_same_pool
 
 from infer.kv_pool import KVPool
@@ -21,8 +22,6 @@ def _model_steps(model, kv_cache, fused_store, monkeypatch):
     ``store_kv``."""
     import infer.attention as attention
     import models.qwen3 as qwen3
-    from infer.meta import build_meta
-
     c, dev = model.config, model.device
     pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, kv_cache,
                   model.dtype, dev)
@@ -36,19 +35,7 @@ def _model_steps(model, kv_cache, fused_store, monkeypatch):
 
     monkeypatch.setattr(qwen3, "FUSED_KV_STORE", fused_store)
     monkeypatch.setattr(attention, "store_kv", counted_store_kv)
-    pages = [[7, 2], [0, 5]]  # scrambled
-    gen = torch.Generator().manual_seed(3)
-    logits = []
-    with torch.no_grad():
-        cached = [0, 0]
-        for news in ((5, 3), (1, 1)):
-            meta = build_meta([(p, c, n) for p, c, n in zip(pages, cached, news, strict=True)],
-                              16, dev)
-            cached = [c + n for c, n in zip(cached, news, strict=True)]
-            ids = torch.randint(0, c.vocab_size, (meta.num_tokens,), generator=gen).to(dev)
-            hidden = model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn,
-                                          meta)
-            logits.append(model.compute_logits(hidden))
+    logits = fused_steps(model, attn, dev, ((5, 3), (1, 1)))
     return logits, pool, len(stores)
 
 
