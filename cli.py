@@ -256,11 +256,12 @@ def main(argv: list[str] | None = None) -> None:
     Bad flags, unknown options and missing arguments print ``error: <message> (see ... --help)``
     and exit 2 (with ``--json`` among the arguments, also ``{"error", "exit_code"}`` on stdout);
     help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode. A closed stdout
-    (``| head``) exits 0 quietly; one that cannot be written (``> /dev/full``) prints
-    ``error: cannot write output: <reason>`` and exits 1 (the commands do the same through
-    ``errors``; here for typer's own output, such as ``--help``), as does a stdout closed from the
-    start (``>&-``: ``sys.stdout`` is None), before any work whose output would be lost. A stderr
-    closed from the start (``2>&-``) drops what goes there (``devnull_stderr``).
+    (``| head``, also for ``--help`` and ``--version``) exits 0 quietly; one that cannot be
+    written (``> /dev/full``) prints ``error: cannot write output: <reason>`` and exits 1 (the
+    commands do the same through ``errors``; here for typer's own output, such as ``--help``), as
+    does a stdout closed from the start (``>&-``: ``sys.stdout`` is None), before any work whose
+    output would be lost. A stderr closed from the start (``2>&-``) drops what goes there
+    (``devnull_stderr``).
     """
     exc = click_exceptions()
     args = sys.argv[1:] if argv is None else argv
@@ -276,6 +277,13 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         quiet_stdout()
         sys.exit(0)
+    except SystemExit as e:
+        # typer's own output (--help, --version) to a gone reader: rich's console and typer exit 1
+        # on a BrokenPipeError; the reader chose to stop, so quiet exit 0 as for a command
+        if e.code == 1 and isinstance(e.__context__, BrokenPipeError):
+            quiet_stdout()
+            sys.exit(0)
+        raise
     except OutputError as e:
         print_error(str(e), 1, as_json=False)
         quiet_stdout()

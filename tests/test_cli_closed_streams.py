@@ -3,12 +3,14 @@ or ``sys.stdin`` to None): a closed stderr (``2>&-``) drops the side channel's t
 still comes on stdout with exit 0; a closed stdin (``<&-``) where input is read is one error line
 and exit 2, in ``chat`` before the model is loaded. A tiny random checkpoint on the CPU; in-process
 through ``cli.main`` and, where Python itself must see the stream closed, in a real process. A
-stdout closed from the start is in ``test_cli_streams.py``."""
+stdout closed from the start is in ``test_cli_streams.py``; a stdout whose reader is gone before
+``--help`` or ``--version`` is here."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +91,20 @@ def test_closed_stdin_is_one_error_line_exit_2(argv, needle):
             assert obj["exit_code"] == 2 and obj["error"].startswith("standard input is closed")
         else:
             assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["generate", "--help"]],
+                         ids=["help", "version", "command-help"])
+def test_help_and_version_to_a_gone_reader_exit_0_quietly(args):
+    """`infer --help | true`: the reader is gone before the help is written; it was exit 1 (rich's
+    help console, and typer for --version, exit 1 on a broken pipe). A command's reply to a gone
+    reader exits 0 quietly (``test_cli_streams.py``): so do these."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([sys.executable, "-c", "from cli import main; main()", *args],
+                              stdout=w, stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT)
+    finally:
+        os.close(w)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
