@@ -42,21 +42,31 @@ def template_overhead(tokenizer, template: str, think: bool) -> int:
     return len(ids) + TEMPLATE_MARGIN
 
 
-def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False) -> int:
+def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False,
+               final_tokens: int | None = None) -> int:
     """The most tokens of text one part may hold: its prompt (``PART_PROMPT``) plus its reply
     budget ``part_tokens`` must fit in ``ctx``, and so must two summaries' combining prompt.
 
     Raises:
-        ValueError: the context is too small for that (the message names a --ctx that works).
+        ValueError: the context is too small for that. The message names the smallest --ctx that
+            works: with ``final_tokens``, the one ``check_plan`` accepts with that final budget.
     """
     limit = ctx - template_overhead(tokenizer, PART_PROMPT, think) - part_tokens
     group = ctx - template_overhead(tokenizer, GROUP_PROMPT, think) - part_tokens
     if limit < part_tokens or group < 2 * part_tokens + 16:
-        need = ctx - min(limit - part_tokens, group - 2 * part_tokens - 16) + 64
+        need = ctx - min(limit - part_tokens, group - 2 * part_tokens - 16)
+        if final_tokens is not None:
+            need = max(need, _final_need(tokenizer, part_tokens, final_tokens, think))
         raise ValueError(f"--ctx {ctx:,} is too small to summarize a text in parts with part "
                          f"summaries of {counted(part_tokens, 'token')} (--part-tokens): raise "
                          f"--ctx to at least {need:,} or lower --part-tokens")
     return limit
+
+
+def _final_need(tokenizer, part_tokens: int, final: int, think: bool) -> int:
+    """The smallest context the final combining prompt (one part summary) and its reply of
+    ``final`` tokens fit in."""
+    return template_overhead(tokenizer, COMBINE_PROMPT, think) + part_tokens + 16 + final
 
 
 def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
@@ -68,9 +78,9 @@ def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
     Raises:
         ValueError: either does not fit (the message names the flag to change).
     """
-    limit = part_limit(tokenizer, ctx, part_tokens, think)
     final = final_tokens or part_tokens
-    room = ctx - template_overhead(tokenizer, COMBINE_PROMPT, think) - part_tokens - 16
+    limit = part_limit(tokenizer, ctx, part_tokens, think, final)
+    room = ctx - _final_need(tokenizer, part_tokens, 0, think)  # for the final reply
     if final > room:
         fix = (f"lower --max-new-tokens to at most {room:,}" if room >= 1 else
                "lower --part-tokens")

@@ -7,6 +7,7 @@ part summaries as they finish, the final summary on stdout, the stage times in t
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -116,6 +117,26 @@ def test_bad_split_flags_are_one_line_errors(tiny_ckpt, book, flags, needle):
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error:") and needle in lines[-1], result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("max_new", ["8", "64"], ids=["parts-bound", "final-bound"])
+def test_the_stated_minimum_ctx_works_and_one_less_does_not(tiny_ckpt, book, tmp_path, max_new):
+    """"raise --ctx to at least N" is the smallest --ctx that works: it said 772 where 708
+    worked (64 tokens of slack). With a larger --max-new-tokens the final combining prompt and
+    its reply, not the parts, set N."""
+    path = tmp_path / "short.txt"
+    path.write_text(book[1][:1200], encoding="utf-8")  # ~380 tokens: parts at these contexts
+    flags = ["--model", tiny_ckpt, "--device", "cpu", "--part-tokens", "8", "--max-new-tokens",
+             max_new, "--temperature", "0"]
+    result = invoke("summarize", path, *flags, "--ctx", "100")
+    assert result.exit_code == 2, result.output
+    need = int(re.search(r"raise --ctx to at least ([\d,]+) ", result.stderr)[1].replace(",", ""))
+    result = invoke("summarize", path, *flags, "--ctx", need - 1)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("error:"), result.stderr
+    result = invoke("summarize", path, *flags, "--ctx", need, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stages"]["parts"] >= 2
 
 
 def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch):
