@@ -140,10 +140,7 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
     """
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"unsupported dtype {dtype!r}: choose one of {', '.join(TORCH_DTYPES)}")
-    for name, value in (("--shards", shards), ("--layers", num_hidden_layers),
-                        ("--vocab-size", vocab_size)):
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
+    _check_counts(shards, num_hidden_layers, vocab_size)
     tdtype = TORCH_DTYPES[dtype]
     cfg = base_config(size, config_dir)
     cfg["torch_dtype"] = dtype
@@ -182,6 +179,13 @@ def write_random_checkpoint(out_dir: str | Path, size: str = "tiny", *,
                            lambda name, shape: _draw(shape, init[name], tdtype, dev, gen),
                            n_shards)
     return out
+
+
+def _check_counts(shards: int | None, layers: int | None, vocab_size: int | None) -> None:
+    """ValueError for a count below 1 (None: not given), named by its flag."""
+    for name, value in (("--shards", shards), ("--layers", layers), ("--vocab-size", vocab_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 def foreign_checkpoint(out: str | Path) -> bool:
@@ -256,6 +260,11 @@ def main(argv: list[str] | None = None) -> None:
     if a.out.startswith("~"):  # a ~user of no such user: not a folder of that name here
         p.error(f"--out {a.out}: {a.out.split('/')[0]} is no home folder on this system: give "
                 f"the full path (./{a.out} for a folder of that name here)")
+    try:  # before the --vocab-size note below: an error comes alone
+        _check_counts(a.shards, a.layers, a.vocab_size)
+        base_config(a.size, a.config_dir)
+    except ValueError as e:
+        p.error(str(e))
     if foreign_checkpoint(a.out) and not a.force:  # someone's real weights, perhaps
         p.error(f"{a.out} already holds a checkpoint (*.safetensors) that this tool did not "
                 "write: give a new folder, or --force to overwrite it")

@@ -81,14 +81,17 @@ def test_random_checkpoint_bad_tokenizer_is_one_line_and_writes_nothing(tmp_path
     assert not out.exists()
 
 
-@pytest.mark.parametrize("flag", [["--layers", "0"], ["--shards", "0"], ["--vocab-size", "-1"]])
+@pytest.mark.parametrize("flag", [["--layers", "0"], ["--shards", "0"], ["--vocab-size", "-1"],
+                                  ["--vocab-size", "0"]])
 def test_random_checkpoint_counts_below_one_are_refused(tmp_path, capsys, tokenizer_dir, flag):
+    """The error alone: a --vocab-size below 1 was also noted as smaller than the tokenizer's,
+    on the line before it."""
     out = tmp_path / "ckpt"
     with pytest.raises(SystemExit) as e:
         main(["--out", str(out), "--tokenizer", str(tokenizer_dir), "--device", "cpu", *flag])
     assert e.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        f"{flag[0]} must be at least 1, got {flag[1]}")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"{flag[0]} must be at least 1, got {flag[1]}"), err
     assert not out.exists()
 
 
@@ -289,7 +292,10 @@ def test_random_checkpoint_cli_expands_the_home_folder(tmp_path, tokenizer_dir, 
     (["--size", "tiny"], "the following arguments are required: --out"),
     (["--out", "x", "--shards", "two"], "argument --shards: invalid int value: 'two'"),
     (["--out", "x", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-], ids=["out-no-such-user", "tokenizer-no-such-user", "size", "no-out", "shards", "flag"])
+    (["--out", "x", "--size", "8b", "--config-dir", "nowhere", "--vocab-size", "8"],
+     "no config for size 8b at nowhere/Qwen3-8B/config.json"),
+], ids=["out-no-such-user", "tokenizer-no-such-user", "size", "no-out", "shards", "flag",
+        "config-dir"])
 def test_random_checkpoint_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch,
                                                         tokenizer_dir, argv, needle):
     """Bad input is one line on stderr (argparse printed its usage block above it), exit 2, and
