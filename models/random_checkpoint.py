@@ -78,7 +78,8 @@ def base_config(size: str, config_dir: str | Path | None = None) -> dict:
         raise ValueError(f"unknown size {size!r}: choose one of {', '.join(SIZES)}")
     path = Path(config_dir or DEFAULT_CONFIG_DIR) / REAL_SIZES[size] / "config.json"
     if not path.is_file():
-        raise ValueError(f"no config for size {size} at {path}: pass config_dir (--config-dir)")
+        raise ValueError(f"no config for size {size} at {path}: give --config-dir a folder "
+                         f"holding {REAL_SIZES[size]}/config.json")
     return json.loads(path.read_text())
 
 

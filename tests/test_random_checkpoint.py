@@ -293,7 +293,8 @@ def test_random_checkpoint_cli_expands_the_home_folder(tmp_path, tokenizer_dir, 
     (["--out", "x", "--shards", "two"], "argument --shards: invalid int value: 'two'"),
     (["--out", "x", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["--out", "x", "--size", "8b", "--config-dir", "nowhere", "--vocab-size", "8"],
-     "no config for size 8b at nowhere/Qwen3-8B/config.json"),
+     "no config for size 8b at nowhere/Qwen3-8B/config.json: give --config-dir a folder holding "
+     "Qwen3-8B/config.json"),
 ], ids=["out-no-such-user", "tokenizer-no-such-user", "size", "no-out", "shards", "flag",
         "config-dir"])
 def test_random_checkpoint_bad_input_is_one_line_exit_2(tmp_path, capsys, monkeypatch,
@@ -307,4 +308,5 @@ def test_random_checkpoint_bad_input_is_one_line_exit_2(tmp_path, capsys, monkey
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and needle in err, err
+    assert "config_dir" not in err  # the option's name, not the Python argument's
     assert list(tmp_path.iterdir()) == []
