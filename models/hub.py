@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from models.paths import expand_user
+from models.paths import check_symlink_loop, expand_user
 
 ALLOW_PATTERNS = [
     "config.json",
@@ -90,8 +90,9 @@ def resolve_model(name_or_path: str | Path) -> Path:
 
     Raises:
         ValueError: bad input: the name is empty, the folder lacks files, the path does not
-            exist, the hub id is malformed, names no (accessible) repository, or is not cached
-            while ``HF_HUB_OFFLINE`` is set; the message suggests a local folder.
+            exist or is a symlink loop, the hub id is malformed, names no (accessible)
+            repository, or is not cached while ``HF_HUB_OFFLINE`` is set; the message suggests a
+            local folder.
         HubUnreachableError: the hub could not be reached (network) and the model is not
             cached; the message suggests a local folder.
     """
@@ -100,6 +101,7 @@ def resolve_model(name_or_path: str | Path) -> Path:
         raise ValueError("MODEL is empty: give a local checkpoint folder or a hub id such as "
                          "Qwen/Qwen3-8B")
     path = expand_user(name)  # a ~user of no such user: a missing folder, not a RuntimeError
+    check_symlink_loop(path, "the checkpoint folder itself, or a hub id")
     if path.exists():
         return check_model_folder(path)
     if _looks_like_path(name):

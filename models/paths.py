@@ -1,4 +1,5 @@
-"""Paths a user typed: ``~`` and ``~user`` expanded as the shell does (``expand_user``).
+"""Paths a user typed: ``~`` and ``~user`` expanded as the shell does (``expand_user``), and a
+loop of symbolic links told apart from a missing path (``check_symlink_loop``).
 
 ``Path.expanduser`` raises RuntimeError for a ``~user`` naming no user on this system; every path
 a user hands to ``infer`` or its tools (a text file, a MODEL folder, the random checkpoint's
@@ -9,6 +10,8 @@ line's ``infer.ui``.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 
@@ -20,3 +23,15 @@ def expand_user(path: str | Path) -> Path:
         return Path(path).expanduser()
     except RuntimeError:
         return Path(path)
+
+
+def check_symlink_loop(path: str | Path, what: str) -> None:
+    """Raise ValueError when ``path`` runs into a loop of symbolic links (``ln -s a b; ln -s b
+    a``, or a link to itself, there or on the way): ``Path.exists`` says False there, which would
+    read as a missing path. ``what`` names what to give instead (``a text file``)."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{path} is a symlink loop (a symbolic link that leads back to "
+                             f"itself): give {what}") from None

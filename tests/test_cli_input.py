@@ -179,3 +179,20 @@ def test_a_home_of_no_such_user_is_a_missing_path(argv, needle, tiny_ckpt):
     Could not determine home directory.`` and exit 1."""
     argv = [a.replace("{ckpt}", str(tiny_ckpt)) for a in argv]
     assert_one_line_error(invoke(*argv, *FAST), 2, needle)
+
+
+@pytest.mark.parametrize("command", ["generate", "summarize", "chat", "bench"])
+@pytest.mark.parametrize("loop", ["pair", "self", "on-the-way"])
+def test_a_symlink_loop_is_reported_as_one(command, loop, tiny_ckpt, tmp_path):
+    """A MODEL or FILE path that is a loop of symbolic links: it was ``model folder ... does not
+    exist`` / ``no such file: ...``, as ``Path.exists`` is False there."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.symlink_to(b if loop != "self" else a)
+    if loop != "self":
+        b.symlink_to(a)
+    path = a / "x" if loop == "on-the-way" else a
+    argv = {"generate": ["generate", path, "hi"], "summarize": ["summarize", path, "--model",
+            tiny_ckpt], "chat": ["chat", path], "bench": ["bench", path]}[command]
+    result = invoke(*argv, *FAST[:4], input="hi\n")
+    assert_one_line_error(result, 2, f"{path} is a symlink loop")
+    assert "does not exist" not in result.stderr and "no such file" not in result.stderr

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from models.paths import expand_user
+from models.paths import check_symlink_loop, expand_user
 
 # Longest BOMs first: the UTF-32 LE BOM starts with the UTF-16 LE one.
 _BOMS = (
@@ -129,8 +129,8 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
         ``(text, n_replaced)`` as ``decode_text`` returns them.
 
     Raises:
-        ValueError: the file is missing, is a folder or cannot be read, or its content is empty,
-            whitespace-only or binary; ``"-"`` with standard input closed.
+        ValueError: the file is missing, a symlink loop, a folder or cannot be read, or its
+            content is empty, whitespace-only or binary; ``"-"`` with standard input closed.
     """
     if str(path_or_dash) == "-":
         if stdin is None:
@@ -138,6 +138,7 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
         stream = stdin if stdin is not None else sys.stdin.buffer
         return decode_text(read_capped(stream, "<stdin>"), "<stdin>")
     path = expand_user(path_or_dash)
+    check_symlink_loop(path, "a text file, or - to read standard input")
     if not path.exists():
         raise ValueError(f"no such file: {path} (give a text file, or - to read standard input)")
     if path.is_dir():
