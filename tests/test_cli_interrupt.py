@@ -76,6 +76,8 @@ def test_ctrl_c_before_the_reply_is_a_reply_cut_before_it_began(command, stage, 
     assert obj["interrupted"] is True and obj["stop_reason"] == "interrupted"
     assert obj["text"] == "" and obj["new_tokens"] == 0 and obj["prompt_tokens"] > 0
     assert (obj["load_s"] is None) is (stage == "load")
+    # not measured, so null as the README says (they were 0.0): the warm-up never finished
+    assert obj["warm_up_s"] is None and obj["graph_capture_s"] is None
 
 
 def uncut(command: str, tiny_ckpt, tmp_path) -> tuple[list, dict]:
@@ -115,6 +117,7 @@ def test_ctrl_c_before_the_work_is_the_commands_result_cut_before_it_began(
     obj = json.loads(result.stdout)
     assert obj.keys() == done.keys() and obj["command"] == command
     assert obj["interrupted"] is True and (obj["load_s"] is None) is (stage != "warm")
+    assert obj["warm_up_s"] is None and obj["graph_capture_s"] is None  # not measured
     assert (obj["model"], obj["ctx"]) == ((None, None) if stage == "torch" else
                                           (done["model"], done["ctx"]))
     if command == "bench":

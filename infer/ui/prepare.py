@@ -131,11 +131,12 @@ def warm_engine(ui: UI, engine, sampling, *, batch: int = 1, prompt_tokens: int 
     and no kernel binaries to load."""
     if engine.device.type != "cuda":
         return
-    ui.startup.stage = WARMING_UP
+    ui.startup.stage, ui.startup.warming = WARMING_UP, True  # until warm_up returns
     from infer.warm_up import warm_up
 
     with ui.status("warming up (kernels, CUDA graph) ..."):
         warm_up(engine, sampling, batch=batch, prompt_tokens=prompt_tokens)
+    ui.startup.warming = False
 
 
 def read_input(ui: UI, path: str) -> tuple[str, int]:

@@ -11,7 +11,8 @@ exit code 130. On stderr one line, ``[prompt N tokens · ]interrupted before loa
 (or ``while loading the model``, ``while warming up``); with ``--json`` the object the command
 prints when it is done, ``interrupted``: a reply with no text and no token (generate, summarize,
 chat), or bench's with no lengths, what is not known yet null (the header's fields before the
-config, ``load_s`` before the load finished, ``prompt_tokens`` before the prompt was read).
+config, ``load_s`` before the load finished, ``warm_up_s`` and ``graph_capture_s`` before the
+warm-up finished, ``prompt_tokens`` before the prompt was read).
 Nothing here imports torch: a Ctrl-C may come in torch's import.
 """
 
@@ -44,6 +45,8 @@ class Startup:
         cfg: the ``EngineConfig``, once the flags are checked and the model folder found.
         prompt_tokens: the prompt's tokens, once read (generate, summarize).
         engine, load_s: the engine and its load's seconds, once loaded.
+        warming: the warm-up (``infer.ui.prepare.warm_engine``) began and has not finished: its
+            seconds and the engine's capture seconds are not known.
         extra: the command's own ``--json`` fields (summarize: ``input_chars``, ...).
     """
 
@@ -53,6 +56,7 @@ class Startup:
     prompt_tokens: int | None = None
     engine: object | None = None
     load_s: float | None = None
+    warming: bool = False
     extra: dict = field(default_factory=dict)
 
     def began(self) -> None:
@@ -80,7 +84,7 @@ def not_begun(ui: UI) -> NoReturn:
             obj = bench_record(s.engine, s.load_s, [], True, cfg=s.cfg)
         else:
             obj = reply_record(s.command, s.engine, empty_reply(s.prompt_tokens or 0), s.load_s,
-                               cfg=s.cfg, **s.extra)
+                               cfg=s.cfg, warm_cut=s.warming, **s.extra)
             obj["prompt_tokens"] = s.prompt_tokens  # null: not read yet (chat: none sent)
         ui.emit_json(obj)
     else:
