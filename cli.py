@@ -102,7 +102,8 @@ def generate(
     ui = UI(opts, "generate")
     with errors(opts.debug, opts.json, ui):
         sigint_exits(False)  # the command's own Ctrl-C from here (`errors`)
-        from infer.ui.oneshot import chat_messages, one_shot  # the reply's view: not for --help
+        # the reply's view: not for --help
+        from infer.ui.oneshot import chat_messages, one_shot, template_tokens
         from infer.ui.textio import require_stdin
 
         if prompt == "-":
@@ -121,7 +122,8 @@ def generate(
         cfg, tok, plan = setup.prepare(ui, model)
         ids = tok.encode(prompt) if raw else tok.chat_ids(chat_messages(system, prompt),
                                                           enable_thinking=opts.think)
-        one_shot("generate", ui, cfg, tok, ids, max_ctx=plan.max_ctx)
+        fixed = 0 if raw else template_tokens(tok, system, opts.think)
+        one_shot("generate", ui, cfg, tok, ids, max_ctx=plan.max_ctx, fixed=fixed)
 
 
 @app.command(cls=Command,

@@ -14,10 +14,14 @@ def fits(n_prompt: int, ctx: int, max_new: int = 0) -> bool:
     return n_prompt + max(max_new, 1) <= ctx
 
 
-def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> None:
+def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int,
+               fixed: int = 0) -> None:
     """Raise ValueError when the prompt and its reply do not fit in the context (``fits``); the
     message gives both counts and a --ctx, or, past ``max_ctx`` (the largest context the
     checkpoint supports), what fits at this --ctx and at the largest, or to shorten the input.
+    ``fixed``: the prompt's tokens that are not the input (the chat template, a system prompt):
+    a prompt as long as the context or longer is told to shorten its input only when a one-token
+    input would fit with the reply (a one-token prompt cannot be shortened).
     """
     if fits(n_prompt, ctx, max_new):
         return
@@ -37,8 +41,10 @@ def check_fits(n_prompt: int, ctx: int, max_new: int = 0, *, max_ctx: int) -> No
                          f"(--max-new-tokens): {n_prompt + max_new:,} tokens, {beyond}: {fix}")
     if n_prompt >= ctx:  # no room for one reply token: a lower --max-new-tokens cannot help
         size = ("which leaves no room for a reply in" if n_prompt == ctx else "longer than")
+        shorter = n_prompt > fixed + 1 and fits(fixed + 1, ctx, max_new)
         raise ValueError(f"{prompt}, {size} the context of {counted(ctx, 'token')}"
-                         f": raise --ctx (e.g. --ctx {need}k) or shorten the input")
+                         f": raise --ctx (e.g. --ctx {need}k)"
+                         f"{' or shorten the input' if shorter else ''}")
     raise ValueError(f"{prompt} and the reply up to {max_new:,} "
                      f"(--max-new-tokens): {n_prompt + max_new:,} tokens, more than the context "
                      f"of {counted(ctx, 'token')}: raise --ctx (e.g. --ctx {need}k) or lower "

@@ -154,6 +154,34 @@ def test_generate_prompt_longer_than_the_context_offers_no_lower_budget(tiny_ckp
     assert "max-new-tokens" not in result.stderr
 
 
+
+def test_check_fits_offers_to_shorten_the_input_only_when_it_helps():
+    """A one-token prompt (or one whose chat template alone fills the context, or whose reply
+    budget would not fit beside a one-token input) was told to shorten the input all the same."""
+    from infer.fits import check_fits
+
+    for n_prompt, ctx, max_new, fixed, shorten in (
+            (1, 1, 0, 0, False),  # one token: nothing to shorten
+            (2, 2, 5, 0, False),  # a one-token input and its 5-token reply need 6
+            (15, 8, 1, 12, False),  # the template alone (12) fills the context
+            (15, 14, 1, 12, True), (3, 2, 0, 0, True)):  # a shorter input fits
+        with pytest.raises(ValueError) as info:
+            check_fits(n_prompt, ctx, max_new, max_ctx=131072, fixed=fixed)
+        msg = str(info.value)
+        assert msg.endswith(": raise --ctx (e.g. --ctx 1k)" + " or shorten the input" * shorten)
+
+
+@pytest.mark.parametrize("argv", [["generate", "{ckpt}", "a", "--raw", "--ctx", "1"],
+                                  ["generate", "{ckpt}", "hello there friend", "--ctx", "8"],
+                                  ["chat", "{ckpt}", "--system", "be brief", "--ctx", "12"]],
+                         ids=["one-token", "template", "chat-one-token-message"])
+def test_a_prompt_that_cannot_be_shortened_is_not_told_to_shorten(tiny_ckpt, argv):
+    argv = [a.replace("{ckpt}", str(tiny_ckpt)) for a in argv]
+    result = invoke(*argv, "--device", "cpu", "--max-new-tokens", "1", input="hi\n")
+    assert_one_line_error(result, 2, "the context of ")
+    assert result.stderr.rstrip().endswith(": raise --ctx (e.g. --ctx 1k)"), result.stderr
+
+
 CHAT_DOES_NOT_FIT = re.compile(
     r"the message does not fit: it is (\d+) tokens and its reply up to 100 \(--max-new-tokens\), "
     r"(\d+) in all, but (\d+) of the context's 512 are left \((\d+) hold (.+?)\): (.*)$")

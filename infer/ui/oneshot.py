@@ -28,9 +28,18 @@ def chat_messages(system: str | None, user: str) -> list[dict]:
         [{"role": "user", "content": user}]
 
 
+def template_tokens(tokenizer, system: str | None, think: bool, template: str = "{text}") -> int:
+    """Tokens of a one-turn chat prompt that are not its input: the chat template, ``system``
+    and ``template``'s own words around ``{text}`` (``one_shot``'s ``fixed``)."""
+    content = template.format(text="")
+    return len(tokenizer.chat_ids(chat_messages(system, content), enable_thinking=think))
+
+
 def one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], *, max_ctx: int,
-             **extra) -> None:
+             fixed: int = 0, **extra) -> None:
     """Load, reply once to ``ids``, print the stats (or the JSON object, with ``extra`` fields).
+    ``fixed``: the tokens of ``ids`` that are not the input (``template_tokens``; 0 for a raw
+    prompt), for ``check_fits``' advice.
 
     Raises:
         ValueError: the prompt and ``--max-new-tokens`` do not fit in the context (or beyond
@@ -39,7 +48,7 @@ def one_shot(command: str, ui: UI, cfg, tokenizer, ids: list[int], *, max_ctx: i
             began (the load, the warm-up) is ``infer.ui.console.errors``' (``ui.startup``).
     """
     ui.startup.prompt_tokens, ui.startup.extra = len(ids), extra
-    check_fits(len(ids), cfg.ctx, ui.opts.max_new_tokens, max_ctx=max_ctx)
+    check_fits(len(ids), cfg.ctx, ui.opts.max_new_tokens, max_ctx=max_ctx, fixed=fixed)
     engine, load_s = load_engine(ui, cfg, tokenizer)
     sampling = engine.default_sampling(**ui.opts.sampling_overrides())
     warm_engine(ui, engine, sampling, prompt_tokens=len(ids))

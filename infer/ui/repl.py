@@ -47,7 +47,7 @@ def check_reply_budget(tokenizer, system: str | None, ctx: int, max_new: int, *,
     """
     n = len(tokenizer.chat_ids(chat_messages(system, ""), enable_thinking=think)) + 1
     try:
-        check_fits(n, ctx, max_new, max_ctx=max_ctx)
+        check_fits(n, ctx, max_new, max_ctx=max_ctx, fixed=n - 1)  # nothing left to shorten
     except ValueError as e:
         raise ValueError(f"no chat turn fits: even with a one-token message {e}") from None
 

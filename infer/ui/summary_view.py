@@ -24,9 +24,9 @@ from rich.markup import escape
 
 from infer.fits import check_fits
 from infer.summarize import StageTimes, Summarizer
-from infer.summary_prompts import check_plan
+from infer.summary_prompts import SUMMARY_PROMPT, check_plan
 from infer.ui.console import UI, is_ctrl_c
-from infer.ui.oneshot import one_shot, reply_once
+from infer.ui.oneshot import one_shot, reply_once, template_tokens
 from infer.ui.prepare import load_engine, warm_engine
 from infer.ui.records import reply_record
 from infer.ui.startup import empty_reply, sigint_deferred
@@ -47,7 +47,9 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     # parts help when the text is too long, not when the prompt fits and the reply budget is
     # what does not (check_fits then says so)
     if no_split or len(ids) + 1 <= cfg.ctx:
-        one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, **extra, split=False)
+        fixed = template_tokens(tok, None, ui.opts.think, SUMMARY_PROMPT)
+        one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, fixed=fixed, **extra,
+                 split=False)
         return
     from infer.textsplit import split_text
 
