@@ -31,9 +31,9 @@ from kernels.silu_mul import silu_mul
 from models.weight_prefetch import prefetcher_for
 
 # Whether a split-K o_proj / down_proj leaves its reduce to the add + RMSNorm after it (module
-# notes). Off until the decode A/B (``benchmarks/decode_e2e.py --variants ...reduce_in_norm``)
-# says it pays; results are the same bit for bit either way.
-REDUCE_IN_NORM = False
+# notes). On: the decode A/B (``benchmarks/decode_e2e.py --variants default+reduce_in_norm``)
+# measured it faster (BENCHMARKS.md); results are the same bit for bit either way.
+REDUCE_IN_NORM = True
 
 
 def gemv_rows(x: torch.Tensor) -> bool:
