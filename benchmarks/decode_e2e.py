@@ -24,9 +24,7 @@ beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` s
 budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
 (``models.qwen3_fused.REDUCE_IN_NORM``), ``split_waves2`` with split-K up to two programs per SM
 (``kernels.tiles.GEMV_SPLIT_TWO_WAVES``: the 8B's ``o_proj``, ``down_proj`` and ``qkv_proj`` in
-two splits), ``merge_in_stage1`` with the split-KV combine folded into decode stage 1 (the last
-split to finish merges; ``kernels.decode_attention.MERGE_IN_STAGE1``): ``split_k+pdl_chain`` is
-what ships; ``+`` joins them
+two splits): ``split_k+pdl_chain`` is what ships; ``+`` joins them
 (``default+X``: as shipped, with X on as well). Each
 JSON line names its variant and round.
 
@@ -45,7 +43,6 @@ from types import SimpleNamespace
 
 import torch
 
-import kernels.decode_attention
 import kernels.pdl_chain
 import kernels.tiles
 import models.qwen3
@@ -66,8 +63,7 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "pdl_chain": (kernels.pdl_chain, "ENABLED"),
          "l2_prefetch": (models.weight_prefetch, "ENABLED"),
          "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM"),
-         "split_waves2": (kernels.tiles, "GEMV_SPLIT_TWO_WAVES"),
-         "merge_in_stage1": (kernels.decode_attention, "MERGE_IN_STAGE1")}
+         "split_waves2": (kernels.tiles, "GEMV_SPLIT_TWO_WAVES")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -15,13 +15,6 @@ BLOCK_D`` about 4096 float32 so the tile fits in registers and hundreds of split
 many programs (one load each rather than a few programs walking the splits: BENCHMARKS.md). The
 merge subtracts the maximum lse first ("compute the scale first"), so no exp overflows; a row
 whose splits are all empty (a padding sequence with ``seq_len = 0``) gives exact zeros, never NaN.
-``merge_splits`` is the arithmetic of one row, shared with stage 1's own merge
-(``kernels/split_merge.py``, ``MERGE_IN_STAGE1``). With ``ORDERED`` its sums over the splits run
-in a fixed order (``_ordered_sum``: halves added elementwise) instead of ``tl.sum``'s, whose tree
-follows the thread layout and so ``num_warps``: stage 1's merge (other warps) always sums so,
-and this kernel does when ``ORDERED_SUM`` is set, the oracle that gives the same bits. The
-shipped combine keeps ``tl.sum`` (``ORDERED_SUM`` off): its code and bits stay as they were
-until the fused merge is measured.
 Oracle: ``kernels.reference.merge_partials``. The lse strides are ``do_not_specialize``: they
 differ between the one-sequence workspace slice of a decode step and the packed view of a verify
 step, which compiled to the same code (``kernels/decode_attention.py``), and now share a compile.
@@ -40,105 +33,6 @@ from kernels.checks import check_last_dim_contiguous
 from kernels.device import supports_pdl
 
 
-def merge_block_s(num_splits: int) -> int:
-    """Splits ``merge_splits`` loads at once: all of them up to 256 (one round trip to L2), else
-    256 at a time. The combine and stage 1's merge (``kernels/split_merge.py``) both take it: the
-    chunking is part of the summation order."""
-    return min(256, triton.next_power_of_2(num_splits))
-
-
-# The combine's sums over the splits in merge_splits' fixed order (the oracle of stage 1's merge,
-# MERGE_IN_STAGE1: same bits), or tl.sum's as shipped (module notes).
-ORDERED_SUM = False
-
-_MAX_LEVELS = tl.constexpr(8)  # halvings of _ordered_sum: N up to 256 (merge_block_s)
-
-
-@triton.jit
-def _ordered_sum(x):
-    """``x`` [N] (N a power of two) summed in a fixed order: the two halves added elementwise,
-    log2(N) times. Each step reduces an axis of 2, a single addition (commutative, so exact
-    whatever the thread layout); ``tl.sum``'s tree follows the layout, i.e. ``num_warps``."""
-    for _ in tl.static_range(_MAX_LEVELS):
-        if x.shape[0] > 1:
-            x = tl.sum(tl.reshape(x, [2, x.shape[0] // 2]), axis=0)
-    return tl.sum(x, axis=0)  # one element: itself
-
-
-@triton.jit
-def _ordered_sum_rows(x):
-    """``x`` [N, D] summed over axis 0 in ``_ordered_sum``'s order: [D]."""
-    for _ in tl.static_range(_MAX_LEVELS):
-        if x.shape[0] > 1:
-            x = tl.sum(tl.reshape(x, [2, x.shape[0] // 2, x.shape[1]]), axis=0)
-    return tl.sum(x, axis=0)
-
-
-@triton.jit
-def _sum_splits(x, ORDERED: tl.constexpr):
-    """``x`` [N] or [N, D] summed over axis 0: ``_ordered_sum``'s order or ``tl.sum``'s."""
-    if ORDERED:
-        if len(x.shape) == 1:
-            res = _ordered_sum(x)
-        else:
-            res = _ordered_sum_rows(x)
-    else:
-        res = tl.sum(x, axis=0)
-    return res
-
-
-@triton.jit
-def merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS: tl.constexpr,
-                 BLOCK_S: tl.constexpr, ORDERED: tl.constexpr):
-    """The merge of one tile row's ``NUM_SPLITS`` partials over the head_dim slice ``offs_d``:
-    float32 [BLOCK_D]. ``o_base``/``lse_base`` point at split 0's ``o_part[b, h, 0, r, 0]`` and
-    ``lse[b, h, 0, r]``; ``BLOCK_S`` is ``merge_block_s(NUM_SPLITS)``.
-
-    The arithmetic of the combine and of stage 1's merge, shared so that both give the same bits
-    (module notes): the scale first (the maximum lse; an all-empty row keeps 0 so exp() stays
-    finite), weights ``exp(lse - max)``, empty splits (lse -inf: their o_part, NaN or stale,
-    dropped by a select after the load, so the o_part loads never wait for the lse loads) add 0,
-    the weighted sum and the weight sum in ``_ordered_sum``'s order (chunks of ``BLOCK_S`` in
-    split order past 256), and zeros where the weight sum is 0.
-    """
-    offs_s = tl.arange(0, BLOCK_S)
-    if NUM_SPLITS <= BLOCK_S:  # one pass: every split in registers
-        valid = offs_s < NUM_SPLITS
-        lse = tl.load(lse_base + offs_s * stride_ls, mask=valid, other=float("-inf"))
-        o = tl.load(o_base + offs_s[:, None] * stride_os + offs_d[None, :], mask=valid[:, None],
-                    other=0.0)
-        m_all = tl.max(lse, axis=0)
-        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # all empty: keep exp() finite
-        w = tl.exp(lse - m_all)  # (BLOCK_S,), 0 for empty splits
-        acc = _sum_splits(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0),
-                          ORDERED)
-        denom = _sum_splits(w, ORDERED)
-    else:
-        # pass 1 over the lse (a few hundred bytes): the maximum
-        m = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
-        for s0 in range(0, NUM_SPLITS, BLOCK_S):
-            idx = s0 + offs_s
-            m = tl.maximum(m, tl.load(lse_base + idx * stride_ls, mask=idx < NUM_SPLITS,
-                                      other=float("-inf")))
-        m_all = tl.max(m, axis=0)
-        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)
-        # pass 2, BLOCK_S splits at a time (bounded registers for hundreds of splits)
-        acc = tl.zeros(offs_d.shape, dtype=tl.float32)
-        wsum = tl.zeros([BLOCK_S], dtype=tl.float32)
-        for s0 in range(0, NUM_SPLITS, BLOCK_S):
-            idx = s0 + offs_s
-            valid = idx < NUM_SPLITS
-            lse = tl.load(lse_base + idx * stride_ls, mask=valid, other=float("-inf"))
-            o = tl.load(o_base + idx[:, None] * stride_os + offs_d[None, :],
-                        mask=valid[:, None], other=0.0)
-            w = tl.exp(lse - m_all)
-            wsum += w
-            acc += _sum_splits(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0),
-                               ORDERED)
-        denom = _sum_splits(wsum, ORDERED)
-    return tl.where(denom > 0, acc / tl.where(denom > 0, denom, 1.0), 0.0)
-
-
 @triton.jit(do_not_specialize=["stride_lb", "stride_lh", "stride_ls"])  # module notes
 def _combine_kernel(
     o_part_ptr,  # float32 [B, Hkv, NUM_SPLITS, ROWS, D]
@@ -155,7 +49,6 @@ def _combine_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,  # head_dim slice of this program (grid axis 1)
     USE_PDL: tl.constexpr,
-    ORDERED: tl.constexpr,  # sums in merge_splits' fixed order (ORDERED_SUM)
 ):
     rows: tl.constexpr = NUM_QUERIES * GROUP
     pid = tl.program_id(0)
@@ -170,8 +63,42 @@ def _combine_kernel(
         tl.extra.cuda.gdc_wait()  # launched early (programmatic dependent launch): stage 1 done
         tl.extra.cuda.gdc_launch_dependents()  # e.g. the next layer's stage 1, which waits too
 
-    res = merge_splits(o_base, lse_base, offs_d, stride_os, stride_ls, NUM_SPLITS, BLOCK_S,
-                       ORDERED)
+    # The o_part loads never depend on the lse loads (empty splits are dropped after the load by
+    # a select, so NaN or stale data there cannot leak): both round trips overlap.
+    offs_s = tl.arange(0, BLOCK_S)
+    if NUM_SPLITS <= BLOCK_S:  # one pass: every split in registers
+        valid = offs_s < NUM_SPLITS
+        lse = tl.load(lse_base + offs_s * stride_ls, mask=valid, other=float("-inf"))
+        o = tl.load(o_base + offs_s[:, None] * stride_os + offs_d[None, :], mask=valid[:, None],
+                    other=0.0)
+        m_all = tl.max(lse, axis=0)
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)  # all empty: keep exp() finite
+        w = tl.exp(lse - m_all)  # (BLOCK_S,), 0 for empty splits
+        acc = tl.sum(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0), axis=0)
+        denom = tl.sum(w, axis=0)
+    else:
+        # pass 1 over the lse (a few hundred bytes): the maximum
+        m = tl.full([BLOCK_S], float("-inf"), dtype=tl.float32)
+        for s0 in range(0, NUM_SPLITS, BLOCK_S):
+            idx = s0 + offs_s
+            m = tl.maximum(m, tl.load(lse_base + idx * stride_ls, mask=idx < NUM_SPLITS,
+                                      other=float("-inf")))
+        m_all = tl.max(m, axis=0)
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)
+        # pass 2, BLOCK_S splits at a time (bounded registers for hundreds of splits)
+        acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+        wsum = tl.zeros([BLOCK_S], dtype=tl.float32)
+        for s0 in range(0, NUM_SPLITS, BLOCK_S):
+            idx = s0 + offs_s
+            valid = idx < NUM_SPLITS
+            lse = tl.load(lse_base + idx * stride_ls, mask=valid, other=float("-inf"))
+            o = tl.load(o_base + idx[:, None] * stride_os + offs_d[None, :],
+                        mask=valid[:, None], other=0.0)
+            w = tl.exp(lse - m_all)
+            wsum += w
+            acc += tl.sum(tl.where((lse > float("-inf"))[:, None], w[:, None] * o, 0.0), axis=0)
+        denom = tl.sum(wsum, axis=0)
+    res = tl.where(denom > 0, acc / tl.where(denom > 0, denom, 1.0), 0.0)
 
     t = r // GROUP
     g = r % GROUP
@@ -223,7 +150,7 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
     check_last_dim_contiguous("combine", o_part=o_part, lse=lse, out=out)
     # all splits in one tile up to 256 (one round trip to L2); the head_dim split over programs
     # so that a tile stays ~4096 float32 and hundreds of splits still spread over the SMs
-    block_s = merge_block_s(num_splits)
+    block_s = min(256, triton.next_power_of_2(num_splits))
     block_d = max(16, min(head_dim, 4096 // block_s))
     grid = (batch * kv_heads * rows, head_dim // block_d)
     if grid[0] == 0:
@@ -237,7 +164,6 @@ def combine(o_part: torch.Tensor, lse: torch.Tensor, out: torch.Tensor, *,
         stride_tt=out.stride(0), stride_th=out.stride(1),
         NUM_KV_HEADS=kv_heads, GROUP=group, NUM_QUERIES=num_queries, NUM_SPLITS=num_splits,
         HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d,
-        USE_PDL=use_pdl, ORDERED=ORDERED_SUM, num_warps=4,
-        **({"launch_pdl": True} if use_pdl else {}),
+        USE_PDL=use_pdl, num_warps=4, **({"launch_pdl": True} if use_pdl else {}),
     )
     return out

@@ -4,9 +4,7 @@ its combine.
 ``decode_attention`` checks its arguments, picks the tiles (``kernels/tiles.py``) and the split
 count and workspace (``kernels/decode_plan.py``), launches stage 1 (``kernels/decode_split.py``:
 the kernel and its design notes: GQA packing, slabs, INT8 codes, PDL) and then the combine
-(``kernels/combine.py``); with ``MERGE_IN_STAGE1`` stage 1 alone, its last split per (sequence,
-KV head) merging (``kernels/split_merge.py``), the same bits. The reference is
-``kernels/reference.py``.
+(``kernels/combine.py``). The reference is ``kernels/reference.py``.
 
 Design after vLLM's ``triton_decode_attention.py`` and flash-decoding (Dao et al. 2023).
 """
@@ -31,16 +29,9 @@ from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's pu
 )
 from kernels.decode_split import _decode_split_kernel
 from kernels.device import supports_pdl
-from kernels.split_merge import merge_tiles
 from kernels.tiles import DecodeTiles, decode_tiles
 
 _LOG2E = 1.4426950408889634
-
-# Whether the combine is folded into stage 1 (the last split to finish merges,
-# ``kernels/split_merge.py``): one launch per layer fewer, the same bits. Off until the decode
-# A/B (``benchmarks/decode_e2e.py --variants ...merge_in_stage1``) says it pays. Read at each
-# call, so a CUDA graph holds what was on when it was captured (either gives the same bits).
-MERGE_IN_STAGE1 = False
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -93,9 +84,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             ``kernels.qk_norm_rope_store``): with PDL, stage 1 waits for that kernel before it
             loads q instead of walking earlier keys first (results unchanged).
 
-    With ``MERGE_IN_STAGE1`` no combine is launched: the last stage-1 program of each
-    (sequence, KV head) to finish merges the splits into ``out`` (the workspace's counters).
-
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
         the call allocates nothing and never reads device memory on the host (CUDA-graph safe).
@@ -109,13 +97,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError(f"out must be {q.dtype} {tuple(q.shape)} with a contiguous last dim")
-    merge = MERGE_IN_STAGE1
     o_part, lse, tiles = _stage1(
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
-        tiles=tiles, slab_rows=slab_rows, q_from_predecessor=q_from_predecessor,
-        merge_into=out if merge else None)
-    if seq_lens.shape[0] == 0 or merge:
+        tiles=tiles, slab_rows=slab_rows, q_from_predecessor=q_from_predecessor)
+    if seq_lens.shape[0] == 0:
         return out
     return combine(o_part, lse, out, pdl=tiles.pdl)
 
@@ -137,9 +123,8 @@ def slab_capacity(group: int) -> int:
 
 def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
             k_scale=None, v_scale=None, num_splits=None, workspace=None, tiles=None,
-            slab_rows=None, q_from_predecessor=False, merge_into=None):
-    """Stage 1's checks and launch; returns ``(o_part, lse, tiles used)``. ``merge_into``: the
-    output, merged by stage 1's last splits (``MERGE_IN_STAGE1``); None: the partials only."""
+            slab_rows=None, q_from_predecessor=False):
+    """Stage 1's checks and launch; returns ``(o_part, lse, tiles used)``."""
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
                          f"{q.dtype} {tuple(q.shape)}")
@@ -209,13 +194,6 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
     o_part, lse = workspace.views(batch, kv_heads, num_splits, rows, head_dim)
     if batch == 0:
         return o_part, lse, tiles
-    merge = {}
-    if merge_into is not None:
-        block_s, block_d = merge_tiles(num_splits, head_dim, tiles.num_warps)
-        merge = dict(MERGE=True, counter_ptr=workspace.counters_for(batch, kv_heads),
-                     out_ptr=merge_into, stride_tt=merge_into.stride(0),
-                     stride_th=merge_into.stride(1), MERGE_BLOCK_S=block_s,
-                     MERGE_BLOCK_D=block_d)
 
     _decode_split_kernel[(batch * kv_heads, num_splits)](
         q, k_cache, v_cache, k_scale, v_scale, seq_lens, page_table,
@@ -230,7 +208,7 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
         Q_AFTER_WAIT=use_pdl and bool(q_from_predecessor),
         LAZY_RESCALE=bool(tiles.lazy_rescale), num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages, **merge,
+        num_stages=tiles.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )
     return o_part, lse, tiles

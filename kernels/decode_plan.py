@@ -23,12 +23,6 @@ class DecodeWorkspace:
     Attributes:
         o_part: float32 [max_batch, kv_heads, max_splits, max_rows, head_dim].
         lse: float32 [max_batch, kv_heads, max_splits, max_rows].
-        counters: int32 [max_batch * max_rows * kv_heads], zeros between calls: the splits of
-            each (sequence, KV head) program row that have finished, when stage 1's last split
-            merges (``kernels/split_merge.py``); that split puts it back to 0, so it is zeroed
-            once, here (a CUDA graph replays with no memset). Sized for the most program rows
-            any call that ``views`` accepts launches (``batch * rows <= max_batch * max_rows``
-            with ``rows >= 1``).
 
     A call with ``B <= max_batch``, ``num_splits <= max_splits`` and ``n * group <= max_rows``
     uses the slice ``[:B, :, :num_splits, :n * group]`` (a view: no allocation, so a CUDA graph
@@ -39,7 +33,6 @@ class DecodeWorkspace:
 
     o_part: torch.Tensor
     lse: torch.Tensor
-    counters: torch.Tensor
 
     @classmethod
     def allocate(cls, max_batch: int, kv_heads: int, max_rows: int, max_splits: int,
@@ -47,21 +40,7 @@ class DecodeWorkspace:
         """Scratch for up to ``max_batch`` sequences x ``max_rows`` (= n * group) tile rows."""
         shape = (max_batch, kv_heads, max_splits, max_rows)
         return cls(torch.empty(*shape, head_dim, dtype=torch.float32, device=device),
-                   torch.empty(shape, dtype=torch.float32, device=device),
-                   torch.zeros(max_batch * max_rows * kv_heads, dtype=torch.int32,
-                               device=device))
-
-    def counters_for(self, batch: int, kv_heads: int) -> torch.Tensor:
-        """int32 [batch * kv_heads]: the arrival counters of one call's program rows.
-
-        Raises:
-            ValueError: the call has more program rows than the counters.
-        """
-        if batch * kv_heads > self.counters.numel():
-            raise ValueError(f"decode workspace counters hold {self.counters.numel()} program "
-                             f"rows, not {batch} x {kv_heads}: allocate it with "
-                             "DecodeWorkspace.allocate for the largest step")
-        return self.counters[:batch * kv_heads]
+                   torch.empty(shape, dtype=torch.float32, device=device))
 
     def views(self, batch: int, kv_heads: int, num_splits: int, rows: int,
               head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -65,12 +65,6 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   ``q_from_predecessor`` and stage 1 waits before it loads q: it is still scheduled early, but
   walks all its blocks after the wait.
 
-- ``MERGE`` (``kernels.decode_attention.MERGE_IN_STAGE1``, off by default): after its stores,
-  each program arrives at its (sequence, KV head)'s counter and the last of the ``NUM_SPLITS``
-  merges them into the output, with the combine's arithmetic (``kernels/split_merge.py``): no
-  combine launch. With PDL its dependent is then the kernel after attention (the o projection),
-  which waits for this grid's completion, merges included, before it reads the output.
-
 Alternatives measured and removed are listed in BENCHMARKS.md ("Kernel design notes moved from
 the code").
 
@@ -84,7 +78,6 @@ import triton
 import triton.language as tl
 
 from kernels.decode_block import _attend_block
-from kernels.split_merge import merge_if_last
 
 _LN2 = tl.constexpr(0.6931471805599453)
 
@@ -122,13 +115,6 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
     Q_AFTER_WAIT: tl.constexpr,  # USE_PDL only: the predecessor writes q, wait before loading it
     LAZY_RESCALE: tl.constexpr,
-    # MERGE (``kernels/split_merge.py``): the last split of each (sequence, KV head) merges
-    MERGE: tl.constexpr = False,
-    counter_ptr=None,  # int32 [B * Hkv] (MERGE only)
-    out_ptr=None,  # [B * NUM_QUERIES, Hq, D] q dtype (MERGE only)
-    stride_tt=None, stride_th=None,  # out token and head strides (MERGE only)
-    MERGE_BLOCK_S: tl.constexpr = 1,
-    MERGE_BLOCK_D: tl.constexpr = 1,
 ):
     if USE_PDL:
         # our dependent (the combine) may launch now; it waits for us in turn
@@ -150,7 +136,6 @@ def _decode_split_kernel(
         first = tl.load(seq_lens_ptr + b) - 1  # the first query's position
         seq_len = tl.where(count > 0, first + count, 0)  # the last query's seq_len
         row_valid = (rows < SLAB * GROUP) & (t < count)
-        n_rows = count * GROUP
         qpos = first + t
         q_row = b + t
         out_row = (b + t) * stride_ob + (rows % GROUP) * stride_or
@@ -158,7 +143,6 @@ def _decode_split_kernel(
     else:
         seq_len = tl.load(seq_lens_ptr + b)
         row_valid = rows < NUM_QUERIES * GROUP
-        n_rows = NUM_QUERIES * GROUP
         first = seq_len - NUM_QUERIES
         qpos = first + t  # (ROWS,) position of each row's query
         q_row = b * NUM_QUERIES + t
@@ -209,8 +193,3 @@ def _decode_split_kernel(
     o_base = o_part_ptr + h * stride_oh + split * stride_os
     tl.store(o_base + out_row[:, None] + offs_d[None, :], o, mask=row_valid[:, None])
     tl.store(lse_ptr + h * stride_lh + split * stride_ls + lse_row, lse, mask=row_valid)
-    if MERGE:
-        merge_if_last(counter_ptr, o_part_ptr, lse_ptr, out_ptr, pid_bh, b, h, n_rows,
-                      stride_ob, stride_oh, stride_os, stride_or, stride_lb, stride_lh,
-                      stride_ls, stride_tt, stride_th, NUM_SPLITS, GROUP, NUM_QUERIES, SLAB,
-                      HEAD_DIM, MERGE_BLOCK_S, MERGE_BLOCK_D)

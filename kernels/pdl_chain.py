@@ -14,10 +14,7 @@ this way on their own since ``kernels.tiles.DecodeTiles.pdl``)::
         -> add + rmsnorm -> gate/up GEMV -> down GEMV -> (next layer's add + rmsnorm)
 
 ``|``: the KV store is launched without PDL, so it starts when the q/k-norm + RoPE kernel has
-completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``). With
-``kernels.decode_attention.MERGE_IN_STAGE1`` there is no combine: stage 1's last splits merge
-(``kernels/split_merge.py``) and the o_proj GEMV, now stage 1's dependent, reads the output
-after its wait, i.e. after stage 1's grid, merges included, has completed.
+completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``).
 
 The contract every kernel of the chain keeps (``NOTE``: a new kernel on the chain must too):
 

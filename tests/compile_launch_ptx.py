@@ -16,9 +16,7 @@ a constexpr, ``tt.divisibility`` 16 for ints divisible by 16 and 16-byte aligned
   rows (``{proj}_m{rows}``);
 - stage 1 and the combine of split-KV decode (``kernels/decode_attention.py``,
   ``kernels/combine.py``) in an 8B reply with a BF16 and an INT8 cache (``generate_like``): the
-  13-token prompt, a decode step and a 16-row verify step (``{kernel}_{cache}_{step}``); and
-  stage 1 with the combine folded in (``kernels.decode_attention.MERGE_IN_STAGE1``, off by
-  default: ``stage1merge_{cache}_{step}``).
+  13-token prompt, a decode step and a 16-row verify step (``{kernel}_{cache}_{step}``).
 
 Prints one JSON line per case: the digests of its PTX (without debug line info:
 ``compile_ptx_digest.clean_ptx``) and SASS, and the launch key; with OUTDIR it also writes each
@@ -53,7 +51,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource, compile, make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
-from kernels import decode_attention, gemv  # noqa: E402
+from kernels import gemv  # noqa: E402
 from kernels.combine import _combine_kernel  # noqa: E402
 from kernels.decode_attention import _decode_split_kernel  # noqa: E402
 from kernels.tiles import decode_tiles  # noqa: E402
@@ -100,35 +98,19 @@ def gemvs() -> None:
 
 
 def attention() -> None:
-    """The stage 1 and combine cases (module notes); then stage 1 with the merge folded in
-    (``kernels.decode_attention.MERGE_IN_STAGE1``, ``stage1merge_*``), if this checkout has it."""
-    merges = (False, True) if hasattr(decode_attention, "MERGE_IN_STAGE1") else (False,)
-    for merge in merges:
-        for kv in ("bf16", "int8"):
-            for step, buckets in (("step1", (1,)), ("verify16", (16,))):
-                _attention_case(kv, step, buckets, merge)
-
-
-def _attention_case(kv: str, step: str, buckets: tuple, merge: bool) -> None:
-    saved = getattr(decode_attention, "MERGE_IN_STAGE1", False)
-    try:
-        if merge:
-            decode_attention.MERGE_IN_STAGE1 = True
-        with gpu_facts(), LaunchRecorder(decode_path_kernels()) as rec:
-            generate_like("8b", 13, buckets, kv_cache=kv, num_pages=65)
-            magic = decode_tiles(torch.device("cuda", 0), torch.int8).int8_magic
-    finally:
-        if merge:
-            decode_attention.MERGE_IN_STAGE1 = saved
-    kernels = ((_decode_split_kernel, "stage1merge"),) if merge else \
-        ((_decode_split_kernel, "stage1"), (_combine_kernel, "combine"))
-    for kernel, label in kernels:
-        calls = list(rec.calls[kernel.fn.__name__].values())  # the prompt's, the step's
-        cases = [(step, calls[-1])] + ([("prompt13", calls[0])] if step == "step1" else [])
-        for name, (args, kwargs) in cases:
-            if kwargs.get("IS_INT8"):  # a CUDA q's code conversion (meta: as on a CPU)
-                kwargs = {**kwargs, "INT8_MAGIC": magic}
-            _emit(f"{label}_{kv}_{name}", kernel, args, kwargs)
+    """The stage 1 and combine cases (module notes)."""
+    for kv in ("bf16", "int8"):
+        for step, buckets in (("step1", (1,)), ("verify16", (16,))):
+            with gpu_facts(), LaunchRecorder(decode_path_kernels()) as rec:
+                generate_like("8b", 13, buckets, kv_cache=kv, num_pages=65)
+                magic = decode_tiles(torch.device("cuda", 0), torch.int8).int8_magic
+            for kernel, label in ((_decode_split_kernel, "stage1"), (_combine_kernel, "combine")):
+                calls = list(rec.calls[kernel.fn.__name__].values())  # the prompt's, the step's
+                cases = [(step, calls[-1])] + ([("prompt13", calls[0])] if step == "step1" else [])
+                for name, (args, kwargs) in cases:
+                    if kwargs.get("IS_INT8"):  # a CUDA q's code conversion (meta: as on a CPU)
+                        kwargs = {**kwargs, "INT8_MAGIC": magic}
+                    _emit(f"{label}_{kv}_{name}", kernel, args, kwargs)
 
 
 def _emit(case: str, jit, args: tuple, kwargs: dict) -> None:

@@ -43,11 +43,9 @@ def compile_for(kernel, constexprs: dict, arch: int, types: dict | None = None, 
     """Pointers float32 unless named in POINTERS (stage 1 reads int8 codes through k_ptr/v_ptr:
     see ``main``), scalars int32 (float32 for ``qk_scale``); ``types`` overrides any argument's
     type (e.g. ``{"desc_k": "tensordesc<bf16[64,128]>"}``); a constexpr left out takes its
-    default, as at a launch, and so does an argument whose default is None (a launch binds None
-    as a constexpr: stage 1's ``MERGE``-only arguments)."""
+    default, as at a launch."""
     signature, consts = {}, {}
-    defaults = {p.name: p.default for p in kernel.params
-                if p.has_default and (p.is_constexpr or p.default is None)}
+    defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
     for i, name in enumerate(kernel.arg_names):
         if name in constexprs or name in defaults:
             signature[name] = "constexpr"

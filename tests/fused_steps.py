@@ -1,6 +1,6 @@
-"""Decode-like steps of a tiny Qwen3 through its fused forward, shared by the tests of fusion
-flags (``test_model_fused_store.py``, ``test_merge_in_stage1.py``): two sequences on scrambled
-pages, each step adding ``news`` tokens per sequence, random ids from a fixed seed."""
+"""Decode-like steps of a tiny Qwen3 through its fused forward, for the tests of fusion flags
+(``test_model_fused_store.py``): two sequences on scrambled pages, each step adding ``news``
+tokens per sequence, random ids from a fixed seed."""
 
 from __future__ import annotations
 
