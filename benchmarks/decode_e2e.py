@@ -22,11 +22,9 @@ q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PD
 (``kernels.pdl_chain.ENABLED``), ``l2_prefetch`` with the next weights prefetched into L2
 beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` sets its
 budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
-(``models.qwen3_fused.REDUCE_IN_NORM``), ``split_waves2`` with split-K up to two programs per SM
-(``kernels.tiles.GEMV_SPLIT_TWO_WAVES``: the 8B's ``o_proj``, ``down_proj`` and ``qkv_proj`` in
-two splits): ``split_k+pdl_chain`` is what ships; ``+`` joins them
-(``default+X``: as shipped, with X on as well). Each
-JSON line names its variant and round.
+(``models.qwen3_fused.REDUCE_IN_NORM``): ``split_k+pdl_chain+reduce_in_norm`` is what ships;
+``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line names its variant
+and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -62,8 +60,7 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
          "pdl_chain": (kernels.pdl_chain, "ENABLED"),
          "l2_prefetch": (models.weight_prefetch, "ENABLED"),
-         "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM"),
-         "split_waves2": (kernels.tiles, "GEMV_SPLIT_TWO_WAVES")}
+         "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -41,10 +41,10 @@
 #              (the default) alternating, 3 each: wall, load_s, the process's exit after the JSON
 #   ttft       a fresh process's first token against a second reply's, 28.5k tokens, the 8B
 #              (benchmarks/ttft_first.py; TTFT_ARGS, e.g. --capture-ahead 16384,32768)
-#   fusions    the decode A/B of the shipped flags against the same with the split-K reduce
-#              in the add + RMSNorm, with the KV store fused as well, and with split-K up
-#              to two programs per SM (benchmarks/decode_e2e.py --variants ..., 2 rounds
-#              alternating), BF16 at 4k and 32k, per size of FUSION_SIZES (default
+#   fusions    the decode A/B of the shipped flags (the split-K reduce in the add + RMSNorm
+#              included) against the same with the KV store fused into the q/k-norm + RoPE
+#              launch (benchmarks/decode_e2e.py --variants default,default+fused_store, 2
+#              rounds alternating), BF16 at 4k and 32k, per size of FUSION_SIZES (default
 #              "0.6b 1.7b 8b"; the 8B is $CKPT); FUSION_VARIANTS overrides the variants,
 #              FUSION_KV the caches (default bf16; "bf16 int8" for both)
 #   prefill    a 32k prefill's kernel time by kind against its FLOP counts, BF16 and INT8, the
@@ -130,7 +130,7 @@ for what in "$@"; do
              --report "$OUT/train_grow.jsonl" > "$OUT/train_grow.log" 2>&1
            echo "traingrow rc=$?"; grep -v train_progress "$OUT/train_grow.log" | tail -n 16 ;;
     fusions)
-      fv=${FUSION_VARIANTS:-default,default+reduce_in_norm,default+reduce_in_norm+fused_store,default+reduce_in_norm+split_waves2}
+      fv=${FUSION_VARIANTS:-default,default+fused_store}
       for size in ${FUSION_SIZES:-0.6b 1.7b 8b}; do
         if [ "$size" = 8b ]; then
           [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b \

@@ -26,11 +26,6 @@ from kernels.device import capability, sm_count
 # Whether ``gemv_tiles`` picks split-K for narrow weights (``gemv_split_k``): on (the decode A/B
 # in BENCHMARKS.md, "Split-K for narrow projections"); ``benchmarks/decode_e2e.py`` turns it off.
 GEMV_SPLIT_K = True
-# Whether that split-K may fill two waves of programs instead of one (``gemv_split_k``'s
-# ``waves``): with the reduce in the next add + RMSNorm (``models.qwen3_fused.REDUCE_IN_NORM``)
-# a split costs little, and two programs per SM keep more weight bytes in flight. Off until the
-# decode A/B (``benchmarks/decode_e2e.py --variants ...split_waves2``) says it pays.
-GEMV_SPLIT_TWO_WAVES = False
 
 
 def _pow2(name: str, value: int) -> None:
@@ -245,24 +240,22 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     block_k //= max(1, elem_bytes // 2)
     split = 1
     if GEMV_SPLIT_K and not swiglu:
-        split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device),
-                             waves=2 if GEMV_SPLIT_TWO_WAVES else 1)
+        split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device))
     return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED)
 
 
 def gemv_split_k(row_blocks: int, k_tiles: int, sms: int, max_split: int = 8,
-                 min_tiles: int = 2, waves: int = 1) -> int:
+                 min_tiles: int = 2) -> int:
     """The split-K factor for a weight of ``row_blocks`` program rows and ``k_tiles`` column
-    tiles on a GPU of ``sms`` SMs: doubled while the doubled program count still fits in
-    ``waves`` waves of one program per SM (``<= waves * sms``), up to ``max_split``, each split
-    keeping ``min_tiles`` tiles or more (a shorter run cannot fill the software pipeline). In one
-    wave: 1 when the weight fills half the GPU or more (an 8B's 128 programs of ``o_proj``); 4
-    for a 0.6B's ``o_proj`` (32 programs on 132 SMs). In two: 2 for the 8B's ``o_proj``.
+    tiles on a GPU of ``sms`` SMs: doubled while the doubled program count still fits in one wave
+    (``<= sms``), up to ``max_split``, each split keeping ``min_tiles`` tiles or more (a shorter
+    run cannot fill the software pipeline). 1 when the weight fills half the GPU or more (an
+    8B's 128 programs of ``o_proj``); 4 for a 0.6B's ``o_proj`` (32 programs on 132 SMs).
 
     A function of the weight and the device alone, never of the rows (row invariance).
     """
     split = 1
-    while (row_blocks * split * 2 <= waves * sms and split * 2 <= max_split
+    while (row_blocks * split * 2 <= sms and split * 2 <= max_split
            and k_tiles >= 2 * split * min_tiles):
         split *= 2
     return split

@@ -172,32 +172,6 @@ def test_gemv_split_k_policy(blocks, k_tiles, sms, want):
     assert blocks * got <= max(sms, blocks) and k_tiles >= 2 * got or got == 1
 
 
-@pytest.mark.parametrize("blocks,k_tiles,want", [
-    (128, 16, 2),   # 8B o_proj: two programs per SM
-    (96, 32, 2),    # 8B qkv_proj
-    (32, 8, 4),     # 0.6B o_proj: already past one wave's doubling, two tiles per split
-    (64, 24, 4),    # 1.7B down_proj: 2 in one wave, 4 in two
-    (133, 64, 1),   # past one wave already: no split
-])
-def test_gemv_split_k_policy_two_waves(blocks, k_tiles, want):
-    got = gemv_split_k(blocks, k_tiles, 132, waves=2)
-    assert got == want
-    assert blocks * got <= max(2 * 132, blocks) and (k_tiles >= 2 * got or got == 1)
-
-
-def test_gemv_two_waves_flag_reaches_the_picker(monkeypatch):
-    """``GEMV_SPLIT_TWO_WAVES`` is read by ``gemv_tiles`` at each call (an 8B o_proj on 132
-    SMs: 1 split, 2 with the flag)."""
-    import kernels.tiles as tiles
-
-    monkeypatch.setattr(tiles, "capability", lambda device: (9, 0))
-    monkeypatch.setattr(tiles, "sm_count", lambda device: 132)
-    assert tiles.gemv_tiles("cuda", torch.bfloat16, 4096, 4096, False).split_k == 1
-    monkeypatch.setattr(tiles, "GEMV_SPLIT_TWO_WAVES", True)
-    assert tiles.gemv_tiles("cuda", torch.bfloat16, 4096, 4096, False).split_k == 2
-    assert tiles.gemv_tiles("cuda", torch.bfloat16, 12288, 4096, True).split_k == 1  # SwiGLU
-
-
 def test_gemv_rejects_bad_inputs():
     w = torch.randn(4, 8)
     with pytest.raises(ValueError, match="M <= 16"):
