@@ -9,12 +9,9 @@ The folder it writes is complete for ``infer``: the tokenizer files come from ``
 by default from ``$INFER_SHARED/data/qwen3-tokenizer`` (an error naming that path and the flag
 when it is not there). ``write_random_checkpoint`` itself copies a tokenizer only when asked.
 
-Sizes: ``tiny`` (hidden 64, 2 layers, 4 query / 2 KV heads, head_dim 32, intermediate 128, the
-real vocabulary of 151936 so that ids from the real tokenizer are valid; ``vocab_size=`` makes it
-smaller when a test uses its own ids), and ``0.6b``/``1.7b``/``4b``/``8b``/``14b`` and ``4b-2507``
-(Qwen3-4B-Instruct-2507, also the shape of its Thinking twin: 262144 native positions, rope_theta
-5e6), read from the published configs in ``$INFER_SHARED/data/qwen3-configs/`` (INFER_SHARED
-defaults to ``../shared`` next to the repo; or pass ``config_dir=`` / ``--config-dir``).
+Sizes: ``tiny`` and ``0.6b``/``1.7b``/``4b``/``8b``/``14b``/``4b-2507``; what each is, and where
+the published configs are read from (``$INFER_SHARED/data/qwen3-configs/``, or ``--config-dir``),
+is ``models/qwen3_sizes.py``, whose names this module re-exports.
 
 Design: weights are drawn on the fastest device present (CUDA if any), one tensor at a time, and
 streamed into the files by ``models/safetensors_writer.py`` on a background thread (host memory
@@ -28,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -38,49 +34,31 @@ import torch
 
 from models.dtypes import TORCH_DTYPES
 from models.paths import expand_user
+from models.qwen3_sizes import (
+    DEFAULT_CONFIG_DIR,
+    DEFAULT_GENERATION_CONFIG,
+    REAL_SIZES,
+    REPO,
+    SHARED,
+    SIZES,
+    TINY_CONFIG,
+    base_config,
+    write_generation_config,
+)
 from models.safetensors_writer import write_checkpoint_files
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("INFER_SHARED", REPO.parent / "shared"))
-DEFAULT_CONFIG_DIR = SHARED / "data" / "qwen3-configs"
+__all__ = [  # with the size names of models/qwen3_sizes.py, imported from here as before
+    "DEFAULT_CONFIG_DIR", "DEFAULT_GENERATION_CONFIG", "DEFAULT_TOKENIZER_DIR", "MARKER",
+    "REAL_SIZES", "REPO", "SHARED", "SIZES", "TINY_CONFIG", "TOKENIZER_FILES", "base_config",
+    "copy_tokenizer", "foreign_checkpoint", "main", "tensor_specs", "write_generation_config",
+    "write_random_checkpoint",
+]
+
 DEFAULT_TOKENIZER_DIR = SHARED / "data" / "qwen3-tokenizer"  # the CLI copies it in by default
-
-REAL_SIZES = {"0.6b": "Qwen3-0.6B", "1.7b": "Qwen3-1.7B", "4b": "Qwen3-4B", "8b": "Qwen3-8B",
-              "14b": "Qwen3-14B", "4b-2507": "Qwen3-4B-Instruct-2507"}
-SIZES = ("tiny", *REAL_SIZES)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
-
-TINY_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
-    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 32,
-    "hidden_act": "silu", "hidden_size": 64, "initializer_range": 0.02, "intermediate_size": 128,
-    "max_position_embeddings": 40960, "max_window_layers": 2, "num_attention_heads": 4,
-    "num_hidden_layers": 2, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
-    "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
-    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True,
-    "use_sliding_window": False, "vocab_size": 151936,
-}
-
-DEFAULT_GENERATION_CONFIG = {
-    "bos_token_id": 151643, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
-    "do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
-}
 
 _SHARD_BYTES = 5 * 10**9  # default shard size, as transformers' save_pretrained
 MARKER = ".random-weights"  # written into every folder: what main may overwrite without --force
-
-
-def base_config(size: str, config_dir: str | Path | None = None) -> dict:
-    """The config.json dict for a named size. Raises ValueError for an unknown size."""
-    if size == "tiny":
-        return dict(TINY_CONFIG)
-    if size not in REAL_SIZES:
-        raise ValueError(f"unknown size {size!r}: choose one of {', '.join(SIZES)}")
-    path = Path(config_dir or DEFAULT_CONFIG_DIR) / REAL_SIZES[size] / "config.json"
-    if not path.is_file():
-        raise ValueError(f"no config for size {size} at {path}: give --config-dir a folder "
-                         f"holding {REAL_SIZES[size]}/config.json")
-    return json.loads(path.read_text())
 
 
 def tensor_specs(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
@@ -204,19 +182,6 @@ def _draw(shape, init: str, dtype: torch.dtype, dev: torch.device, gen) -> torch
     if init == "norm":
         t.add_(1.0)
     return t.to(dtype).cpu()
-
-
-def write_generation_config(out: Path, size: str = "tiny", config_dir=None) -> None:
-    """Write ``out/generation_config.json``: the published one for a real size (from
-    ``config_dir``), else ``DEFAULT_GENERATION_CONFIG``."""
-    src = None
-    if size in REAL_SIZES:
-        src = Path(config_dir or DEFAULT_CONFIG_DIR) / REAL_SIZES[size] / "generation_config.json"
-    if src is not None and src.is_file():
-        shutil.copyfile(src, out / "generation_config.json")
-    else:
-        (out / "generation_config.json").write_text(
-            json.dumps(DEFAULT_GENERATION_CONFIG, indent=2) + "\n")
 
 
 def copy_tokenizer(src: Path, out: Path) -> None:
