@@ -7,7 +7,8 @@ model (``models/hub.py``), reads input (``infer/ui/textio.py``) and loads the en
 ``infer/ui/oneshot.py`` runs generate and summarize, showing the reply with
 ``infer/ui/render.py``; the chat loop is ``infer/ui/repl.py``, the bench table
 ``infer/ui/bench_view.py``, the consoles and the error/exit plumbing ``infer/ui/console.py``, a
-Ctrl-C before a command's own code runs ``infer/ui/early_sigint.py``. No tensor math here.
+Ctrl-C before a command's own code runs ``infer/ui/early_sigint.py``, ``main``'s run of the app
+(its usage errors, the streams around it) ``infer/ui/entry.py``. No tensor math here.
 Streams, so that output stays scriptable:
 
 - the reply text goes to stdout; warnings, errors, the live status line and the stats line after
@@ -30,10 +31,9 @@ failed. A stdout whose reader goes away (``infer generate M P | head -c 10``) en
 quietly with exit code 0, as the reader chose to stop reading.
 """
 
-import os
 import sys
 
-from infer.ui.early_sigint import json_wanted, sigint_exits  # the standard library only
+from infer.ui.early_sigint import sigint_exits  # the standard library only
 
 # NOTE: a Ctrl-C before a command's own code runs, under its `errors`, reaches no handler of ours:
 # in this module's imports (typer and rich, ~0.1 s: the `infer` script runs `from cli import main`
@@ -49,16 +49,8 @@ try:
     import typer
 
     from infer.ui import prepare as setup
-    from infer.ui.console import (
-        UI,
-        OutputError,
-        checked_stdout,
-        click_exceptions,
-        devnull_stderr,
-        errors,
-        print_error,
-        quiet_stdout,
-    )
+    from infer.ui.console import UI, errors
+    from infer.ui.entry import run_app
     from infer.ui.helpstyle import Command, Group, VersionOpt
     from infer.ui.options import (
         BENCH,
@@ -242,73 +234,15 @@ def bench(
             raise typer.Exit(130)
 
 
-def _command_named(args: list[str]) -> str:
-    """``infer CMD`` for the first command name among ``args`` (a parser error, such as a flag
-    without its value, carries no context to name it), else ``infer``."""
-    root = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    root = "infer" if not root or root.startswith("-") else root  # python -c: no name
-    names = typer.main.get_command(app).commands
-    sub = next((a for a in args if a in names), None)
-    return f"{root} {sub}" if sub else root
-
-
 def main(argv: list[str] | None = None) -> None:
     """The ``infer`` entry point: typer's app, with its usage errors as one line on stderr.
 
-    Bad flags, unknown options and missing arguments print ``error: <message> (see ... --help)``
-    and exit 2 (with ``--json`` among the arguments, also ``{"error", "exit_code"}`` on stdout);
-    help, ``typer.Exit`` codes and Ctrl-C (130) behave as typer's standalone mode. A closed stdout
-    (``| head``, also for ``--help`` and ``--version``) exits 0 quietly; one that cannot be
-    written (``> /dev/full``) prints ``error: cannot write output: <reason>`` and exits 1 (the
-    commands do the same through ``errors``; here for typer's own output, such as ``--help``), as
-    does a stdout closed from the start (``>&-``: ``sys.stdout`` is None), before any work whose
-    output would be lost. A stderr closed from the start (``2>&-``) drops what goes there
-    (``devnull_stderr``).
+    Bad flags, unknown options and missing arguments exit 2 with one line (see ... --help); a
+    closed stdout exits 0 quietly, one that cannot be written exits 1; help, ``typer.Exit`` codes
+    and Ctrl-C (130) behave as typer's standalone mode. The contract and the code:
+    ``infer.ui.entry.run_app``.
     """
-    exc = click_exceptions()
-    args = sys.argv[1:] if argv is None else argv
-    stdout, stderr = sys.stdout, sys.stderr
-    devnull = devnull_stderr()
-    try:
-        if devnull is not None:
-            sys.stderr = devnull
-        sys.stdout = checked_stdout()  # typer and click write to sys.stdout
-        sigint_exits(True)  # until the command's first line
-        rv = app(args=argv, standalone_mode=False)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        quiet_stdout()
-        sys.exit(0)
-    except SystemExit as e:
-        # typer's own output (--help, --version) to a gone reader: rich's console and typer exit 1
-        # on a BrokenPipeError; the reader chose to stop, so quiet exit 0 as for a command
-        if e.code == 1 and isinstance(e.__context__, BrokenPipeError):
-            quiet_stdout()
-            sys.exit(0)
-        raise
-    except OutputError as e:
-        print_error(str(e), 1, as_json=False)
-        quiet_stdout()
-        sys.exit(1)
-    except exc.ClickException as e:
-        if type(e).__name__ == "NoArgsIsHelpError":  # `infer` alone: the help is shown already
-            sys.exit(e.exit_code)
-        ctx = getattr(e, "ctx", None)
-        where = ctx.command_path if ctx is not None else _command_named(args)
-        # click 8.2+ words a bad enum choice "Value error, 'x' is not one of ...": drop the prefix
-        text = " ".join(e.format_message().split()).replace("Value error, ", "")
-        msg = text + f" (see {where} --help)"
-        print_error(msg, e.exit_code, json_wanted(args))
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        print("Aborted!", file=sys.stderr)
-        sys.exit(1)
-    finally:
-        sigint_exits(False)
-        sys.stdout, sys.stderr = stdout, stderr
-        if devnull is not None:
-            devnull.close()
-    sys.exit(rv if isinstance(rv, int) else 0)
+    run_app(app, argv)
 
 
 sigint_exits(False)  # the module is defined: main turns it on again for typer's parse

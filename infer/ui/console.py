@@ -9,7 +9,7 @@ through ``CheckedOutput``, so that a stdout that cannot be written (a full disk,
 told apart from other OSErrors: ``error: cannot write output: <reason>``, exit 1; so is a stdout
 closed from the start (``>&-``): ``cannot write output: standard output is closed``. A stderr
 closed from the start (``2>&-``) is devnull instead (``devnull_stderr``): its text is dropped.
-``click_exceptions`` finds the click exceptions typer raises, for ``cli.main``. Used by ``cli.py``
+``click_exceptions`` finds the click exceptions typer raises, for ``entry``. Used by ``cli.py``
 and the rest of ``infer/ui/``; no tensor math here.
 """
 
