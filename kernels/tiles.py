@@ -26,6 +26,9 @@ from kernels.device import capability, sm_count
 # Whether ``gemv_tiles`` picks split-K for narrow weights (``gemv_split_k``): on (the decode A/B
 # in BENCHMARKS.md, "Split-K for narrow projections"); ``benchmarks/decode_e2e.py`` turns it off.
 GEMV_SPLIT_K = True
+# Whether ``gemv_tiles`` spreads a weight with fewer row blocks than SMs over all of them
+# (``balanced_rows``); off until the decode A/B (``decode_e2e.py --variants ...balance_rows``).
+GEMV_BALANCE_ROWS = False
 
 
 def _pow2(name: str, value: int) -> None:
@@ -194,6 +197,8 @@ class GemvTiles:
             when ``GEMV_SPLIT_K`` is set.
         pdl: run on the PDL chain (``kernels/pdl_chain.py``; sm_90+ only, ignored elsewhere;
             results unchanged); ``gemv_tiles`` sets it from ``kernels.pdl_chain.ENABLED``.
+        rows: weight rows per program, 1 to ``block_n`` (0: ``block_n``); the tile's other rows
+            re-read the program's last row (``kernels/gemv.py``, balanced rows).
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -205,11 +210,15 @@ class GemvTiles:
     num_warps: int = 4
     split_k: int = 1
     pdl: bool = False
+    rows: int = 0
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)
         _pow2("block_k", self.block_k)
         _pow2("num_warps", self.num_warps)
+        if not isinstance(self.rows, int) or not 0 <= self.rows <= self.block_n:
+            raise ValueError(f"rows must be an integer from 0 to block_n={self.block_n}, got "
+                             f"{self.rows!r}")
         if self.block_n < 16 or self.block_k < 16 or self.num_stages < 1:
             raise ValueError("block_n and block_k must be >= 16 (tensor-core dots), num_stages "
                              ">= 1")
@@ -241,7 +250,19 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     split = 1
     if GEMV_SPLIT_K and not swiglu:
         split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device))
-    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED)
+    rows = balanced_rows(n, block_n, sm_count(device)) if GEMV_BALANCE_ROWS and split == 1 else 0
+    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED, rows=rows)
+
+
+def balanced_rows(n: int, block_n: int, sms: int) -> int:
+    """Rows per program that spread ``n`` weight rows over all ``sms`` SMs when blocks of
+    ``block_n`` would leave some idle: ``cdiv(n, sms)`` (the 8B's qkv_proj, 6,144 rows: 47, 131
+    programs instead of 96); 0 (blocks of ``block_n``) when those fill the SMs, when it is no
+    fewer, or when it would fill less than half the tile (a weight too small to matter).
+    A function of the weight and the device alone (row invariance)."""
+    rows = triton.cdiv(n, sms)
+    spread = triton.cdiv(n, block_n) < sms and block_n // 2 <= rows < block_n
+    return rows if spread else 0
 
 
 def gemv_split_k(row_blocks: int, k_tiles: int, sms: int, max_split: int = 8,
