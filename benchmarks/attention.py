@@ -69,7 +69,10 @@ Usage (on the GPU machine, from the repository root)::
 or TMA loads) and decode split counts (single call and layered), one line each, to pick the
 launchers' defaults from. The prefill ``config`` field is ``[BLOCK_M, BLOCK_N, num_warps,
 num_stages, tma]`` (fields of ``kernels.tiles.PrefillTiles``) or ``"default"`` (the launcher's
-heuristic). ``--decode-opts`` holds ``num_splits`` and/or ``kernels.tiles.DecodeTiles`` fields.
+heuristic). ``--decode-opts`` holds ``num_splits`` and/or ``kernels.tiles.DecodeTiles`` fields;
+``--prefill-opts`` ``kernels.tiles.PrefillTiles`` fields: the prefill cases then also time the
+default tiles with those replaced (``config`` ``{"default+": {...}}``), e.g.
+``--what prefill --prefill-opts '{"lazy_rescale": true}'``.
 """
 
 from __future__ import annotations
@@ -124,9 +127,11 @@ def table(records: list) -> str:
                         f"{r['us']:10.1f} {r['GB/s']:8.0f}")
             continue
         cfg = r.get("config", r.get("num_splits", r.get("gqa", "")))
-        if isinstance(cfg, list):
-            bm, bn, nw, st, tma, ws = cfg
-            cfg = f"{bm}x{bn} w{nw} s{st}{' tma' if tma else ''}{' ws' if ws else ''}"
+        if isinstance(cfg, list):  # a swept prefill tile: [BLOCK_M, BLOCK_N, warps, stages, tma]
+            bm, bn, nw, st, tma = cfg
+            cfg = f"{bm}x{bn} w{nw} s{st}{' tma' if tma else ''}"
+        elif isinstance(cfg, dict):  # --prefill-opts: {"default+": {field: value}}
+            cfg = "default+" + ",".join(f"{k}={v}" for k, v in cfg["default+"].items())
         timing = r.get("timing", "")
         if timing == "graph_layers":
             timing += f" x{r.get('layers', '?')}"
@@ -183,14 +188,22 @@ def main() -> None:
                     help="JSON object: num_splits and/or DecodeTiles fields for our "
                          "decode_attention and _decode_stage1, e.g. '{\"int8_magic\": 2}' "
                          "(default {})")
+    ap.add_argument("--prefill-opts", default="{}",
+                    help="JSON object of PrefillTiles fields: prefill also runs the default "
+                         "tiles with these replaced, e.g. '{\"lazy_rescale\": true}' (an A/B "
+                         "in one run)")
     ap.add_argument("--out", default=None, help="also write the JSON lines to this file")
     args = ap.parse_args()
-    try:
-        opts = json.loads(args.decode_opts)
-    except json.JSONDecodeError as e:
-        sys.exit(f"--decode-opts is not valid JSON: {e}")
-    if not isinstance(opts, dict):
-        sys.exit(f"--decode-opts must be a JSON object, got {args.decode_opts!r}")
+    parsed = []
+    for flag, text in (("--decode-opts", args.decode_opts), ("--prefill-opts", args.prefill_opts)):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            sys.exit(f"{flag} is not valid JSON: {e}")
+        if not isinstance(value, dict):
+            sys.exit(f"{flag} must be a JSON object, got {text!r}")
+        parsed.append(value)
+    opts, prefill_opts = parsed
     if args.layers < 0 or args.layers_max_bytes <= 0:
         sys.exit("--layers must be >= 0 and --layers-max-bytes > 0")
     lengths = parse_lengths(args.lengths)
@@ -237,7 +250,8 @@ def main() -> None:
                         emit(rec, records, out)
                     torch.cuda.empty_cache()
             if "prefill" in what:
-                configs = [None] + (SWEEP_PREFILL if args.sweep else [])
+                configs = [None] + ([prefill_opts] if prefill_opts else []) + \
+                    (SWEEP_PREFILL if args.sweep else [])
                 n_new = s if s <= args.prefill_max else min(s, args.chunk)
                 if n_new > 0:
                     base = {"what": "prefill", "kv": kv, "positions": s, "new_tokens": n_new}

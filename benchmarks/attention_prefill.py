@@ -29,6 +29,13 @@ def causal_flops(n_new: int, seq_len: int) -> float:
     return 4.0 * (n_new * ctx + n_new * (n_new + 1) / 2) * D * HQ
 
 
+def _label(cfg) -> object:
+    """A record's ``config``: "default", the sweep's tile list, or the default's overrides."""
+    if isinstance(cfg, dict):
+        return {"default+": cfg}
+    return list(cfg) if cfg else "default"
+
+
 def bench_prefill(seq_len: int, n_new: int, kv: str, configs: list, rep_ms: int):
     """Yields prefill records: ours per tile config for the last ``n_new`` positions of a
     ``seq_len`` sequence; SDPA flash and cuDNN for bf16 whole-prompt prefill (n_new = seq_len)."""
@@ -45,7 +52,9 @@ def bench_prefill(seq_len: int, n_new: int, kv: str, configs: list, rep_ms: int)
     for cfg in configs:
         try:
             tiles = None
-            if cfg:
+            if isinstance(cfg, dict):  # --prefill-opts: PrefillTiles fields over the default
+                tiles = dataclasses.replace(default, **cfg)
+            elif cfg:
                 bm, bn, nw, st, tma = cfg
                 tiles = dataclasses.replace(default, block_m=bm, block_n=bn, num_warps=nw,
                                             num_stages=st, use_tma=tma)
@@ -54,10 +63,10 @@ def bench_prefill(seq_len: int, n_new: int, kv: str, configs: list, rep_ms: int)
                 k_scale=ks, v_scale=vs, out=out, tiles=tiles)
             fn()
             ms = bench(fn, rep_ms)
-            yield {**base, "impl": "ours", "config": list(cfg) if cfg else "default",
+            yield {**base, "impl": "ours", "config": _label(cfg),
                    "us": ms * 1e3, "TFLOP/s": flops / ms / 1e9}
         except Exception as e:  # e.g. out of shared memory for a large tile
-            yield {**base, "impl": "ours", "config": list(cfg) if cfg else "default",
+            yield {**base, "impl": "ours", "config": _label(cfg),
                    "error": f"{type(e).__name__}: {e}"[:300]}
     if kv != "bf16" or n_new != seq_len:  # SDPA's is_causal has no cached-prefix offset
         return

@@ -29,6 +29,9 @@ GEMV_SPLIT_K = True
 # Whether ``gemv_tiles`` spreads a weight with fewer row blocks than SMs over all of them
 # (``balanced_rows``); off until the decode A/B (``decode_e2e.py --variants ...balance_rows``).
 GEMV_BALANCE_ROWS = False
+# Whether prefill attention rescales conditionally (``PrefillTiles.lazy_rescale``); off until
+# measured (``benchmarks/attention.py --prefill-opts '{"lazy_rescale": true}'``).
+PREFILL_LAZY_RESCALE = False
 
 
 def _pow2(name: str, value: int) -> None:
@@ -112,6 +115,8 @@ class PrefillTiles:
             codes (``qk_int8_supported`` says where it may be on).
         stage_q: with ``qk_int8``, pass the int8 query halves through ``out`` so that the MMA
             reads them from shared memory (ignored without ``qk_int8``).
+        lazy_rescale: conditional rescaling in the unmasked blocks (FlashAttention-4);
+            ``prefill_tiles`` sets it from ``PREFILL_LAZY_RESCALE``.
     """
 
     block_m: int
@@ -121,6 +126,7 @@ class PrefillTiles:
     use_tma: bool = False
     qk_int8: bool = False
     stage_q: bool = False
+    lazy_rescale: bool = False
 
     def __post_init__(self):
         _pow2("block_m", self.block_m)
@@ -165,8 +171,9 @@ def prefill_tiles(device: torch.device | str, q_dtype: torch.dtype, kv_dtype: to
                      torch.empty((), dtype=kv_dtype).element_size())
     qk_int8 = qk_int8_supported(device, q_dtype, kv_dtype, head_dim)
     stage_q = qk_int8 and (cap is None or cap[0] == 9)
+    lazy = PREFILL_LAZY_RESCALE
     if cap is None:
-        return PrefillTiles(16, min(16, page_size), 4, 1, False, qk_int8, stage_q)
+        return PrefillTiles(16, min(16, page_size), 4, 1, False, qk_int8, stage_q, lazy)
     hopper = cap[0] >= 9
     fit = max(16, triton.next_power_of_2(max_query_len))
     block_n = min(64, page_size)
@@ -174,11 +181,11 @@ def prefill_tiles(device: torch.device | str, q_dtype: torch.dtype, kv_dtype: to
         block_m = min(64 if is_int8 else 128, fit)
         if tma and elem_bytes <= 2 and head_dim <= 128:
             return PrefillTiles(block_m, block_n, 8 if block_m >= 128 else 4, 7 if is_int8 else 6,
-                                True, qk_int8, stage_q)
-        return PrefillTiles(block_m, block_n, 4, 3, tma, qk_int8, stage_q)
+                                True, qk_int8, stage_q, lazy)
+        return PrefillTiles(block_m, block_n, 4, 3, tma, qk_int8, stage_q, lazy)
     block_m = min(128, fit)
     return PrefillTiles(block_m, 64, 8 if block_m >= 128 else 4, 3 if hopper else 2, False,
-                        qk_int8, stage_q)
+                        qk_int8, stage_q, lazy)
 
 
 @dataclass(frozen=True)
