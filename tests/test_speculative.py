@@ -19,6 +19,16 @@ from spec_helpers import ScriptedLookup, TailLookup, batch_and_alone
 import infer.verify_step as verify_step
 from infer import Engine, EngineConfig, SamplingParams
 from infer.errors import NonFiniteLogits
+from infer.speculate import StepCost
+
+
+@pytest.fixture(autouse=True)
+def no_wall_clock_costs(monkeypatch):
+    """The draft switch weighs a verify step's wall time against a plain step's
+    (``StepCost``): on a loaded CPU those times swing, so where a test's drafts were verified
+    (and which step a stop id fell in) would depend on the clock. Here the switch sees no cost
+    and decides by acceptance alone; the cost rule is ``test_speculate.py``'s."""
+    monkeypatch.setattr(StepCost, "ratio", property(lambda self: None))
 
 
 @pytest.fixture
