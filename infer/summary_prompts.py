@@ -55,11 +55,14 @@ def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False,
     group = ctx - template_overhead(tokenizer, GROUP_PROMPT, think) - part_tokens
     if limit < part_tokens or group < 2 * part_tokens + 16:
         need = ctx - min(limit - part_tokens, group - 2 * part_tokens - 16)
+        lower = "--part-tokens"
         if final_tokens is not None:
-            need = max(need, _final_need(tokenizer, part_tokens, final_tokens, think))
+            final_need = _final_need(tokenizer, part_tokens, final_tokens, think)
+            if final_need > need:  # the final reply's budget sets it: --part-tokens alone won't
+                need, lower = final_need, "--max-new-tokens and --part-tokens"
         raise ValueError(f"--ctx {ctx:,} is too small to summarize a text in parts with part "
                          f"summaries of {counted(part_tokens, 'token')} (--part-tokens): raise "
-                         f"--ctx to at least {need:,} or lower --part-tokens")
+                         f"--ctx to at least {need:,} or lower {lower}")
     return limit
 
 

@@ -131,6 +131,8 @@ def test_the_stated_minimum_ctx_works_and_one_less_does_not(tiny_ckpt, book, tmp
     result = invoke("summarize", path, *flags, "--ctx", "100")
     assert result.exit_code == 2, result.output
     need = int(re.search(r"raise --ctx to at least ([\d,]+) ", result.stderr)[1].replace(",", ""))
+    # the flag to lower is the one that sets N: --part-tokens alone cannot fix a final-bound N
+    assert ("--max-new-tokens" in result.stderr) == (max_new == "64"), result.stderr
     result = invoke("summarize", path, *flags, "--ctx", need - 1)
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines()[-1].startswith("error:"), result.stderr
