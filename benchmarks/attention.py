@@ -72,7 +72,7 @@ num_stages, tma]`` (fields of ``kernels.tiles.PrefillTiles``) or ``"default"`` (
 heuristic). ``--decode-opts`` holds ``num_splits`` and/or ``kernels.tiles.DecodeTiles`` fields;
 ``--prefill-opts`` ``kernels.tiles.PrefillTiles`` fields: the prefill cases then also time the
 default tiles with those replaced (``config`` ``{"default+": {...}}``), e.g.
-``--what prefill --prefill-opts '{"lazy_rescale": true}'``.
+``--what prefill --prefill-opts '{"num_stages": 5}'``.
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ def main() -> None:
                          "(default {})")
     ap.add_argument("--prefill-opts", default="{}",
                     help="JSON object of PrefillTiles fields: prefill also runs the default "
-                         "tiles with these replaced, e.g. '{\"lazy_rescale\": true}' (an A/B "
-                         "in one run)")
+                         "tiles with these replaced, e.g. '{\"num_stages\": 5}' (an A/B in "
+                         "one run)")
     ap.add_argument("--out", default=None, help="also write the JSON lines to this file")
     args = ap.parse_args()
     parsed = []

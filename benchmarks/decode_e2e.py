@@ -22,9 +22,7 @@ q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PD
 (``kernels.pdl_chain.ENABLED``), ``l2_prefetch`` with the next weights prefetched into L2
 beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` sets its
 budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
-(``models.qwen3_fused.REDUCE_IN_NORM``), ``balance_rows`` with a weight of fewer row blocks
-than SMs spread over all of them (``kernels.tiles.GEMV_BALANCE_ROWS``):
-``split_k+pdl_chain+reduce_in_norm`` is what ships;
+(``models.qwen3_fused.REDUCE_IN_NORM``): ``split_k+pdl_chain+reduce_in_norm`` is what ships;
 ``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line names its variant
 and round.
 
@@ -62,8 +60,7 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
          "pdl_chain": (kernels.pdl_chain, "ENABLED"),
          "l2_prefetch": (models.weight_prefetch, "ENABLED"),
-         "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM"),
-         "balance_rows": (kernels.tiles, "GEMV_BALANCE_ROWS")}
+         "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

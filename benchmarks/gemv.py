@@ -28,9 +28,6 @@ from about a third of the bandwidth towards the ~85-90 % the wide weights reach.
 pick it for that tile on this GPU), the gate/up projection through ``gemv_swiglu`` (its tile is
 per half), as the model runs it. The tiles were chosen on the 8B's shapes; this is the sweep for
 the small models' narrow ones (``--size 0.6b --layers 28``).
-``--balance`` adds ``impl`` ``ours_balanced`` lines where ``kernels.tiles.balanced_rows``
-spreads a projection over all SMs (the default tiles with ``rows`` set; the 8B's qkv_proj: 131
-programs of 47 rows instead of 96 of 64), the gate/up projection through ``gemv_swiglu``.
 
 Run: ``python3 benchmarks/gemv.py [--size 8b] [--layers 36] [--rows 1]`` (GPU only; ~1 minute).
 """
@@ -49,7 +46,7 @@ from kernels import tiles as tiles_module
 from kernels.device import sm_count
 from kernels.gemv import gemv, gemv_swiglu
 from kernels.silu_mul import silu_mul
-from kernels.tiles import GemvTiles, balanced_rows, gemv_split_k, gemv_tiles
+from kernels.tiles import GemvTiles, gemv_split_k, gemv_tiles
 
 SIZES = {  # hidden, intermediate, q heads, kv heads, head_dim, vocab
     "0.6b": (1024, 3072, 16, 8, 128, 151936), "1.7b": (2048, 6144, 16, 8, 128, 151936),
@@ -98,8 +95,6 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1, help="tokens of the step, 1 to 16")
     ap.add_argument("--split-k", default="", help="split_k values to try, e.g. 2,4,8")
     ap.add_argument("--tiles", default="", help="tiles to try, e.g. 16x128x3,32x256x5")
-    ap.add_argument("--balance", action="store_true",
-                    help="also the default tiles with balanced rows where they apply")
     args = ap.parse_args()
     splits = [int(v) for v in args.split_k.split(",") if v]
     try:
@@ -143,12 +138,6 @@ def main() -> None:
             t = tiles_for(spec, n // 2 if swiglu else n, k, swiglu, dev)
             fn = gemv_swiglu if swiglu else gemv
             impls.append((f"ours_{label}", lambda w, xi=xi, t=t, fn=fn: fn(xi, w, tiles=t)))
-        swiglu = name == "gate_up_proj"
-        base = gemv_tiles(dev, dt, n // 2 if swiglu else n, k, swiglu)
-        rows = balanced_rows(n // 2 if swiglu else n, base.block_n, sm_count(dev))
-        if args.balance and rows and base.split_k == 1:
-            t, fn = replace(base, rows=rows), gemv_swiglu if swiglu else gemv
-            impls.append(("ours_balanced", lambda w, xi=xi, t=t, fn=fn: fn(xi, w, tiles=t)))
         for impl, fn in impls:
             us = per_layer([lambda w=w, fn=fn: fn(w) for w in ws], len(ws))
             emit({"what": "gemv", "proj": name, "impl": impl, "rows": m, "n": n, "k": k,

@@ -24,12 +24,6 @@ eager mode computes inside a short step is computed alone in graph mode, and bot
 same K/V. (Steps of more than 16 tokens go through cuBLAS and the prefill attention kernel, so
 results there do depend on how a prompt is chunked.)
 
-**Balanced rows** (``GemvTiles.rows``, ``kernels.tiles.balanced_rows``): a weight whose
-``BLOCK_N``-row blocks are fewer than the SMs (the 8B's qkv_proj: 96 programs on 132) leaves SMs
-idle while the others stream. With ``rows`` set, program ``j`` owns rows ``j * rows ..`` (``rows
-<= BLOCK_N``, e.g. 47: 131 programs); its tile's rows past them re-read its last row (cache hits,
-never stored), so the tile, the loads and the sums stay those of a ``BLOCK_N`` program.
-
 **Split-K** (``GemvTiles.split_k`` > 1, plain ``gemv`` only): program ``(j, s)`` walks the
 ``s``-th of ``split_k`` equal runs of K-tiles for rows block ``j`` and stores its float32 sum in
 a ``[split_k, 16, N]`` workspace; ``_splitk_reduce_kernel`` (``kernels/splitk.py``) adds the
@@ -84,17 +78,12 @@ def _gemv_kernel(
     SPLIT_K: tl.constexpr = 1,  # > 1: y_ptr is the float32 [SPLIT_K, BLOCK_M, N] workspace
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
     USE_PDL: tl.constexpr = False,  # PDL chain (module notes): wait, stream, signal
-    ROWS: tl.constexpr = 0,  # > 0: weight rows per program, <= BLOCK_N (balanced rows, notes)
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
     rows_m = tl.arange(0, BLOCK_M)
     in_m = rows_m < M
-    if ROWS > 0:  # the tile's rows past the program's ROWS re-read its last row, never stored
-        rows_n = tl.minimum(pid * ROWS + tl.arange(0, BLOCK_N),
-                            tl.minimum(pid * ROWS + ROWS, N) - 1).to(tl.int64)
-    else:
-        rows_n = tl.minimum(pid * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
+    rows_n = tl.minimum(pid * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
     cols = tl.arange(0, BLOCK_K)
     x_tile = x_ptr + rows_m[:, None] * stride_xm + cols[None, :]
     w_tile = w_ptr + rows_n[:, None] * stride_wn + cols[None, :]
@@ -128,19 +117,14 @@ def _gemv_kernel(
     if SWIGLU:  # F.linear's rounding, then kernels/silu_mul.py's two roundings
         acc = silu_mul_rounded(acc.to(dtype).to(tl.float32), acc_up.to(dtype).to(tl.float32),
                                dtype)
-    if ROWS > 0:
-        out_n = pid * ROWS + tl.arange(0, BLOCK_N)
-        n_ok = (tl.arange(0, BLOCK_N) < ROWS) & (out_n < N)
-    else:
-        out_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = out_n < N
+    out_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     if SPLIT_K > 1:  # the partial sum, in float32, for _splitk_reduce_kernel
         part = y_ptr + tl.program_id(1) * BLOCK_M * N
         tl.store(part + rows_m[:, None] * N + out_n[None, :], acc,
-                 mask=in_m[:, None] & n_ok[None, :])
+                 mask=in_m[:, None] & (out_n < N)[None, :])
     else:
         tl.store(y_ptr + rows_m[:, None] * stride_ym + out_n[None, :], acc.to(dtype),
-                 mask=in_m[:, None] & n_ok[None, :])
+                 mask=in_m[:, None] & (out_n < N)[None, :])
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, rows_per_out: int) -> tuple[int, int]:
@@ -174,18 +158,13 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
     if tiles.split_k > 1 and not swiglu:
         partials = _launch_split(x, weight, n, k, tiles)
         return partials.reduce() if reduce else partials
-    _gemv_kernel[(triton.cdiv(n, tiles.rows or tiles.block_n),)](
+    _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        **_chain_options(x.device, tiles), **_rows_option(tiles))
+        **_chain_options(x.device, tiles))
     return y
-
-
-def _rows_option(tiles: GemvTiles) -> dict:
-    """The balanced-rows constexpr (module notes): none unless ``tiles.rows`` is set."""
-    return {"ROWS": tiles.rows} if tiles.rows else {}
 
 
 def _chain_options(device: torch.device, tiles: GemvTiles) -> dict:
@@ -202,13 +181,13 @@ def _launch_split(x: torch.Tensor, weight: torch.Tensor, n: int, k: int,
     splits, per = split_runs(k, tiles.block_k, tiles.split_k)
     ws = torch.empty((splits, MAX_ROWS, n), dtype=torch.float32, device=x.device)
     chain = _chain_options(x.device, tiles)
-    _gemv_kernel[(triton.cdiv(n, tiles.rows or tiles.block_n), splits)](
+    _gemv_kernel[(triton.cdiv(n, tiles.block_n), splits)](
         x, weight, ws, x.shape[0], n, k, x.stride(0), weight.stride(0), n,
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % per == 0,  # every split a whole number of full column blocks
         SWIGLU=False, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", SPLIT_K=splits,
-        K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain, **_rows_option(tiles))
+        K_PER_SPLIT=per, num_warps=tiles.num_warps, **chain)
     return SplitKPartials(ws, x.shape[0], x.dtype, pdl=bool(chain))
 
 

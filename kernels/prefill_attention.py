@@ -36,10 +36,8 @@ group's K/V tiles come from L2, so packing would save L2 traffic, not FLOPs.
 K/V tiles come in by pointer loads (Triton pipelines them with cp.async over ``num_stages``), or,
 with ``use_tma``, through TMA tensor descriptors over the pool viewed as ``[rows, D]``
 (``kernels/pool_tma.py``; Hopper+; a tile is one page slice, masked tiles are zeroed in registers
-instead; the default on Hopper). With ``tiles.lazy_rescale`` the unmasked phase rescales
-conditionally (FlashAttention-4; ``kernels/prefill_blocks.py``). Tiles come from a fixed
-heuristic (``kernels.tiles.prefill_tiles``, no autotuning); ``benchmarks/attention.py --sweep``
-measures others. Measurements behind these
+instead; the default on Hopper). Tiles come from a fixed heuristic (``kernels.tiles.prefill_tiles``,
+no autotuning); ``benchmarks/attention.py --sweep`` measures others. Measurements behind these
 choices: BENCHMARKS.md ("Prefill" and "Kernel design notes moved from the code").
 
 The file holds the kernel and its launcher (the walk over a range of key blocks is
@@ -82,7 +80,7 @@ def _prefill_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.constexpr,
     DOT_PREC: tl.constexpr, USE_TMA: tl.constexpr, QK_INT8: tl.constexpr,
-    STAGE_Q: tl.constexpr, LAZY: tl.constexpr = False,
+    STAGE_Q: tl.constexpr,
 ):
     head = tl.program_id(0)
     tile = tl.num_programs(1) - 1 - tl.program_id(1)     # last (longest) tiles first
@@ -144,7 +142,7 @@ def _prefill_kernel(
                                    vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
                                    k_head_row, v_head_row, 0, full_blocks_end, q_pos, kv_end,
                                    qk_scale, PAGE_SIZE, BLOCK_N, HEAD_DIM, IS_INT8, False,
-                                   DOT_PREC, USE_TMA, QK_INT8, dt, LAZY)
+                                   DOT_PREC, USE_TMA, QK_INT8, dt)
     # Phase 2: the blocks that overlap the diagonal (or the sequence end).
     acc, l_i, m_i = _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale, k_base, v_base, ks_base,
                                    vs_base, desc_k, desc_v, pt_row, stride_kp, stride_vp, stride_sp,
@@ -272,6 +270,5 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         USE_TMA=bool(tiles.use_tma), QK_INT8=bool(tiles.qk_int8),
         STAGE_Q=bool(tiles.stage_q and tiles.qk_int8),
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-        **({"LAZY": True} if tiles.lazy_rescale else {}),
     )
     return out

@@ -29,14 +29,11 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
                    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                    IS_INT8: tl.constexpr, MASKED: tl.constexpr, DOT_PREC: tl.constexpr,
                    USE_TMA: tl.constexpr, QK_INT8: tl.constexpr,
-                   dt: tl.constexpr, LAZY: tl.constexpr = False):
+                   dt: tl.constexpr):
     """Online-softmax update of (acc, l_i, m_i) over keys ``lo .. hi`` (step BLOCK_N).
 
     ``dt`` is the P.V dtype (the query's). With ``QK_INT8``, ``q`` and ``q_lo`` are the int8
-    halves of the query tile and ``q_scale`` its row scales (``kernels/query_int8.py``).
-    ``LAZY`` (unmasked blocks only): FlashAttention-4's conditional rescaling, as decode's
-    ``kernels/decode_block.py`` does it: a row moves its running max (and the tile rescales its
-    accumulator) only when some row's max grew by more than 2^8, so ``p <= 256``."""
+    halves of the query tile and ``q_scale`` its row scales (``kernels/query_int8.py``)."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     for n0 in tl.range(lo, hi, BLOCK_N):
@@ -99,31 +96,8 @@ def _attend_blocks(acc, l_i, m_i, q, q_lo, q_scale,
             qk = tl.where(keep, qk, float("-inf"))
         # NOTE: every row sees key 0 in its first block, so m_new is finite from the start (no
         # guard); with QK_INT8 the row scale of the query halves is still to be applied.
-        if LAZY and not MASKED:
-            p, m_i, l_i, acc = _lazy_softmax(qk, q_scale, m_i, l_i, acc, QK_INT8)
-        else:
-            p, m_i, l_i, acc = online_softmax(qk, q_scale, m_i, l_i, acc, False, QK_INT8, False)
+        p, m_i, l_i, acc = online_softmax(qk, q_scale, m_i, l_i, acc, False, QK_INT8, False)
         if IS_INT8:
             p = scale_probs(p, vs)
         acc = tl.dot(p.to(dt), v.to(dt), acc, input_precision=DOT_PREC)
     return acc, l_i, m_i
-
-
-@triton.jit
-def _lazy_softmax(s, row_scale, m_i, l_i, acc, ROW_SCALED: tl.constexpr):
-    """``online_softmax`` with conditional rescaling (``_attend_blocks``' ``LAZY``): the same
-    arguments and results, but a row keeps its stale max unless the block raises it by more than
-    2^8, and the ``[BLOCK_M, D]`` accumulator is multiplied only when some row moves (a scalar
-    branch). The first block moves every row (from ``-inf``)."""
-    if ROW_SCALED:
-        s = s * row_scale[:, None]
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    grow = m_new - m_i > 8.0
-    if tl.max(grow.to(tl.int32), axis=0) > 0:
-        alpha = tl.where(grow, tl.math.exp2(m_i - m_new), 1.0)
-        acc = acc * alpha[:, None]
-        l_i = l_i * alpha
-        m_i = tl.where(grow, m_new, m_i)
-    p = tl.math.exp2(s - m_i[:, None])
-    l_i = l_i + tl.sum(p, 1)
-    return p, m_i, l_i, acc

@@ -26,12 +26,6 @@ from kernels.device import capability, sm_count
 # Whether ``gemv_tiles`` picks split-K for narrow weights (``gemv_split_k``): on (the decode A/B
 # in BENCHMARKS.md, "Split-K for narrow projections"); ``benchmarks/decode_e2e.py`` turns it off.
 GEMV_SPLIT_K = True
-# Whether ``gemv_tiles`` spreads a weight with fewer row blocks than SMs over all of them
-# (``balanced_rows``); off until the decode A/B (``decode_e2e.py --variants ...balance_rows``).
-GEMV_BALANCE_ROWS = False
-# Whether prefill attention rescales conditionally (``PrefillTiles.lazy_rescale``); off until
-# measured (``benchmarks/attention.py --prefill-opts '{"lazy_rescale": true}'``).
-PREFILL_LAZY_RESCALE = False
 
 
 def _pow2(name: str, value: int) -> None:
@@ -115,8 +109,6 @@ class PrefillTiles:
             codes (``qk_int8_supported`` says where it may be on).
         stage_q: with ``qk_int8``, pass the int8 query halves through ``out`` so that the MMA
             reads them from shared memory (ignored without ``qk_int8``).
-        lazy_rescale: conditional rescaling in the unmasked blocks (FlashAttention-4);
-            ``prefill_tiles`` sets it from ``PREFILL_LAZY_RESCALE``.
     """
 
     block_m: int
@@ -126,7 +118,6 @@ class PrefillTiles:
     use_tma: bool = False
     qk_int8: bool = False
     stage_q: bool = False
-    lazy_rescale: bool = False
 
     def __post_init__(self):
         _pow2("block_m", self.block_m)
@@ -171,9 +162,8 @@ def prefill_tiles(device: torch.device | str, q_dtype: torch.dtype, kv_dtype: to
                      torch.empty((), dtype=kv_dtype).element_size())
     qk_int8 = qk_int8_supported(device, q_dtype, kv_dtype, head_dim)
     stage_q = qk_int8 and (cap is None or cap[0] == 9)
-    lazy = PREFILL_LAZY_RESCALE
     if cap is None:
-        return PrefillTiles(16, min(16, page_size), 4, 1, False, qk_int8, stage_q, lazy)
+        return PrefillTiles(16, min(16, page_size), 4, 1, False, qk_int8, stage_q)
     hopper = cap[0] >= 9
     fit = max(16, triton.next_power_of_2(max_query_len))
     block_n = min(64, page_size)
@@ -181,11 +171,11 @@ def prefill_tiles(device: torch.device | str, q_dtype: torch.dtype, kv_dtype: to
         block_m = min(64 if is_int8 else 128, fit)
         if tma and elem_bytes <= 2 and head_dim <= 128:
             return PrefillTiles(block_m, block_n, 8 if block_m >= 128 else 4, 7 if is_int8 else 6,
-                                True, qk_int8, stage_q, lazy)
-        return PrefillTiles(block_m, block_n, 4, 3, tma, qk_int8, stage_q, lazy)
+                                True, qk_int8, stage_q)
+        return PrefillTiles(block_m, block_n, 4, 3, tma, qk_int8, stage_q)
     block_m = min(128, fit)
     return PrefillTiles(block_m, 64, 8 if block_m >= 128 else 4, 3 if hopper else 2, False,
-                        qk_int8, stage_q, lazy)
+                        qk_int8, stage_q)
 
 
 @dataclass(frozen=True)
@@ -204,8 +194,6 @@ class GemvTiles:
             when ``GEMV_SPLIT_K`` is set.
         pdl: run on the PDL chain (``kernels/pdl_chain.py``; sm_90+ only, ignored elsewhere;
             results unchanged); ``gemv_tiles`` sets it from ``kernels.pdl_chain.ENABLED``.
-        rows: weight rows per program, 1 to ``block_n`` (0: ``block_n``); the tile's other rows
-            re-read the program's last row (``kernels/gemv.py``, balanced rows).
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -217,15 +205,11 @@ class GemvTiles:
     num_warps: int = 4
     split_k: int = 1
     pdl: bool = False
-    rows: int = 0
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)
         _pow2("block_k", self.block_k)
         _pow2("num_warps", self.num_warps)
-        if not isinstance(self.rows, int) or not 0 <= self.rows <= self.block_n:
-            raise ValueError(f"rows must be an integer from 0 to block_n={self.block_n}, got "
-                             f"{self.rows!r}")
         if self.block_n < 16 or self.block_k < 16 or self.num_stages < 1:
             raise ValueError("block_n and block_k must be >= 16 (tensor-core dots), num_stages "
                              ">= 1")
@@ -257,19 +241,7 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     split = 1
     if GEMV_SPLIT_K and not swiglu:
         split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device))
-    rows = balanced_rows(n, block_n, sm_count(device)) if GEMV_BALANCE_ROWS and split == 1 else 0
-    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED, rows=rows)
-
-
-def balanced_rows(n: int, block_n: int, sms: int) -> int:
-    """Rows per program that spread ``n`` weight rows over all ``sms`` SMs when blocks of
-    ``block_n`` would leave some idle: ``cdiv(n, sms)`` (the 8B's qkv_proj, 6,144 rows: 47, 131
-    programs instead of 96); 0 (blocks of ``block_n``) when those fill the SMs, when it is no
-    fewer, or when it would fill less than half the tile (a weight too small to matter).
-    A function of the weight and the device alone (row invariance)."""
-    rows = triton.cdiv(n, sms)
-    spread = triton.cdiv(n, block_n) < sms and block_n // 2 <= rows < block_n
-    return rows if spread else 0
+    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED)
 
 
 def gemv_split_k(row_blocks: int, k_tiles: int, sms: int, max_split: int = 8,
