@@ -202,6 +202,7 @@ def test_ctrl_c_during_the_parts_is_an_interrupted_result_as_in_one_part(tiny_ck
     assert obj["interrupted"] is one_obj["interrupted"] is True
     assert obj["stop_reason"] == "interrupted" and obj["text"] == "" and obj["split"] is True
     assert len(obj["parts"]) == 1 and obj["stages"]["parts"] >= 2
+    assert obj["prompt_tokens"] is None  # the final reply's prompt: never formed (was 0)
 
 
 HEADER = ("model", "device", "ctx", "kv_cache", "cache_dtype", "attention", "cuda_graphs",
@@ -258,6 +259,7 @@ def test_ctrl_c_before_any_part_is_the_same_interrupted_result(tiny_ckpt, book, 
     assert obj["interrupted"] is one_obj["interrupted"] is True
     assert obj["stop_reason"] == "interrupted" and obj["text"] == "" and obj["split"] is True
     assert obj["parts"] == [] and obj["new_tokens"] == 0 and obj["ttft_s"] is None
+    assert obj["prompt_tokens"] is None
     timed = ("warm_up_s", "graph_capture_s")
     assert {k: obj[k] for k in HEADER if k not in timed} == \
         {k: one_obj[k] for k in HEADER if k not in timed}

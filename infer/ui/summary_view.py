@@ -128,8 +128,10 @@ def _interrupted(ui: UI, cfg, engine, load_s: float | None, result: tuple[dict, 
     """
     extra, suffix = result
     if ui.opts.json:
-        ui.emit_json(reply_record("summarize", engine, empty_reply(0), load_s, cfg=cfg,
-                                  warm_cut=ui.startup.warming, **extra))
+        obj = reply_record("summarize", engine, empty_reply(0), load_s, cfg=cfg,
+                           warm_cut=ui.startup.warming, **extra)
+        obj["prompt_tokens"] = None  # the final reply's prompt was never formed: unknown
+        ui.emit_json(obj)
     else:
         done = 0 if sm is None else sum(p.level == 0 for p in sm.parts)
         of = ("" if pieces is None else
