@@ -162,7 +162,8 @@ class Qwen3Config:
             raise ValueError(
                 f"unsupported architecture {', '.join(archs)}: infer supports "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)} (dense Qwen3 models)")
-        if not archs and model_type != "qwen3":
+        if model_type != "qwen3" and (not archs or model_type is not None):
+            # no architectures: model_type must say qwen3; both given: they must agree
             raise ValueError(
                 f"unsupported model_type {model_type!r}: infer supports "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)} (dense Qwen3 models)")

@@ -140,6 +140,16 @@ def test_wrong_architecture_names_what_is_supported(tiny_ckpt_factory, tmp_path,
         load_model(folder)
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_a_model_type_that_contradicts_the_architecture_is_refused(tiny_ckpt_factory, tmp_path,
+                                                                   model_type):
+    # Qwen3ForCausalLM with model_type llama was loaded as Qwen3 without a word
+    folder = copy_ckpt(tiny_ckpt_factory(**SMALL, tie=False), tmp_path)
+    edit_config(folder, model_type=model_type)
+    with pytest.raises(ValueError, match=rf"unsupported model_type '{model_type}'"):
+        load_model(folder)
+
+
 def test_unreadable_config(tiny_ckpt_factory, tmp_path):
     folder = copy_ckpt(tiny_ckpt_factory(**SMALL, tie=False), tmp_path)
     (folder / "config.json").write_text("{not json")
