@@ -153,6 +153,9 @@ def summarize(
             raise ValueError(f"--part-tokens must be at least 1, got {part_tokens}")
         if batch is not None and not 1 <= batch <= 16:
             raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
+        if batch is not None and no_split:
+            raise ValueError("--batch sets how many parts decode together, and --no-split "
+                             "makes no parts: give one or the other")
         text, n_bad = setup.read_input(ui, file)
         extra = dict(input_chars=len(text), replaced_bytes=n_bad)
         ui.startup.extra = {**extra, "split": None}  # decided once the prompt is read

@@ -105,6 +105,7 @@ def test_bad_batch_is_refused_for_a_text_that_fits_too(tiny_ckpt, tmp_path):
     (["--batch", "0"], "--batch must be 1 to 16"),
     (["--part-tokens", "0"], "--part-tokens must be at least 1"),
     (["--part-tokens", "1500"], "too small to summarize a text in parts"),
+    (["--batch", "4", "--no-split"], "--no-split makes no parts"),  # was silently ignored
 ])
 def test_bad_split_flags_are_one_line_errors(tiny_ckpt, book, flags, needle):
     path, _ = book
