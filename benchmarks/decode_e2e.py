@@ -18,13 +18,14 @@ at the mean number of cached positions during the decode, and the fraction of it
 drift of the card hits every variant alike): ``default`` runs the flags as shipped, ``base`` with
 all of them off, ``split_k`` with only ``kernels.tiles.GEMV_SPLIT_K`` on (split-K for narrow
 projections), ``fused_store`` with only ``models.qwen3.FUSED_KV_STORE`` on (the KV store in the
-q/k-norm + RoPE launch), ``pdl_chain`` with the decode layer's kernels on the PDL chain
+q/k-norm + RoPE launch), ``fused_store_int8`` the same for INT8 pools only
+(``FUSED_KV_STORE_INT8``), ``pdl_chain`` with the decode layer's kernels on the PDL chain
 (``kernels.pdl_chain.ENABLED``), ``l2_prefetch`` with the next weights prefetched into L2
 beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` sets its
 budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
-(``models.qwen3_fused.REDUCE_IN_NORM``): ``split_k+pdl_chain+reduce_in_norm`` is what ships;
-``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line names its variant
-and round.
+(``models.qwen3_fused.REDUCE_IN_NORM``): ``split_k+pdl_chain+reduce_in_norm+fused_store_int8``
+is what ships; ``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line
+names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -58,6 +59,7 @@ YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
 
 FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store": (models.qwen3, "FUSED_KV_STORE"),
+         "fused_store_int8": (models.qwen3, "FUSED_KV_STORE_INT8"),
          "pdl_chain": (kernels.pdl_chain, "ENABLED"),
          "l2_prefetch": (models.weight_prefetch, "ENABLED"),
          "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM")}

@@ -1,7 +1,8 @@
 """The model's fused KV store (``models.qwen3.FUSED_KV_STORE``: K/V stored by the q/k-norm + RoPE
-launch, ``kernels/qk_norm_rope_store.py``) on and off: the tiny Qwen3 through ``TritonAttention``
-on the CPU gives the same logits and pool bit for bit, and so does, on a GPU (``-m gpu``), a
-4-layer bfloat16 0.6B, also through the engine with CUDA graphs (the same greedy tokens).
+launch, ``kernels/qk_norm_rope_store.py``; as shipped on for INT8 pools only) on and off: the
+tiny Qwen3 through ``TritonAttention`` on the CPU gives the same logits and pool bit for bit, and
+so does, on a GPU (``-m gpu``), a 4-layer bfloat16 0.6B, also through the engine with CUDA graphs
+(the same greedy tokens). The shipped default: fused for INT8 pools, not for 16-bit ones.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def _model_steps(model, kv_cache, fused_store, monkeypatch):
         store_kv(*args, **kwargs)
 
     monkeypatch.setattr(qwen3, "FUSED_KV_STORE", fused_store)
+    monkeypatch.setattr(qwen3, "FUSED_KV_STORE_INT8", False)  # FUSED_KV_STORE alone decides
     monkeypatch.setattr(attention, "store_kv", counted_store_kv)
     logits = fused_steps(model, attn, dev, ((5, 3), (1, 1)))
     return logits, pool, len(stores)
@@ -60,6 +62,25 @@ def test_model_fused_store_equals_unfused_cpu(tiny_ckpt_factory, kv_cache, monke
     _assert_model_fused_store_exact(model, kv_cache, monkeypatch)
 
 
+@pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
+def test_the_default_fuses_the_store_for_int8_pools_only(tiny_ckpt_factory, kv_cache):
+    """As shipped (``FUSED_KV_STORE`` off, ``FUSED_KV_STORE_INT8`` on): an INT8 pool gets its
+    K/V from the q/k-norm + RoPE launch, a 16-bit pool from ``store_kv``."""
+    import infer.attention as attention
+    import models.qwen3 as qwen3
+    from models.loader import load_model
+
+    model = load_model(tiny_ckpt_factory(vocab_size=512), device="cpu", dtype=torch.float32)
+    c = model.config
+    pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, kv_cache,
+                  model.dtype, model.device)
+    attn = attention.TritonAttention(pool, max_batch=2,
+                                     group=c.num_attention_heads // c.num_key_value_heads)
+    assert not qwen3.FUSED_KV_STORE and qwen3.FUSED_KV_STORE_INT8
+    assert qwen3.fused_kv_store(attn) is (kv_cache == "int8")
+    assert qwen3.fused_kv_store(None) is False  # dense attention: nothing to store into
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 def test_gpu_model_fused_store_equals_unfused(gpu_qwen3_4l, kv_cache, monkeypatch):
@@ -76,6 +97,7 @@ def test_gpu_engine_fused_store_equals_unfused(gpu_qwen3_4l, kv_cache, monkeypat
 
     import models.qwen3 as qwen3
 
+    monkeypatch.setattr(qwen3, "FUSED_KV_STORE_INT8", False)  # FUSED_KV_STORE alone decides
     out = greedy_by_flag(gpu_qwen3_4l, kv_cache, monkeypatch, qwen3, "FUSED_KV_STORE")
     assert len(out[False, False]) == 40
     assert out[True, True] == out[True, False] == out[False, True] == out[False, False]
