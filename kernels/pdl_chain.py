@@ -14,7 +14,9 @@ this way on their own since ``kernels.tiles.DecodeTiles.pdl``)::
         -> add + rmsnorm -> gate/up GEMV -> down GEMV -> (next layer's add + rmsnorm)
 
 ``|``: the KV store is launched without PDL, so it starts when the q/k-norm + RoPE kernel has
-completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``).
+completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``). Where the
+store is fused into q/k-norm + RoPE (``models.qwen3.FUSED_KV_STORE``; INT8 pools by default)
+that one kernel precedes stage 1, which then waits before it loads q.
 
 The contract every kernel of the chain keeps (``NOTE``: a new kernel on the chain must too):
 
