@@ -21,10 +21,10 @@ of a decode step runs through ``kernels/gemv.py``. They follow the same numerics
 to the float32 reduction order. The CPU path is the torch code below, unchanged.
 
 With an attention backend that attends to K/V already in its pool (``StoredKVAttention``:
-``infer.attention.TritonAttention``) and ``FUSED_KV_STORE`` (off by default; on for INT8 pools:
-``FUSED_KV_STORE_INT8``), q/k-norm + RoPE also store the step's K/V into the pool in the same
-launch (``kernels/qk_norm_rope_store.py``) and the backend stores nothing: one launch per layer
-fewer, bit for bit the unfused pair.
+``infer.attention.TritonAttention``) and ``FUSED_KV_STORE`` (off by default; on for INT8 pools'
+decode steps: ``FUSED_KV_STORE_INT8``), q/k-norm + RoPE also store the step's K/V into the
+pool in the same launch (``kernels/qk_norm_rope_store.py``) and the backend stores nothing: one
+launch per layer fewer, bit for bit the unfused pair.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from torch import nn
 
 from kernels import reference
 from models.config import Qwen3Config
-from models.qwen3_fused import forward_fused, project
+from models.qwen3_fused import forward_fused, gemv_rows, project
 from models.rope import RotaryEmbedding, apply_rope
 
 # Use the fused Triton kernels for CUDA tensors (False: always the torch path).
@@ -46,8 +46,9 @@ FUSED_KERNELS = True
 # K/V stored in the q/k-norm + RoPE launch (``StoredKVAttention`` backends), for every pool: off,
 # level at 4k and 0.4 % slower at 32k with BF16 on the H200 (stage 1 must wait for q before it
 # walks any key; BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants
-# default,default+fused_store``). For INT8 pools (``FUSED_KV_STORE_INT8``), whose store costs
-# about 3x BF16's, on: +0.3 to +0.4 % (8B) and +0.3 to +2.2 % (0.6B) on an H100.
+# default,default+fused_store``). For INT8 pools' decode steps (``FUSED_KV_STORE_INT8``), whose
+# store costs about 3x BF16's, on: +0.3 to +0.4 % (8B) and +0.3 to +2.2 % (0.6B) on an H100;
+# not for their prefill chunks, where it cost 1-2 % of the time to the first token.
 FUSED_KV_STORE = False
 FUSED_KV_STORE_INT8 = True
 
@@ -69,13 +70,14 @@ class StoredKVAttention(Protocol):
     def attend_stored(self, layer_idx: int, q: torch.Tensor, meta) -> torch.Tensor: ...
 
 
-def fused_kv_store(attn) -> bool:
-    """Whether q/k-norm + RoPE store the step's K/V for ``attn`` (module notes): a
-    ``StoredKVAttention`` with ``FUSED_KV_STORE``, or with ``FUSED_KV_STORE_INT8`` and an INT8
-    pool."""
+def fused_kv_store(attn, x: torch.Tensor) -> bool:
+    """Whether q/k-norm + RoPE store the K/V of the step of ``x`` [T, hidden] for ``attn``
+    (module notes): a ``StoredKVAttention`` with ``FUSED_KV_STORE``, or with
+    ``FUSED_KV_STORE_INT8``, an INT8 pool and a decode step (1 to 16 tokens: ``gemv_rows``)."""
     if not isinstance(attn, StoredKVAttention):
         return False
-    return FUSED_KV_STORE or (FUSED_KV_STORE_INT8 and attn.layer_cache(0).k.dtype == torch.int8)
+    return FUSED_KV_STORE or (FUSED_KV_STORE_INT8 and gemv_rows(x)
+                              and attn.layer_cache(0).k.dtype == torch.int8)
 
 
 class RMSNorm(nn.Module):
@@ -237,7 +239,7 @@ class Qwen3ForCausalLM(nn.Module):
 
     def _forward_fused(self, x, positions, attn, meta) -> torch.Tensor:
         """``forward`` with the Triton kernels (``models/qwen3_fused.py``); x: the embeddings."""
-        return forward_fused(self, x, positions, attn, meta, kv_store=fused_kv_store(attn))
+        return forward_fused(self, x, positions, attn, meta, kv_store=fused_kv_store(attn, x))
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, hidden] (rows of ``forward``'s output) -> float32 logits [N, vocab],

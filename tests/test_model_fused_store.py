@@ -2,7 +2,7 @@
 launch, ``kernels/qk_norm_rope_store.py``; as shipped on for INT8 pools only) on and off: the
 tiny Qwen3 through ``TritonAttention`` on the CPU gives the same logits and pool bit for bit, and
 so does, on a GPU (``-m gpu``), a 4-layer bfloat16 0.6B, also through the engine with CUDA graphs
-(the same greedy tokens). The shipped default: fused for INT8 pools, not for 16-bit ones.
+(the same greedy tokens). The shipped default: fused for INT8 decode steps only.
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ def test_model_fused_store_equals_unfused_cpu(tiny_ckpt_factory, kv_cache, monke
 
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 def test_the_default_fuses_the_store_for_int8_pools_only(tiny_ckpt_factory, kv_cache):
-    """As shipped (``FUSED_KV_STORE`` off, ``FUSED_KV_STORE_INT8`` on): an INT8 pool gets its
-    K/V from the q/k-norm + RoPE launch, a 16-bit pool from ``store_kv``."""
+    """As shipped (``FUSED_KV_STORE`` off, ``FUSED_KV_STORE_INT8`` on): an INT8 pool's decode
+    step (up to 16 tokens) gets its K/V from the q/k-norm + RoPE launch; a prefill chunk, and a
+    16-bit pool, from ``store_kv``."""
     import infer.attention as attention
     import models.qwen3 as qwen3
     from models.loader import load_model
@@ -77,8 +78,10 @@ def test_the_default_fuses_the_store_for_int8_pools_only(tiny_ckpt_factory, kv_c
     attn = attention.TritonAttention(pool, max_batch=2,
                                      group=c.num_attention_heads // c.num_key_value_heads)
     assert not qwen3.FUSED_KV_STORE and qwen3.FUSED_KV_STORE_INT8
-    assert qwen3.fused_kv_store(attn) is (kv_cache == "int8")
-    assert qwen3.fused_kv_store(None) is False  # dense attention: nothing to store into
+    step, chunk = torch.zeros(16, c.hidden_size), torch.zeros(17, c.hidden_size)
+    assert qwen3.fused_kv_store(attn, step) is (kv_cache == "int8")
+    assert qwen3.fused_kv_store(attn, chunk) is False  # a prefill chunk: the store kernel
+    assert qwen3.fused_kv_store(None, step) is False  # dense attention: nothing to store into
 
 
 @pytest.mark.gpu
