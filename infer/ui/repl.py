@@ -21,7 +21,7 @@ from rich.markup import escape
 from infer.fits import check_fits, fits
 from infer.ui.console import UI, OutputError, error_message
 from infer.ui.conversation import Conversation
-from infer.ui.oneshot import chat_messages
+from infer.ui.oneshot import template_tokens
 from infer.ui.prepare import user_text
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView
@@ -45,7 +45,7 @@ def check_reply_budget(tokenizer, system: str | None, ctx: int, max_new: int, *,
     Raises:
         ValueError: they do not (``check_fits``'s message, said of a one-token message).
     """
-    n = len(tokenizer.chat_ids(chat_messages(system, ""), enable_thinking=think)) + 1
+    n = template_tokens(tokenizer, system, think) + 1  # a one-token message
     try:
         check_fits(n, ctx, max_new, max_ctx=max_ctx, fixed=n - 1)  # nothing left to shorten
     except ValueError as e:
