@@ -23,8 +23,10 @@ q/k-norm + RoPE launch), ``fused_store_int8`` the same for INT8 pools only
 (``kernels.pdl_chain.ENABLED``), ``l2_prefetch`` with the next weights prefetched into L2
 beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` sets its
 budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
-(``models.qwen3_fused.REDUCE_IN_NORM``): ``split_k+pdl_chain+reduce_in_norm+fused_store_int8``
-is what ships; ``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line
+(``models.qwen3_fused.REDUCE_IN_NORM``), ``norm_in_gemv`` with the RMSNorms between the GEMVs
+folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``):
+``split_k+pdl_chain+reduce_in_norm+fused_store_int8`` is what ships;
+``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line
 names its variant and round.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
@@ -62,7 +64,8 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_store_int8": (models.qwen3, "FUSED_KV_STORE_INT8"),
          "pdl_chain": (kernels.pdl_chain, "ENABLED"),
          "l2_prefetch": (models.weight_prefetch, "ENABLED"),
-         "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM")}
+         "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM"),
+         "norm_in_gemv": (models.qwen3_fused, "NORM_IN_GEMV")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

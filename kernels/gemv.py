@@ -78,6 +78,17 @@ def _gemv_kernel(
     SPLIT_K: tl.constexpr = 1,  # > 1: y_ptr is the float32 [SPLIT_K, BLOCK_M, N] workspace
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
     USE_PDL: tl.constexpr = False,  # PDL chain (module notes): wait, stream, signal
+    # The RMSNorm around the GEMV (``kernels/gemv_norm.py``); None / False: unused.
+    res_ptr=None,  # RESIDUAL_OUT: [M, N] residual stream in, model dtype
+    g_ptr=None,  # RESIDUAL_OUT: [N] the next RMSNorm's weight, model dtype
+    s_ptr=None,  # RESIDUAL_OUT: [M, N] the new stream out (residual + x @ W^T), model dtype
+    sq_ptr=None,  # [NUM_SQ, BLOCK_M] float32 sums of squares: out (RESIDUAL_OUT), in (RSTD_IN)
+    stride_rm=None,  # row stride of res_ptr and s_ptr (elements)
+    eps=None,  # RSTD_IN: the RMSNorm's epsilon
+    NUM_SQ=None,  # RSTD_IN: rows of sq_ptr (the producer's programs)
+    RESIDUAL_OUT: tl.constexpr = False,  # y = round(s * g), with s and its sums of squares
+    RSTD_IN: tl.constexpr = False,  # acc *= rsqrt(sum(sq) / K + eps) before the rounding
+    SQ_BLOCKS: tl.constexpr = 1,  # RSTD_IN: next power of two >= NUM_SQ
 ):
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
@@ -94,8 +105,19 @@ def _gemv_kernel(
     if SPLIT_K > 1:
         k_lo = tl.program_id(1) * K_PER_SPLIT
         k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    if RESIDUAL_OUT:
+        res_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        g = tl.load(g_ptr + res_n, mask=res_n < N, other=0.0).to(tl.float32)  # a weight
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # x (the predecessor's output) and y's storage from here on
+    # Loads the epilogue needs, issued before the weight stream so that they arrive during it.
+    if RESIDUAL_OUT:
+        res = tl.load(res_ptr + rows_m[:, None] * stride_rm + res_n[None, :],
+                      mask=in_m[:, None] & (res_n < N)[None, :], other=0.0)
+    if RSTD_IN:
+        sq_rows = tl.arange(0, SQ_BLOCKS)
+        sq_in = tl.load(sq_ptr + sq_rows[:, None] * BLOCK_M + rows_m[None, :],
+                        mask=(sq_rows < NUM_SQ)[:, None] & in_m[None, :], other=0.0)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_tile + k0, mask=in_m[:, None], other=0.0)
@@ -114,10 +136,21 @@ def _gemv_kernel(
     if USE_PDL:
         # the weight stream is done: the successor's programs may take the SMs this one leaves
         tl.extra.cuda.gdc_launch_dependents()
+    if RSTD_IN:  # the RMSNorm's rstd, applied after the dot (kernels/gemv_norm.py)
+        rstd = tl.math.rsqrt(tl.sum(sq_in, axis=0) / K + eps)
+        acc = acc * rstd[:, None]
+        acc_up = acc_up * rstd[:, None]
     if SWIGLU:  # F.linear's rounding, then kernels/silu_mul.py's two roundings
         acc = silu_mul_rounded(acc.to(dtype).to(tl.float32), acc_up.to(dtype).to(tl.float32),
                                dtype)
     out_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    if RESIDUAL_OUT:  # the torch path's rounded projection and add, then the next norm's inputs
+        s = (acc.to(dtype).to(tl.float32) + res.to(tl.float32)).to(dtype)
+        out_mask = in_m[:, None] & (out_n < N)[None, :]
+        tl.store(s_ptr + rows_m[:, None] * stride_rm + out_n[None, :], s, mask=out_mask)
+        sf = tl.where(out_mask, s.to(tl.float32), 0.0)
+        tl.store(sq_ptr + pid * BLOCK_M + rows_m, tl.sum(sf * sf, axis=1))
+        acc = sf * g[None, :]
     if SPLIT_K > 1:  # the partial sum, in float32, for _splitk_reduce_kernel
         part = y_ptr + tl.program_id(1) * BLOCK_M * N
         tl.store(part + rows_m[:, None] * N + out_n[None, :], acc,

@@ -251,3 +251,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """``x @ weight.T`` (``F.linear`` without bias) accumulated in float64 and rounded once to
     x's dtype (reference for ``kernels/gemv.py``). x: [M, K]; weight: [N, K] -> [M, N]."""
     return (x.double() @ weight.double().T).to(x.dtype)
+
+
+def linear_rstd(stream: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                weight: torch.Tensor) -> torch.Tensor:
+    """``rms_norm(stream) @ weight.T`` with the norm's per-row scale applied after the dot, as
+    ``kernels/gemv_norm.py`` computes it (its reference): ``round(norm_weight * stream)`` is the
+    operand, the sum runs in float64, and ``rsqrt(mean(stream^2) + eps)`` (float32) multiplies
+    it before the one rounding. stream: [M, K]; norm_weight: [K]; weight: [N, K] -> [M, N]."""
+    sf = stream.float()
+    rstd = torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + eps)
+    scaled = (norm_weight * stream).double()
+    return ((scaled @ weight.double().T) * rstd.double()).to(stream.dtype)

@@ -11,7 +11,10 @@ stream before it): add + RMSNorm (``kernels/rmsnorm.py``), the qkv projection, q
 the add + RMSNorm that follows, which adds them as the reduce kernel would
 (``kernels/splitk.py``): the same bits, two launches a layer fewer. A step of 1 to 16 tokens
 (decode) runs its projections through ``kernels/gemv.py`` (SwiGLU in the gate/up epilogue), a
-longer one through cuBLAS and ``kernels/silu_mul.py``.
+longer one through cuBLAS and ``kernels/silu_mul.py``. With ``NORM_IN_GEMV`` a decode step
+(``forward_norm_in_gemv``) has no norm kernel between its GEMVs: ``o_proj`` and ``down_proj`` add
+the residual and form the next norm's operand, qkv and gate/up apply its rstd after the dot
+(``kernels/gemv_norm.py``; a rounding change, so not the bits of the path above).
 
 The numerics follow the torch path step by step (each rounding to the model dtype included);
 only the float32 reduction order differs (and, in the SwiGLU, Triton's approximate float32
@@ -24,16 +27,23 @@ import torch
 from torch import nn
 
 from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
+from kernels.gemv_norm import gemv_residual_norm, gemv_rstd
 from kernels.qk_norm_rope import qk_norm_rope
 from kernels.qk_norm_rope_store import qk_norm_rope_store
 from kernels.rmsnorm import rmsnorm
 from kernels.silu_mul import silu_mul
+from kernels.tiles import gemv_tiles
 from models.weight_prefetch import prefetcher_for
 
 # Whether a split-K o_proj / down_proj leaves its reduce to the add + RMSNorm after it (module
 # notes). On: the decode A/B (``benchmarks/decode_e2e.py --variants default+reduce_in_norm``)
 # measured it faster (BENCHMARKS.md); results are the same bit for bit either way.
 REDUCE_IN_NORM = True
+# Whether a decode step folds the RMSNorms between the GEMVs into them (``kernels/gemv_norm.py``:
+# the residual add and the next norm's inputs in ``o_proj`` / ``down_proj``, the norm's rstd
+# after the dot of qkv / gate-up), where neither ``o_proj`` nor ``down_proj`` runs split-K: two
+# launches a layer fewer. Not the unfused path's bits (the norm rounds differently).
+NORM_IN_GEMV = False
 
 
 def gemv_rows(x: torch.Tensor) -> bool:
@@ -91,10 +101,53 @@ def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store, p
     return mlp.down_proj(silu_mul(mlp.gate_up_proj(h))), residual
 
 
+def norm_in_gemv(model, x: torch.Tensor) -> bool:
+    """Whether the step of ``x`` [T, hidden] runs ``forward_norm_in_gemv``: ``NORM_IN_GEMV``, a
+    decode step (``gemv_rows``), and ``o_proj`` and ``down_proj`` without split-K."""
+    if not (NORM_IN_GEMV and gemv_rows(x)):
+        return False
+    layer = model.model.layers[0]
+    return all(gemv_tiles(x.device, x.dtype, *w.shape, swiglu=False).split_k == 1
+               for w in (layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight))
+
+
+def forward_norm_in_gemv(model, x: torch.Tensor, positions: torch.Tensor, attn, meta, *,
+                         kv_store: bool) -> torch.Tensor:
+    """``forward_fused`` for a decode step with the norms inside the GEMVs (``NORM_IN_GEMV``):
+    the first layer's input norm and the final norm stay kernels of their own; every other norm
+    is ``kernels.gemv_norm``'s producer / consumer pair. Same arguments and result."""
+    m = model.model
+    layers = m.layers
+    stream, pending = x, None
+    h = rmsnorm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
+    prefetch = prefetcher_for(model, x)
+    for i, layer in enumerate(layers):
+        a = layer.self_attn
+        qkv = gemv(h, a.qkv_proj.weight) if pending is None else gemv_rstd(pending,
+                                                                           a.qkv_proj.weight)
+        if prefetch is not None:
+            prefetch.after_qkv(a.layer_idx)
+        o = attend(layer, qkv, positions, m.rotary, attn, meta, kv_store)
+        post = layer.post_attention_layernorm
+        stream, pending = gemv_residual_norm(o, a.o_proj.weight, stream, post.weight, post.eps)
+        act = gemv_rstd(pending, layer.mlp.gate_up_proj.weight, swiglu=True)
+        if i + 1 == len(layers):
+            h = gemv(act, layer.mlp.down_proj.weight)
+            break
+        nxt = layers[i + 1].input_layernorm
+        stream, pending = gemv_residual_norm(act, layer.mlp.down_proj.weight, stream,
+                                             nxt.weight, nxt.eps)
+    if prefetch is not None:
+        prefetch.join()
+    return rmsnorm(h, m.norm.weight, m.norm.eps, stream)[0]
+
+
 def forward_fused(model, x: torch.Tensor, positions: torch.Tensor, attn, meta, *,
                   kv_store: bool) -> torch.Tensor:
     """``Qwen3ForCausalLM.forward`` from the embeddings ``x`` [T, hidden]: [T, hidden] after the
     final norm. ``kv_store``: module notes."""
+    if norm_in_gemv(model, x):
+        return forward_norm_in_gemv(model, x, positions, attn, meta, kv_store=kv_store)
     m = model.model
     residual = None
     prefetch = prefetcher_for(model, x) if gemv_rows(x) else None
