@@ -25,7 +25,7 @@ beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` s
 budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
 (``models.qwen3_fused.REDUCE_IN_NORM``), ``norm_in_gemv`` with the RMSNorms between the GEMVs
 folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``):
-``split_k+pdl_chain+reduce_in_norm+fused_store_int8`` is what ships;
+``split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv`` is what ships;
 ``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line
 names its variant and round.
 
