@@ -101,6 +101,9 @@ def gemv_residual_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Te
     programs = triton.cdiv(n, tiles.block_n)
     scaled = torch.empty((m, n), dtype=x.dtype, device=x.device)
     stream = torch.empty_like(scaled)
+    if n == 0:  # nothing to project; one program's zero sums keep ``gemv_rstd``'s contract
+        return stream, PendingNorm(scaled, torch.zeros((1, MAX_ROWS), dtype=torch.float32,
+                                                       device=x.device), float(eps))
     sumsq = torch.empty((programs, MAX_ROWS), dtype=torch.float32, device=x.device)
     _gemv_kernel[(programs,)](
         x, weight, scaled, m, n, k, x.stride(0), weight.stride(0), scaled.stride(0),
@@ -131,13 +134,13 @@ def gemv_rstd(pending: PendingNorm, weight: torch.Tensor, *, swiglu: bool = Fals
 
     Raises:
         ValueError: as ``kernels.gemv.gemv``; sums of squares that are not a contiguous float32
-            [programs, 16]; tiles with split-K.
+            [programs, 16] with at least one program; tiles with split-K.
     """
     x = pending.scaled
     n, k = _check(x, weight, 2 if swiglu else 1)
     sq = pending.sumsq
-    if sq.dim() != 2 or sq.shape[1] != MAX_ROWS or sq.dtype != torch.float32 \
-            or not sq.is_contiguous():
+    if sq.dim() != 2 or sq.shape[0] < 1 or sq.shape[1] != MAX_ROWS \
+            or sq.dtype != torch.float32 or not sq.is_contiguous():
         raise ValueError(f"gemv_rstd: sumsq must be a contiguous float32 [programs, {MAX_ROWS}], "
                          f"got {sq.dtype} {tuple(sq.shape)}")
     if tiles is None:
@@ -147,6 +150,8 @@ def gemv_rstd(pending: PendingNorm, weight: torch.Tensor, *, swiglu: bool = Fals
     y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if n == 0 or x.shape[0] == 0:
         return y
+    if k == 0:  # an empty sum: 0 whatever rstd, and silu(0) * 0 = 0
+        return y.zero_()
     _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,

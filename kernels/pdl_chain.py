@@ -13,6 +13,11 @@ this way on their own since ``kernels.tiles.DecodeTiles.pdl``)::
     rmsnorm -> qkv GEMV -> q/k-norm + RoPE | KV store -> stage 1 -> combine -> o_proj GEMV
         -> add + rmsnorm -> gate/up GEMV -> down GEMV -> (next layer's add + rmsnorm)
 
+With the norms inside the GEMVs (``models.qwen3_fused.NORM_IN_GEMV``, the default where
+``o_proj`` and ``down_proj`` run without split-K: the 4B and larger) the add + RMSNorm kernels
+drop out: ``o_proj`` and ``down_proj`` end with the residual add and the next norm's operand,
+the qkv and gate/up GEMVs load the producer's sums of squares right after their wait.
+
 ``|``: the KV store is launched without PDL, so it starts when the q/k-norm + RoPE kernel has
 completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``). Where the
 store is fused into q/k-norm + RoPE (``models.qwen3.FUSED_KV_STORE``; INT8 pools by default)
