@@ -24,8 +24,9 @@ q/k-norm + RoPE launch), ``fused_store_int8`` the same for INT8 pools only
 beside the chain (``models.weight_prefetch.ENABLED``; ``INFER_L2_PREFETCH_MB`` sets its
 budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add + RMSNorm after it
 (``models.qwen3_fused.REDUCE_IN_NORM``), ``norm_in_gemv`` with the RMSNorms between the GEMVs
-folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``):
-``split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv`` is what ships;
+folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``),
+``fused_greedy`` with the greedy argmax in two Triton kernels (``infer.sampling.FUSED_GREEDY``):
+``split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv+fused_greedy`` is what ships;
 ``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line
 names its variant and round.
 
@@ -44,6 +45,7 @@ from types import SimpleNamespace
 
 import torch
 
+import infer.sampling
 import kernels.pdl_chain
 import kernels.tiles
 import models.qwen3
@@ -65,7 +67,8 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "pdl_chain": (kernels.pdl_chain, "ENABLED"),
          "l2_prefetch": (models.weight_prefetch, "ENABLED"),
          "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM"),
-         "norm_in_gemv": (models.qwen3_fused, "NORM_IN_GEMV")}
+         "norm_in_gemv": (models.qwen3_fused, "NORM_IN_GEMV"),
+         "fused_greedy": (infer.sampling, "FUSED_GREEDY")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 
