@@ -121,12 +121,14 @@ def decode_path_kernels() -> list:
     from kernels.combine import _combine_kernel
     from kernels.decode_attention import _decode_split_kernel
     from kernels.gemv import _gemv_kernel, _splitk_reduce_kernel
+    from kernels.greedy import _greedy_combine_kernel, _greedy_partial_kernel
     from kernels.qk_norm_rope import _qk_norm_rope_kernel
     from kernels.qk_norm_rope_store import _qk_norm_rope_store_kernel
     from kernels.rmsnorm import _rmsnorm_kernel
     from kernels.store_kv import _store_kv_kernel
     return [_gemv_kernel, _splitk_reduce_kernel, _rmsnorm_kernel, _qk_norm_rope_kernel,
-            _qk_norm_rope_store_kernel, _store_kv_kernel, _decode_split_kernel, _combine_kernel]
+            _qk_norm_rope_store_kernel, _store_kv_kernel, _decode_split_kernel, _combine_kernel,
+            _greedy_partial_kernel, _greedy_combine_kernel]
 
 
 @contextlib.contextmanager
@@ -156,7 +158,8 @@ def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1)
     chunk after ``cached`` positions (a chat turn's history) and its last row's logits, then
     one step of the graph runner per entry of ``buckets``, of that many rows
     (``GraphRunner._run``'s model part over ``StaticBuffers``: 1 is a plain decode step, 16
-    the largest speculative verify step, which ``generate`` never runs by default). ``size``: a
+    the largest speculative verify step, which ``generate`` never runs by default), each with
+    its logits' greedy pick (``kernels.greedy``, as ``sample`` runs it on CUDA). ``size``: a
     ``models.random_checkpoint`` size (``"tiny"``, ``"8b"``, ...), with ``layers`` decoder
     layers (None: all; every layer launches the same kernels). BF16 weights; ``kv_cache`` as
     ``EngineConfig.kv_cache``."""
@@ -166,6 +169,7 @@ def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1)
     from infer.step_buffers import StaticBuffers
     from kernels import device
     from kernels.decode_plan import default_num_splits
+    from kernels.greedy import greedy_tokens
     from models.config import Qwen3Config
     from models.meta_modules import meta_modules
     from models.qwen3 import Qwen3ForCausalLM
@@ -191,14 +195,18 @@ def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1)
     def forward(ids: torch.Tensor, meta) -> torch.Tensor:  # Qwen3ForCausalLM.forward on CUDA
         return model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn, meta)
 
+    limit = min(151669, c.vocab_size)  # the Qwen3 tokenizer's vocab_limit, as the engine passes
     with torch.inference_mode():
         pages = pool.allocate(-(-(cached + prompt_len) // page_size))
         meta = build_meta([(pages, cached, prompt_len)], page_size, meta_dev)
         hidden = forward(torch.zeros(prompt_len, dtype=torch.int64, device=meta_dev), meta)
-        project(model.lm_head, hidden[-1:])  # the first token's logits (session._forward)
+        # the first token's logits (session._forward) and its greedy pick (``sample`` on CUDA)
+        greedy_tokens(project(model.lm_head, hidden[-1:]).float(), limit)
         bufs = StaticBuffers.allocate(16, c.vocab_size, num_pages, meta_dev)
         for rows in buckets:
-            project(model.lm_head, forward(bufs.input_ids[:rows], bufs.meta(rows, page_size)))
+            logits = project(model.lm_head, forward(bufs.input_ids[:rows],
+                                                    bufs.meta(rows, page_size))).float()
+            greedy_tokens(logits, limit)
 
 
 def main() -> None:
