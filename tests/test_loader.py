@@ -208,3 +208,30 @@ def test_unsupported_stored_dtype_is_named(tiny_ckpt_factory, tmp_path):
         load_model(folder)
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_non_finite_weight_is_named(tiny_ckpt_factory, tmp_path, bad):
+    """A float16 checkpoint whose model.norm.weight holds inf used to print '!!!!' (exit 0)."""
+    folder = copy_ckpt(tiny_ckpt_factory(**SMALL, tie=False, dtype="float16", shards=2), tmp_path)
+    name = "model.norm.weight"
+    shard = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"][name]
+    tensors = load_file(folder / shard)
+    tensors[name][3] = bad
+    save_file(tensors, folder / shard)
+    for run in (torch.float16, torch.float32):
+        with pytest.raises(ValueError, match=rf"^tensor model\.norm\.weight in {shard} holds "
+                                             r"non-finite values \(inf or NaN\): the checkpoint "
+                                             "is corrupt"):
+            load_model(folder, dtype=run)
+
+
+def test_fused_part_out_of_float16_range_is_named(tiny_ckpt_factory, tmp_path):
+    folder = copy_ckpt(tiny_ckpt_factory(**SMALL, tie=False, dtype="float32"), tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.layers.1.self_attn.v_proj.weight"][0, 0] = 1e6
+    save_file(tensors, folder / "model.safetensors")
+    load_model(folder, dtype=torch.float32)  # finite in its own dtype
+    load_model(folder, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"tensor model\.layers\.1\.self_attn\.v_proj\.weight in "
+                                         r"model\.safetensors has values beyond the range of "
+                                         r"float16 \(largest 65504\).*bfloat16 or float32"):
+        load_model(folder, dtype=torch.float16)
