@@ -16,7 +16,10 @@ between the two GEMVs with no kernel between them:
   and multiplies its float32 accumulator by ``rstd`` before the rounding.
 
 Both kernels issue their extra loads (the residual; the partial sums) right after the PDL wait,
-before the weight stream, and use them after it: the loop itself is the plain GEMV's.
+before the weight stream, and use them after it: the loop itself is the plain GEMV's. Every
+consumer program reads all the producer's sums of its rows (the 8B: 128 floats a row, from L2;
+held in registers across the loop, ``SQ_BLOCKS`` x 16 floats a program, masked to the M rows):
+a few hundred bytes a program against the tens of KB of weight it streams.
 
 **Numerics.** The stream ``s`` is the torch path's bit for bit. The consumer's result differs from
 ``norm(s) @ W^T`` in its roundings only: transformers rounds ``s * rstd`` and then ``g * that`` to
@@ -72,7 +75,9 @@ def gemv_residual_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Te
         residual: [M, N] in x's dtype, contiguous.
         norm_weight: [N] in x's dtype, contiguous: the weight of the norm that follows.
         eps: that norm's epsilon.
-        tiles: a ``GemvTiles`` without split-K; None: ``gemv_tiles`` for the weight.
+        tiles: a ``GemvTiles`` without split-K; None: ``gemv_tiles`` for the weight (which
+            splits the small models' narrow weights on a GPU: those raise, and
+            ``models.qwen3_fused.norm_in_gemv`` keeps them on the unfused path).
 
     Returns:
         ``(s, pending)``: the new stream [M, N] (a new tensor, bit for bit
@@ -125,7 +130,8 @@ def gemv_rstd(pending: PendingNorm, weight: torch.Tensor, *, swiglu: bool = Fals
         pending: from ``gemv_residual_norm``; ``pending.scaled`` is [M, K].
         weight: [N, K] (with ``swiglu``: [2I, K], gate rows then up rows) in the rows' dtype.
         swiglu: the gate/up projection with SwiGLU in the epilogue.
-        tiles: a ``GemvTiles`` without split-K; None: ``gemv_tiles`` for the weight.
+        tiles: a ``GemvTiles`` without split-K; None: ``gemv_tiles`` for the weight (a
+            weight it splits raises, as in ``gemv_residual_norm``).
 
     Returns:
         A new [M, N] (``swiglu``: [M, I]) tensor in the rows' dtype: the float32 sum times

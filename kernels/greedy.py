@@ -15,9 +15,9 @@ takes the max (to spot a non-finite row), the argmax and a ``torch.where``: abou
   max is not finite (a NaN or a +inf among the allowed ids, or all of them -inf) gets
   ``NON_FINITE``: the contract of ``sample`` (``isfinite(amax)``, NaN propagating).
 
-BLOCK is 1024 on a GPU (149 programs a row for Qwen3's 151669 ids: about one wave on 132 SMs at
-one row) and small under the interpreter, so the CPU tests cross many blocks quickly. No host
-sync and allocation only: safe under CUDA graph capture.
+BLOCK is 1024 on a GPU (149 programs of 4 warps a row for Qwen3's 151669 ids: one wave on 132
+SMs, several programs sharing an SM) and small under the interpreter, so the CPU tests cross many
+blocks quickly. No host sync and allocation only: safe under CUDA graph capture.
 """
 
 from __future__ import annotations
@@ -110,6 +110,12 @@ def greedy_tokens(logits: torch.Tensor, vocab_limit: int | None = None) -> torch
                          f"{logits.dtype}")
     check_last_dim_contiguous("greedy_tokens", logits=logits)
     rows, vocab = logits.shape
+    if vocab == 0:
+        raise ValueError("greedy_tokens: logits have no columns (an empty vocabulary)")
+    if vocab_limit is not None and (isinstance(vocab_limit, bool)
+                                    or not isinstance(vocab_limit, int)):
+        raise ValueError(f"greedy_tokens: vocab_limit must be an int or None, got "
+                         f"{vocab_limit!r}")
     limit = vocab if vocab_limit is None else vocab_limit
     if not 1 <= limit <= vocab:
         raise ValueError(f"greedy_tokens: vocab_limit must be 1..{vocab} (the logits' columns), "

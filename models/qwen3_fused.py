@@ -106,12 +106,16 @@ def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store, p
 
 def norm_in_gemv(model, x: torch.Tensor) -> bool:
     """Whether the step of ``x`` [T, hidden] runs ``forward_norm_in_gemv``: ``NORM_IN_GEMV``, a
-    decode step (``gemv_rows``), and ``o_proj`` and ``down_proj`` without split-K."""
+    decode step (``gemv_rows``), and the producers (``o_proj``, ``down_proj``) and the plain
+    consumer (qkv) without split-K (the SwiGLU gate/up never splits); a GPU with more SMs may
+    split a weight that 132 SMs do not."""
     if not (NORM_IN_GEMV and gemv_rows(x)):
         return False
     layer = model.model.layers[0]
+    weights = (layer.self_attn.qkv_proj.weight, layer.self_attn.o_proj.weight,
+               layer.mlp.down_proj.weight)
     return all(kernels.gemv.gemv_tiles(x.device, x.dtype, *w.shape, swiglu=False).split_k == 1
-               for w in (layer.self_attn.o_proj.weight, layer.mlp.down_proj.weight))
+               for w in weights)
 
 
 def forward_norm_in_gemv(model, x: torch.Tensor, positions: torch.Tensor, attn, meta, *,

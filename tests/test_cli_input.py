@@ -81,7 +81,7 @@ def test_invalid_utf8_in_the_prompt_and_system_is_replaced_with_a_warning(tiny_c
     result = invoke("generate", tiny_ckpt, "caf\udce9", "--system", "be \udcff\udcfe", *FAST,
                     "--json")
     obj = ok_json(result)
-    assert "warning: 1 invalid byte sequences in the prompt were replaced" in result.stderr
+    assert "warning: 1 invalid byte sequence in the prompt was replaced" in result.stderr
     assert "warning: 2 invalid byte sequences in --system were replaced" in result.stderr
     messages = [{"role": "system", "content": "be \ufffd\ufffd"},
                 {"role": "user", "content": "caf\ufffd"}]

@@ -299,3 +299,21 @@ def test_norm_in_gemv_policy(tiny512, monkeypatch):
 
     monkeypatch.setattr(kernels.gemv, "gemv_tiles", split_tiles)
     assert not fused.norm_in_gemv(tiny512, x1)
+
+    qkv_rows = tiny512.model.layers[0].self_attn.qkv_proj.weight.shape[0]
+
+    def split_qkv_only(device, dtype, n, k, swiglu):  # more SMs: qkv splits, o_proj does not
+        return SPLIT if n == qkv_rows and not swiglu else GemvTiles(16, 16, 1)
+
+    monkeypatch.setattr(kernels.gemv, "gemv_tiles", split_qkv_only)
+    assert not fused.norm_in_gemv(tiny512, x1)
+
+
+def test_split_k_policy_on_more_sms_keeps_the_norms_apart():
+    """On 132 SMs none of the 8B's producers or its qkv splits; on 200 its qkv (96 blocks) would
+    split and o_proj (128) not: the gate must look at the qkv weight too (a GPU with more SMs
+    would otherwise hand ``gemv_rstd`` split-K tiles)."""
+    from kernels.tiles import gemv_split_k
+
+    assert gemv_split_k(96, 32, 132) == gemv_split_k(128, 16, 132) == 1
+    assert gemv_split_k(96, 32, 200) == 2 and gemv_split_k(128, 16, 200) == 1

@@ -141,8 +141,11 @@ def test_empty_and_bad_input():
     for limit in (0, -1, 101):
         with pytest.raises(ValueError, match="vocab_limit must be 1..100"):
             greedy_tokens(torch.randn(2, 100), limit)
-    with pytest.raises(ValueError, match="vocab_limit"):
+    with pytest.raises(ValueError, match="no columns"):
         greedy_tokens(torch.randn(2, 0))
+    for limit in (True, 2.5, "50"):
+        with pytest.raises(ValueError, match="vocab_limit must be an int or None"):
+            greedy_tokens(torch.randn(2, 100), limit)
 
 
 # ---------------------------------------------------------------- infer.sampling's dispatch

@@ -22,6 +22,7 @@ from dataclasses import replace
 from infer.errors import OptionError
 from infer.ui.console import UI
 from infer.ui.startup import LOADING, WARMING_UP, sigint_deferred
+from infer.wording import counted
 
 
 def prepare(ui: UI, model: str):
@@ -149,7 +150,7 @@ def read_input(ui: UI, path: str) -> tuple[str, int]:
     text, n_bad = read_text_input(path)
     if n_bad:
         name = "<stdin>" if path == "-" else path
-        ui.warn(f"{n_bad} invalid byte sequences in {name} were replaced with U+FFFD")
+        ui.warn(_replaced(n_bad, name))
     return text, n_bad
 
 
@@ -166,7 +167,7 @@ def user_text(ui: UI, text: str, where: str) -> str:
 
     text, n_bad = replace_surrogates(text)
     if n_bad:
-        ui.warn(f"{n_bad} invalid byte sequences in {where} were replaced with U+FFFD")
+        ui.warn(_replaced(n_bad, where))
     return text
 
 
@@ -180,3 +181,9 @@ def system_text(ui: UI, system: str) -> str:
     if not system.strip():
         raise ValueError("--system is empty: give some text, or leave --system out")
     return user_text(ui, system, "--system")
+
+
+def _replaced(n: int, where: str) -> str:
+    """The warning for ``n`` invalid byte sequences in ``where`` (singular for one)."""
+    return (f"{counted(n, 'invalid byte sequence')} in {where} {'was' if n == 1 else 'were'} "
+            "replaced with U+FFFD")
