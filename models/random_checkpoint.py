@@ -236,9 +236,10 @@ def main(argv: list[str] | None = None) -> None:
                 "write: give a new folder, or --force to overwrite it")
     if a.tokenizer is None:
         if not (DEFAULT_TOKENIZER_DIR / "tokenizer.json").is_file():
-            p.error(f"no tokenizer.json in {DEFAULT_TOKENIZER_DIR} (the default): pass "
-                    "--tokenizer DIR, a folder holding a Qwen3 tokenizer.json and "
-                    "tokenizer_config.json; infer cannot run a checkpoint without them")
+            p.error(f"no tokenizer.json in {DEFAULT_TOKENIZER_DIR} (the default): set "
+                    "INFER_SHARED to the shared/ folder, or pass --tokenizer DIR, a folder "
+                    "holding a Qwen3 tokenizer.json and tokenizer_config.json; infer cannot run "
+                    "a checkpoint without them")
         a.tokenizer = str(DEFAULT_TOKENIZER_DIR)
     if a.device is not None:
         try:

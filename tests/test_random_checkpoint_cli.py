@@ -112,7 +112,8 @@ def test_random_checkpoint_cli_writes_a_folder_infer_accepts(tmp_path, tokenizer
         main(["--out", str(tmp_path / "other"), "--device", "cpu"])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert f"no tokenizer.json in {tmp_path / 'nowhere'} (the default): pass --tokenizer DIR" in err
+    assert (f"no tokenizer.json in {tmp_path / 'nowhere'} (the default): set INFER_SHARED to "
+            "the shared/ folder, or pass --tokenizer DIR") in err
     assert not (tmp_path / "other").exists()
 
 
