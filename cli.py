@@ -33,7 +33,7 @@ quietly with exit code 0, as the reader chose to stop reading.
 
 import sys
 
-from infer.ui.early_sigint import sigint_exits  # the standard library only
+from infer.ui.early_sigint import ignore_sigint_at_exit, sigint_exits  # the standard library
 
 # NOTE: a Ctrl-C before a command's own code runs, under its `errors`, reaches no handler of ours:
 # in this module's imports (typer and rich, ~0.1 s: the `infer` script runs `from cli import main`
@@ -243,9 +243,14 @@ def main(argv: list[str] | None = None) -> None:
     Bad flags, unknown options and missing arguments exit 2 with one line (see ... --help); a
     closed stdout exits 0 quietly, one that cannot be written exits 1; help, ``typer.Exit`` codes
     and Ctrl-C (130) behave as typer's standalone mode. The contract and the code:
-    ``infer.ui.entry.run_app``.
+    ``infer.ui.entry.run_app``. As the process's entry (``argv`` None) a Ctrl-C after the
+    command's end is ignored (``ignore_sigint_at_exit``).
     """
-    run_app(app, argv)
+    try:
+        run_app(app, argv)
+    finally:
+        if argv is None:
+            ignore_sigint_at_exit()
 
 
 sigint_exits(False)  # the module is defined: main turns it on again for typer's parse

@@ -208,3 +208,52 @@ def test_ctrl_c_in_an_extension_module_import_exits_130(monkeypatch, capsys):
     with pytest.raises(typer.Exit) as info, errors(debug=False):
         raise ImportError("no module named x")  # any other ImportError: a runtime failure
     assert info.value.exit_code == 1
+
+
+# The process's exit after its command: an atexit callback (registered after cli's imports, so it
+# runs before torch's) that sends the process two SIGINTs, as `timeout -s INT` does (the process
+# and its group: two in a few ms).
+CTRL_C_AT_EXIT = """
+import atexit
+import os
+import signal
+import sys
+import time
+
+def two_ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.05)
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from cli import main
+atexit.register(two_ctrl_c)
+main()
+"""
+
+
+def test_ctrl_c_while_the_process_exits_prints_nothing(tiny_ckpt):
+    """Two Ctrl-Cs after the command's result, while the interpreter exits, printed ``Exception
+    ignored in atexit callback ... KeyboardInterrupt`` with a traceback (a new user's
+    ``timeout -s INT``): ignored now (``ignore_sigint_at_exit``), the reply and exit code kept."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_AT_EXIT, "generate", str(tiny_ckpt), "P",
+                           *FAST, "--json"], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["new_tokens"] >= 1
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
+
+
+def test_an_in_process_main_leaves_sigint_alone(capsys):
+    """``main(argv)`` (a host program, the tests) does not ignore SIGINT after its command."""
+    import signal
+
+    from cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN

@@ -57,3 +57,12 @@ def sigint_exits(on: bool) -> None:
         signal.signal(signal.SIGINT, exit_on_ctrl_c)
     elif not on and signal.getsignal(signal.SIGINT) is exit_on_ctrl_c:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def ignore_sigint_at_exit() -> None:
+    """The process is ending (its command's result is out): a later SIGINT is ignored, so that a
+    second Ctrl-C (``timeout -s INT`` signals the process and its group: two in a few ms) does
+    not print a traceback from inside the interpreter's exit (torch's atexit callbacks). Only
+    for the process's own entry (``cli.main`` without ``argv``), in the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
