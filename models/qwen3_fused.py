@@ -42,8 +42,9 @@ REDUCE_IN_NORM = True
 # Whether a decode step folds the RMSNorms between the GEMVs into them (``kernels/gemv_norm.py``:
 # the residual add and the next norm's inputs in ``o_proj`` / ``down_proj``, the norm's rstd
 # after the dot of qkv / gate-up), where none of qkv, ``o_proj`` and ``down_proj`` runs split-K
-# (``norm_in_gemv``): two launches a layer fewer. Not the unfused path's bits (the norm rounds differently). On: +0.8 to
-# +1.2 % tok/s for the 8B, BF16 and INT8, 4k and 32k, on an H100 (BENCHMARKS.md; the A/B:
+# (``norm_in_gemv``): two launches a layer fewer. Not the unfused path's bits (the norm rounds
+# differently). On: +0.8 to +1.2 % tok/s for the 8B, BF16 and INT8, 4k and 32k, on an H100
+# (BENCHMARKS.md; the A/B:
 # ``benchmarks/decode_e2e.py --variants default,default+norm_in_gemv`` with this flag False,
 # or the shipped flags without it against ``default``).
 NORM_IN_GEMV = True
