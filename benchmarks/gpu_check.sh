@@ -52,7 +52,8 @@
 #   barrier    a grid barrier inside one kernel against a kernel boundary, plain and PDL
 #              (benchmarks/grid_barrier.py: the persistent decode layer's question)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
-#              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8
+#              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8; PROFILE_ARGS adds
+#              flags (a sampled step: "--temperature 0.6 --top-k 20 --top-p 0.95")
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -211,7 +212,7 @@ PY
         [ -f "$ck/config.json" ] || python3 -m models.random_checkpoint --size $size --out "$ck" \
             --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
         python3 benchmarks/profile_decode.py --ckpt "$ck" --ctx "${PROFILE_CTX:-4096,32768}" \
-            --kv bf16,int8 2> "$OUT/profile_decode_$size.err" > "$OUT/profile_decode_$size.jsonl"
+            --kv bf16,int8 ${PROFILE_ARGS:-} 2> "$OUT/profile_decode_$size.err" > "$OUT/profile_decode_$size.jsonl"
         echo "profile $size rc=$?"; grep '"what": "step"' "$OUT/profile_decode_$size.jsonl"
       done ;;
     *) echo "unknown step $what" >&2; exit 2 ;;

@@ -20,6 +20,9 @@ engine's ``GraphRunner``: captured CUDA graphs on CUDA, the same step eagerly el
   draft accepted) against the single-token ceiling (above 1: faster than plain decode can be),
   and ``sync_wall_us`` is the step with the host reading its tokens before the next (as a
   verify step must; ``step_wall_us`` runs them back to back).
+- ``--temperature T`` (with ``--top-k``, ``--top-p``): the steps sample (seed 0) instead of
+  picking greedily, as a real model's ``generation_config.json`` makes ``infer`` do (Qwen3:
+  0.6, top-k 20, top-p 0.95); the sampling's kernels are among the ``other_kernels``.
 
 Kernel names come from the CUDA kernel events that the profiler (CUPTI) records inside graph
 replays. If a graph replay shows fewer than one kernel per layer (copies only), the eager step
@@ -53,6 +56,7 @@ from models.context import plan_context
 from models.loader import load_model, read_config
 
 VOCAB_LIMIT = 151669  # Qwen3: ids above are padding, never sampled
+GREEDY = SamplingParams(temperature=0.0)  # the steps' default sampling
 GRAPH_NOTE = ("no kernel events under CUDA graph replay: the kernels are the eager step's "
               "(the same kernels, launched from Python); step_wall_us is the graph's")
 
@@ -74,11 +78,10 @@ class DecodeSteps:
     step must (the drafts continue them); without, steps run back to back."""
 
     def __init__(self, eng: Engine, session, first_token: int, rows: int = 1,
-                 sync: bool = False):
+                 sync: bool = False, sampling: SamplingParams | None = None):
         self.eng, self.session, self.rows, self.sync = eng, session, rows, sync
         self.runner = eng.graph_runner()
-        self.ticket, _, _ = self.runner.begin(SamplingParams(temperature=0.0),
-                                              [session._pages])
+        self.ticket, _, _ = self.runner.begin(sampling or GREEDY, [session._pages])
         self.pos = session.num_cached
         self.tok = torch.full((rows,), first_token, dtype=torch.int64, device=eng.device)
 
@@ -169,9 +172,10 @@ def summarize(events: list, n: int, layers: int, cuda: bool) -> tuple[list[dict]
 
 
 def profile_one(eng: Engine, ids: list[int], ctx: int, steps: int, warmup: int,
-                rows: int = 1) -> list[dict]:
+                rows: int = 1, sampling: SamplingParams | None = None) -> list[dict]:
     """The records of one (cache dtype, context, rows) point: kernels first, then the step line
-    (``sync_wall_us``: the same steps with the host reading each one's tokens first)."""
+    (``sync_wall_us``: the same steps with the host reading each one's tokens first).
+    ``sampling``: the steps' sampling (None: greedy)."""
     cuda = eng.device.type == "cuda"
     mc = eng.model_config
     session = eng.new_session()
@@ -179,12 +183,12 @@ def profile_one(eng: Engine, ids: list[int], ctx: int, steps: int, warmup: int,
     graphs = eng.cuda_graphs and cuda
     base = {"kv_cache": eng.config.kv_cache, "ctx": ctx, "rows": rows, "steps": steps,
             "activity": "cuda" if cuda else "cpu"}
-    run = DecodeSteps(eng, session, first[0], rows, sync=True)
+    run = DecodeSteps(eng, session, first[0], rows, sync=True, sampling=sampling)
     run.run(warmup)  # compile, capture, allocate
     t0 = time.perf_counter()
     run.run(steps)
     sync_wall = (time.perf_counter() - t0) * 1e6 / steps
-    run = DecodeSteps(eng, session, first[0], rows)
+    run = DecodeSteps(eng, session, first[0], rows, sampling=sampling)
     mean_cached = run.pos + rows * steps // 2  # during the timed steps
     wall = step_wall_us(run, steps)
     events = profiled_events(run, steps, cuda)
@@ -192,7 +196,7 @@ def profile_one(eng: Engine, ids: list[int], ctx: int, steps: int, warmup: int,
     if cuda and graphs and not _has_step_kernels(events, steps, mc.num_hidden_layers):
         eng.cuda_graphs = False
         try:
-            run = DecodeSteps(eng, session, first[0], rows)
+            run = DecodeSteps(eng, session, first[0], rows, sampling=sampling)
             run.run(warmup)
             events = profiled_events(run, steps, cuda)
         finally:
@@ -232,6 +236,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--rows", default="1", help="rows per step, comma-separated (1..16; > 1: "
                     "a verify step's layout, one sequence at consecutive positions)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="the steps' sampling temperature (0: greedy, the default)")
+    ap.add_argument("--top-k", type=int, default=0, help="with --temperature: top-k (0: off)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="with --temperature: top-p")
     ap.add_argument("--pdl-chain", choices=("off", "on"), default=None,
                     help="the decode layer's kernels on the PDL chain (kernels/pdl_chain.py); "
                     "default: as shipped")
@@ -241,6 +249,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be >= 1")
+    try:
+        sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k,
+                                  top_p=args.top_p, seed=0)
+    except ValueError as e:  # OptionError: the flag and its range
+        ap.error(str(e))
     try:
         row_counts = [int(x) for x in args.rows.split(",")]
     except ValueError:
@@ -263,12 +276,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     records = [{"what": "device", "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
                 "torch": torch.__version__, "commit": os.environ.get("INFER_COMMIT", "unknown"),
                 "ckpt": args.ckpt, "layers": mc.num_hidden_layers, "hidden": mc.hidden_size,
-                "pdl_chain": pdl_chain.ENABLED}]
+                "pdl_chain": pdl_chain.ENABLED, "temperature": args.temperature,
+                "top_k": args.top_k, "top_p": args.top_p}]
     print(json.dumps(records[0]), flush=True)
     for kv in kvs:
         eng = Engine(replace(cfg0, kv_cache=kv), model=model, tokenizer=tokenizer)
         for n, rows in ((n, r) for n in lengths for r in row_counts):
-            for rec in profile_one(eng, ids, n, args.steps, args.warmup, rows):
+            for rec in profile_one(eng, ids, n, args.steps, args.warmup, rows, sampling):
                 print(json.dumps(rec), flush=True)
                 records.append(rec)
         del eng

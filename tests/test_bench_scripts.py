@@ -75,6 +75,27 @@ def test_profile_decode_times_the_verify_layout(tiny_ckpt_factory, capsys):
     assert steps[4]["tokens_per_s"] == pytest.approx(4e6 / steps[4]["step_wall_us"], rel=1e-3)
 
 
+def test_profile_decode_profiles_a_sampled_step(tiny_ckpt_factory, capsys):
+    """--temperature 0.6 --top-k 20 --top-p 0.95 (Qwen3's generation_config): the steps sample,
+    so the top-k op is among the step's ops (absent from a greedy step's); a bad value is a
+    usage error."""
+    from benchmarks.profile_decode import main
+
+    folder = tiny_ckpt_factory(vocab_size=512)
+    common = ["--ckpt", str(folder), "--ctx", "24", "--kv", "bf16", "--steps", "2",
+              "--warmup", "1", "--device", "cpu", "--page-size", "16"]
+    names = {}
+    for flags in ([], ["--temperature", "0.6", "--top-k", "20", "--top-p", "0.95"]):
+        records = main(common + flags)
+        assert records[0]["temperature"] == (0.6 if flags else 0.0)
+        names[bool(flags)] = {r["name"] for r in records if r["what"] == "kernel"}
+    capsys.readouterr()
+    assert any("topk" in n for n in names[True]) and not any("topk" in n for n in names[False])
+    with pytest.raises(SystemExit) as e:
+        main(common + ["--temperature", "-1"])
+    assert e.value.code == 2 and "temperature" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("rows", ["0", "17", "x"])
 def test_profile_decode_rejects_bad_rows(tiny_ckpt_factory, rows):
     from benchmarks.profile_decode import main
