@@ -191,13 +191,20 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, n: int, k: int, swiglu: bool,
     if tiles.split_k > 1 and not swiglu:
         partials = _launch_split(x, weight, n, k, tiles)
         return partials.reduce() if reduce else partials
+    launch_unsplit(x, weight, y, n, k, swiglu, tiles)
+    return y
+
+
+def launch_unsplit(x: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, n: int, k: int,
+                   swiglu: bool, tiles: GemvTiles, **epilogue) -> None:
+    """``_gemv_kernel`` without split-K over ``y``'s ``n`` columns (``n``, ``k`` >= 1), with
+    ``epilogue``'s extra arguments (``kernels/gemv_norm.py``'s residual and norm ones)."""
     _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
         x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
         BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
         DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        **_chain_options(x.device, tiles))
-    return y
+        **epilogue, **_chain_options(x.device, tiles))
 
 
 def _chain_options(device: torch.device, tiles: GemvTiles) -> dict:

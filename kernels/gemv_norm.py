@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from kernels.gemv import MAX_ROWS, _chain_options, _check, _gemv_kernel
+from kernels.gemv import MAX_ROWS, _check, launch_unsplit
 from kernels.tiles import GemvTiles, gemv_tiles
 
 
@@ -99,10 +99,7 @@ def gemv_residual_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Te
     if norm_weight.shape != (n,) or norm_weight.dtype != x.dtype or not norm_weight.is_contiguous():
         raise ValueError(f"gemv_residual_norm: norm_weight must be a contiguous [{n}] {x.dtype} "
                          f"tensor, got {norm_weight.dtype} {tuple(norm_weight.shape)}")
-    if tiles is None:
-        tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu=False)
-    if tiles.split_k != 1:
-        raise ValueError("gemv_residual_norm: split-K tiles are not supported (module notes)")
+    tiles = _unsplit(tiles, x, n, k, False, "gemv_residual_norm")
     programs = triton.cdiv(n, tiles.block_n)
     scaled = torch.empty((m, n), dtype=x.dtype, device=x.device)
     stream = torch.empty_like(scaled)
@@ -110,15 +107,19 @@ def gemv_residual_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Te
         return stream, PendingNorm(scaled, torch.zeros((1, MAX_ROWS), dtype=torch.float32,
                                                        device=x.device), float(eps))
     sumsq = torch.empty((programs, MAX_ROWS), dtype=torch.float32, device=x.device)
-    _gemv_kernel[(programs,)](
-        x, weight, scaled, m, n, k, x.stride(0), weight.stride(0), scaled.stride(0),
-        BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        EVEN_K=k % tiles.block_k == 0, SWIGLU=False, STAGES=tiles.num_stages,
-        DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        res_ptr=residual, g_ptr=norm_weight, s_ptr=stream, sq_ptr=sumsq,
-        stride_rm=n, RESIDUAL_OUT=True,
-        **_chain_options(x.device, tiles))
+    launch_unsplit(x, weight, scaled, n, k, False, tiles, res_ptr=residual, g_ptr=norm_weight,
+                   s_ptr=stream, sq_ptr=sumsq, stride_rm=n, RESIDUAL_OUT=True)
     return stream, PendingNorm(scaled, sumsq, float(eps))
+
+
+def _unsplit(tiles: GemvTiles | None, x: torch.Tensor, n: int, k: int, swiglu: bool,
+             who: str) -> GemvTiles:
+    """``tiles``, or ``gemv_tiles``'s for the weight; split-K tiles raise (module notes)."""
+    if tiles is None:
+        tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
+    if tiles.split_k != 1:
+        raise ValueError(f"{who}: split-K tiles are not supported (module notes)")
+    return tiles
 
 
 def gemv_rstd(pending: PendingNorm, weight: torch.Tensor, *, swiglu: bool = False,
@@ -149,20 +150,13 @@ def gemv_rstd(pending: PendingNorm, weight: torch.Tensor, *, swiglu: bool = Fals
             or sq.dtype != torch.float32 or not sq.is_contiguous():
         raise ValueError(f"gemv_rstd: sumsq must be a contiguous float32 [programs, {MAX_ROWS}], "
                          f"got {sq.dtype} {tuple(sq.shape)}")
-    if tiles is None:
-        tiles = gemv_tiles(x.device, x.dtype, n, k, swiglu)
-    if tiles.split_k != 1:
-        raise ValueError("gemv_rstd: split-K tiles are not supported (module notes)")
+    tiles = _unsplit(tiles, x, n, k, swiglu, "gemv_rstd")
     y = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if n == 0 or x.shape[0] == 0:
         return y
     if k == 0:  # an empty sum: 0 whatever rstd, and silu(0) * 0 = 0
         return y.zero_()
-    _gemv_kernel[(triton.cdiv(n, tiles.block_n),)](
-        x, weight, y, x.shape[0], n, k, x.stride(0), weight.stride(0), y.stride(0),
-        BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        EVEN_K=k % tiles.block_k == 0, SWIGLU=swiglu, STAGES=tiles.num_stages,
-        DOT_PREC="ieee" if x.dtype == torch.float32 else "tf32", num_warps=tiles.num_warps,
-        sq_ptr=sq, eps=pending.eps, NUM_SQ=sq.shape[0], RSTD_IN=True,
-        SQ_BLOCKS=triton.next_power_of_2(sq.shape[0]), **_chain_options(x.device, tiles))
+    launch_unsplit(x, weight, y, n, k, swiglu, tiles, sq_ptr=sq, eps=pending.eps,
+                   NUM_SQ=sq.shape[0], RSTD_IN=True,
+                   SQ_BLOCKS=triton.next_power_of_2(sq.shape[0]))
     return y

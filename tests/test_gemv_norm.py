@@ -309,11 +309,28 @@ def test_norm_in_gemv_policy(tiny512, monkeypatch):
     assert not fused.norm_in_gemv(tiny512, x1)
 
 
-def test_split_k_policy_on_more_sms_keeps_the_norms_apart():
-    """On 132 SMs none of the 8B's producers or its qkv splits; on 200 its qkv (96 blocks) would
-    split and o_proj (128) not: the gate must look at the qkv weight too (a GPU with more SMs
-    would otherwise hand ``gemv_rstd`` split-K tiles)."""
-    from kernels.tiles import gemv_split_k
+def test_the_8b_keeps_its_norms_apart_on_a_gpu_that_would_split_its_qkv():
+    """The real tile policy on the Qwen3-8B's shapes: on 132 SMs (an H100/H200) no weight of the
+    pair splits and the norms go into the GEMVs; on 200 SMs the qkv (96 row blocks) would split
+    while o_proj (128) would not, and the step keeps the unfused path (``gemv_rstd`` refuses
+    split-K tiles)."""
+    from types import SimpleNamespace
 
-    assert gemv_split_k(96, 32, 132) == gemv_split_k(128, 16, 132) == 1
-    assert gemv_split_k(96, 32, 200) == 2 and gemv_split_k(128, 16, 200) == 1
+    from launch_specs import gpu_facts
+
+    import models.qwen3_fused as fused
+
+    def weight(n, k):
+        return SimpleNamespace(weight=torch.empty(n, k, dtype=torch.bfloat16, device="meta"))
+
+    layer = SimpleNamespace(self_attn=SimpleNamespace(qkv_proj=weight(6144, 4096),
+                                                      o_proj=weight(4096, 4096)),
+                            mlp=SimpleNamespace(down_proj=weight(4096, 12288)))
+    model = SimpleNamespace(model=SimpleNamespace(layers=[layer]))
+    x = torch.empty(1, 4096, dtype=torch.bfloat16, device="meta")
+    with gpu_facts(sms=132):
+        assert fused.norm_in_gemv(model, x)
+    with gpu_facts(sms=200):
+        assert kernels.gemv.gemv_tiles(x.device, x.dtype, 6144, 4096, False).split_k == 2
+        assert kernels.gemv.gemv_tiles(x.device, x.dtype, 4096, 4096, False).split_k == 1
+        assert not fused.norm_in_gemv(model, x)
