@@ -26,9 +26,12 @@ budget), ``reduce_in_norm`` with a split-K projection's reduce done by the add +
 (``models.qwen3_fused.REDUCE_IN_NORM``), ``norm_in_gemv`` with the RMSNorms between the GEMVs
 folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``),
 ``fused_greedy`` with the greedy argmax in two Triton kernels (``infer.sampling.FUSED_GREEDY``):
-``split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv+fused_greedy`` is what ships;
-``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line
-names its variant and round.
+``fused_topk`` with the top-k draw in two Triton kernels (``infer.sampling.FUSED_TOPK``; it acts
+only with ``--temperature`` > 0 and ``--top-k`` 1..64):
+``split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv+fused_greedy+fused_topk`` is what
+ships; ``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line
+names its variant and round. Decoding is greedy unless ``--temperature`` is above 0 (a real
+Qwen3's ``generation_config``: ``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded).
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -68,7 +71,8 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "l2_prefetch": (models.weight_prefetch, "ENABLED"),
          "reduce_in_norm": (models.qwen3_fused, "REDUCE_IN_NORM"),
          "norm_in_gemv": (models.qwen3_fused, "NORM_IN_GEMV"),
-         "fused_greedy": (infer.sampling, "FUSED_GREEDY")}
+         "fused_greedy": (infer.sampling, "FUSED_GREEDY"),
+         "fused_topk": (infer.sampling, "FUSED_TOPK")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 
@@ -108,9 +112,15 @@ def checkpoint(args) -> Path:
     return folder
 
 
-def measure(eng: Engine, session, prompt: list[int], graphs: bool, tokens: int) -> dict:
+def sampling(args, tokens: int) -> SamplingParams:
+    """Greedy, or ``--temperature/--top-k/--top-p`` with seed 0, for ``tokens`` new tokens."""
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          seed=0, max_new_tokens=tokens)
+
+
+def measure(eng: Engine, session, prompt: list[int], graphs: bool, tokens: int,
+            sp: SamplingParams) -> dict:
     eng.cuda_graphs = graphs
-    sp = SamplingParams(temperature=0.0, max_new_tokens=tokens)
     out = list(session.generate(prompt, sp))
     st = session.stats
     assert len(out) == tokens, f"{len(out)} tokens, stop reason {st.stop_reason}"
@@ -123,6 +133,7 @@ def measure(eng: Engine, session, prompt: list[int], graphs: bool, tokens: int) 
             "tokens_per_s": round(tps, 2), "ms_per_token": round(1e3 / tps, 3),
             "ceiling_tokens_per_s": round(ceiling, 2), "mean_cached": mean_cached,
             "fraction": round(tps / ceiling, 4), "prefill_tokens": st.prefill_tokens,
+            "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
             "ttft_s": round(st.ttft_s, 3)}
 
 
@@ -169,6 +180,9 @@ def main() -> None:
                     help="comma-separated: default, base, split_k, fused_store, joined with + "
                          "(an A/B)")
     ap.add_argument("--rounds", type=int, default=1, help="times each variant runs, alternating")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
     args = ap.parse_args()
     try:
         variants = parse_variants(args.variants)
@@ -179,6 +193,10 @@ def main() -> None:
     # the rate is timed from the first token to the last: one token gives no interval
     if args.tokens < 2 or args.eager_tokens == 1 or args.eager_tokens < 0:
         ap.error("--tokens must be >= 2 and --eager-tokens 0 (skip) or >= 2")
+    try:
+        sampling(args, 2)
+    except ValueError as e:
+        ap.error(str(e))
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
 
@@ -203,13 +221,14 @@ def main() -> None:
                 session = eng.new_session()
                 for graphs in (True, False):  # compile the kernels, capture the graph
                     eng.cuda_graphs = graphs
-                    list(session.generate(ids[:64],
-                                          SamplingParams(temperature=0.0, max_new_tokens=4)))
+                    list(session.generate(ids[:64], sampling(args, 4)))
                 for n in lengths:
-                    graph = measure(eng, session, ids[:n], True, args.tokens) | tag
+                    graph = measure(eng, session, ids[:n], True, args.tokens,
+                                    sampling(args, args.tokens)) | tag
                     print(json.dumps(graph), flush=True)
                     if args.eager_tokens:
-                        eager = measure(eng, session, ids[:n], False, args.eager_tokens) | tag
+                        eager = measure(eng, session, ids[:n], False, args.eager_tokens,
+                                        sampling(args, args.eager_tokens)) | tag
                         eager["graph_speedup"] = round(graph["tokens_per_s"]
                                                        / eager["tokens_per_s"], 2)
                         print(json.dumps(eager), flush=True)

@@ -15,7 +15,10 @@ not a token id: a step must not feed it to the embedding (a device-side index er
 
 Greedy without a presence penalty on CUDA takes ``kernels.greedy.greedy_tokens`` instead (with
 ``FUSED_GREEDY``): two Triton kernels that read the logits once and give the same tokens,
-``NON_FINITE`` included, as the torch ops, which stay the path everywhere else.
+``NON_FINITE`` included, as the torch ops. Sampling with top-k (1..``MAX_TOP_K``) and no presence
+penalty on CUDA takes ``kernels.topk_sample.topk_sample`` (with ``FUSED_TOPK``): the same noise
+from the same generator, two kernels for the rest, the torch path's token up to float rounding at
+a near-tie. The torch ops stay the path everywhere else.
 
 ``verify_sample`` is the verify step of speculative decoding (``infer/speculate.py``): per row a
 token and whether the row's draft token is accepted, by the rule for a deterministic draft
@@ -33,11 +36,15 @@ import torch
 
 from infer.config import SamplingParams
 from kernels.greedy import NON_FINITE, greedy_tokens  # NON_FINITE: re-exported, its home is there
+from kernels.topk_sample import MAX_TOP_K, topk_sample
 
 _TINY = torch.finfo(torch.float32).tiny
 # Greedy (no presence penalty) on CUDA through kernels/greedy.py: 2 launches instead of ~8 torch
 # ops on the [N, V] logits (~22 us a step on an H100), the same tokens. Off: the torch ops.
 FUSED_GREEDY = True
+# Top-k sampling (no presence penalty) on CUDA through kernels/topk_sample.py: 3 launches (the
+# noise and 2 kernels) instead of ~54 torch ops (~100 us a step on an H100). Off: the torch ops.
+FUSED_TOPK = True
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -70,10 +77,13 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     Returns:
         int64 [N] token ids, on the logits' device; ``NON_FINITE`` (-1) for a row whose max
         logit (after the ``vocab_limit`` mask) is not finite. Greedy without a penalty on CUDA:
-        ``kernels.greedy.greedy_tokens`` (module notes), the same tokens.
+        ``kernels.greedy.greedy_tokens`` (module notes), the same tokens; top-k sampling
+        without a penalty on CUDA: ``kernels.topk_sample`` with the same noise.
     """
     if _use_fused_greedy(logits, params, presence):
         return _greedy_tokens(logits, vocab_limit)
+    if _use_fused_topk(logits, params, presence):
+        return _topk_tokens(logits, params, generator, vocab_limit)
     x = _masked(logits, vocab_limit)
     finite = torch.isfinite(x.amax(dim=-1))  # [N]; NaN propagates through amax
     if presence is not None and params.presence_penalty:
@@ -162,6 +172,27 @@ def _use_fused_greedy(logits: torch.Tensor, params: SamplingParams,
     keeps the torch ops). Tests patch it to run the kernels in the interpreter."""
     return (FUSED_GREEDY and params.greedy and logits.is_cuda
             and not (presence is not None and params.presence_penalty))
+
+
+def _use_fused_topk(logits: torch.Tensor, params: SamplingParams,
+                    presence: torch.Tensor | None) -> bool:
+    """Whether a sampled pick goes through ``kernels.topk_sample`` (module notes):
+    ``FUSED_TOPK``, not greedy, ``0 < top_k <= MAX_TOP_K`` and below the vocabulary, no presence
+    penalty to apply, CUDA logits. Tests patch it to run the kernels in the interpreter."""
+    return (FUSED_TOPK and not params.greedy and 0 < params.top_k <= MAX_TOP_K
+            and params.top_k < logits.shape[-1] and logits.is_cuda
+            and not (presence is not None and params.presence_penalty))
+
+
+def _topk_tokens(logits: torch.Tensor, params: SamplingParams,
+                 generator: torch.Generator | None, vocab_limit: int | None) -> torch.Tensor:
+    """``kernels.topk_sample.topk_sample``'s tokens, with the Exp(1) noise ``_race`` would draw
+    for the top-k candidates ([N, top_k] float32 from ``generator``: the same values)."""
+    noise = torch.empty((logits.shape[0], params.top_k), dtype=torch.float32,
+                        device=logits.device).exponential_(1.0, generator=generator)
+    limit = None if vocab_limit is None else min(vocab_limit, logits.shape[-1])
+    return topk_sample(logits, noise, params.top_k, params.temperature, params.top_p,
+                       params.min_p, limit)[0]
 
 
 def _greedy_tokens(logits: torch.Tensor, vocab_limit: int | None) -> torch.Tensor:

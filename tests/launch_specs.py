@@ -126,9 +126,11 @@ def decode_path_kernels() -> list:
     from kernels.qk_norm_rope_store import _qk_norm_rope_store_kernel
     from kernels.rmsnorm import _rmsnorm_kernel
     from kernels.store_kv import _store_kv_kernel
+    from kernels.topk_sample import _topk_partial_kernel, _topk_sample_kernel
     return [_gemv_kernel, _splitk_reduce_kernel, _rmsnorm_kernel, _qk_norm_rope_kernel,
             _qk_norm_rope_store_kernel, _store_kv_kernel, _decode_split_kernel, _combine_kernel,
-            _greedy_partial_kernel, _greedy_combine_kernel]
+            _greedy_partial_kernel, _greedy_combine_kernel, _topk_partial_kernel,
+            _topk_sample_kernel]
 
 
 @contextlib.contextmanager
@@ -151,7 +153,7 @@ def gpu_facts(capability: tuple[int, int] = (9, 0), sms: int = 132) -> Iterator[
 
 def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1), *,
                   page_size: int = 64, num_pages: int = 64, layers: int | None = 2,
-                  kv_cache: str = "bf16", cached: int = 0) -> None:
+                  kv_cache: str = "bf16", cached: int = 0, top_k: int = 0) -> None:
     """The launches of a reply as ``infer generate`` runs it, on the meta device (launch them
     under a ``LaunchRecorder`` with ``execute=False``; under ``gpu_facts`` for a GPU's tiles):
     the prompt of ``prompt_len`` tokens (at most 16: the decode-path kernels) prefilled in one
@@ -159,7 +161,9 @@ def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1)
     one step of the graph runner per entry of ``buckets``, of that many rows
     (``GraphRunner._run``'s model part over ``StaticBuffers``: 1 is a plain decode step, 16
     the largest speculative verify step, which ``generate`` never runs by default), each with
-    its logits' greedy pick (``kernels.greedy``, as ``sample`` runs it on CUDA). ``size``: a
+    its logits' greedy pick (``kernels.greedy``, as ``sample`` runs it on CUDA), or with
+    ``top_k`` > 0 its draw (``kernels.topk_sample``: a real Qwen3's ``generation_config``
+    samples with top-k 20, top-p 0.95 and temperature 0.6). ``size``: a
     ``models.random_checkpoint`` size (``"tiny"``, ``"8b"``, ...), with ``layers`` decoder
     layers (None: all; every layer launches the same kernels). BF16 weights; ``kv_cache`` as
     ``EngineConfig.kv_cache``."""
@@ -170,6 +174,7 @@ def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1)
     from kernels import device
     from kernels.decode_plan import default_num_splits
     from kernels.greedy import greedy_tokens
+    from kernels.topk_sample import topk_sample
     from models.config import Qwen3Config
     from models.meta_modules import meta_modules
     from models.qwen3 import Qwen3ForCausalLM
@@ -196,17 +201,24 @@ def generate_like(size: str, prompt_len: int, buckets: Iterable[int] = (1, 1, 1)
         return model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn, meta)
 
     limit = min(151669, c.vocab_size)  # the Qwen3 tokenizer's vocab_limit, as the engine passes
+
+    def pick(logits: torch.Tensor) -> None:  # ``infer.sampling.sample`` on CUDA
+        if top_k:
+            noise = torch.empty((logits.shape[0], top_k), device=meta_dev)
+            topk_sample(logits, noise, top_k, 0.6, 0.95, 0.0, limit)
+        else:
+            greedy_tokens(logits, limit)
     with torch.inference_mode():
         pages = pool.allocate(-(-(cached + prompt_len) // page_size))
         meta = build_meta([(pages, cached, prompt_len)], page_size, meta_dev)
         hidden = forward(torch.zeros(prompt_len, dtype=torch.int64, device=meta_dev), meta)
-        # the first token's logits (session._forward) and its greedy pick (``sample`` on CUDA)
-        greedy_tokens(project(model.lm_head, hidden[-1:]).float(), limit)
+        # the first token's logits (session._forward) and its pick (``sample`` on CUDA)
+        pick(project(model.lm_head, hidden[-1:]).float())
         bufs = StaticBuffers.allocate(16, c.vocab_size, num_pages, meta_dev)
         for rows in buckets:
             logits = project(model.lm_head, forward(bufs.input_ids[:rows],
                                                     bufs.meta(rows, page_size))).float()
-            greedy_tokens(logits, limit)
+            pick(logits)
 
 
 def main() -> None:

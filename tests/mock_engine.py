@@ -80,11 +80,14 @@ def random_ids(n: int, seed: int = 0, high: int = VOCAB_LIMIT) -> list[int]:
 
 
 def greedy_by_flag(model, kv_cache: str, monkeypatch, module, flag: str, tokens: int = 40,
-                   device: str = "cuda") -> dict[tuple[bool, bool], list[int]]:
-    """Greedy tokens of a 100-token random prompt through the engine (Triton attention, a
-    ``model`` on ``device``) for each value of ``module.flag`` and with CUDA graphs and eagerly:
-    ``{(flag value, graphs): tokens}``, for a flag that must not change a token."""
-    prompt, sp = random_ids(100), SamplingParams(temperature=0.0, max_new_tokens=tokens)
+                   device: str = "cuda", sp: SamplingParams | None = None
+                   ) -> dict[tuple[bool, bool], list[int]]:
+    """Greedy tokens (or ``sp``'s: a seeded sampling) of a 100-token random prompt through the
+    engine (Triton attention, a ``model`` on ``device``) for each value of ``module.flag`` and
+    with CUDA graphs and eagerly: ``{(flag value, graphs): tokens}``, for a flag that must not
+    change a token."""
+    prompt = random_ids(100)
+    sp = sp or SamplingParams(temperature=0.0, max_new_tokens=tokens)
     out = {}
     for value in (False, True):
         monkeypatch.setattr(module, flag, value)

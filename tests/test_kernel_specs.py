@@ -49,6 +49,16 @@ def test_reply_compiles_each_kernel_as_often_as_intended(size, prompt_len):
         "_greedy_partial_kernel": 1, "_greedy_combine_kernel": 1}
 
 
+@pytest.mark.parametrize("top_k", [20, 50, 64])
+def test_sampled_reply_compiles_the_draw_once_instead_of_the_argmax(top_k):
+    """A real Qwen3 samples (its ``generation_config``: top-k 20): the draw's two kernels
+    (``kernels.topk_sample``) compile once each, in place of the greedy pick's two."""
+    greedy = _reply_compiles("8b", 13)
+    sampled = _reply_compiles("8b", 13, top_k=top_k)
+    del greedy["_greedy_partial_kernel"], greedy["_greedy_combine_kernel"]
+    assert sampled == greedy | {"_topk_partial_kernel": 1, "_topk_sample_kernel": 1}
+
+
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
 def test_verify_steps_add_only_the_gemv_16_row_class(kv_cache):
     """Speculative verify steps (2 to 16 one-query rows; ``chat``) reuse the decode step's

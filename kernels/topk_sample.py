@@ -1,0 +1,208 @@
+"""Top-k sampling in two kernels: top-k, temperature, softmax, top-p, min-p and the draw.
+
+``infer.sampling.sample`` with top-k on (Qwen3's ``generation_config``: temperature 0.6, top-k
+20, top-p 0.95) runs about 54 small torch launches a step on the [N, V] logits (``torch.topk``'s
+radix select alone is a dozen), about 100 us on an H100: 8 % of a 0.6B step. Here the logits are
+read once, in their own dtype, and the rest works on candidates:
+
+- Stage 1, grid ``(N, P)`` with ``P = cdiv(V, BLOCK)``: program ``(r, p)`` takes columns
+  ``[p * BLOCK, (p + 1) * BLOCK)`` of row ``r`` and writes its k best as int64 keys into a
+  workspace ``[N, P * k]``. A key packs the float32 value (its bits mapped to an order-preserving
+  int32, -0 read as +0) above ``2**32 - 1 - column``, so one int64 max is the largest value and,
+  among equal values, the smallest column (``torch.argmax``'s tie rule); k such maxima, each
+  taking its element out, give the k best. Ids ``>= vocab_limit`` enter as -inf (as in the torch
+  path's mask); a NaN or a +inf among the allowed ids makes the block write ``BAD_KEY``, which
+  decodes to NaN: the row's ``NON_FINITE``.
+- Stage 2, one program per row: the k best of the row's ``P * k`` keys the same way, in
+  descending order, then what ``infer.sampling.topk_probs`` and ``_race`` do on them: divide by
+  the temperature, softmax, drop a candidate when the mass before it reaches ``top_p``, drop one
+  below ``min_p`` times the best, and pick ``argmax(p / q)`` with the caller's Exp(1) noise ``q``
+  ``[N, k]`` (the exponential race: gpt-fast's ``multinomial_sample_one_no_sync``). With the noise
+  the torch path draws from the same generator state, the token is the torch path's; only float
+  rounding (the softmax's sum, the cumulative sum, the temperature) can tell them apart at a
+  near-tie.
+
+BLOCK is 1024 on a GPU (149 programs of 4 warps a row for Qwen3's 151936 columns) and small under
+the interpreter, so the CPU tests cross many blocks. ``MAX_TOP_K`` bounds k: stage 1 costs k block
+reductions and stage 2 k reductions over ``P * k`` keys; a larger k stays on the torch path.
+No host sync and allocation only: safe under CUDA graph capture.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import device
+from kernels.checks import check_last_dim_contiguous
+from kernels.greedy import NON_FINITE
+
+MAX_TOP_K = 64  # the largest k these kernels take (common choices: 20 Qwen3, 40, 50)
+GPU_BLOCK = 1024  # columns per stage-1 program on a GPU
+INTERPRETER_BLOCK = 64  # ... under the Triton interpreter (CPU tests)
+TAKEN = tl.constexpr(-(2**63))  # a key already picked, or no column: below every real key
+BAD_KEY = tl.constexpr(2**63 - 1)  # a block with a NaN or +inf among its allowed ids: NaN
+_TINY = float(torch.finfo(torch.float32).tiny)
+
+
+@triton.jit
+def _key(x, cols):
+    """int64 keys of float32 values ``x`` (no NaN) at columns ``cols`` (int32 in [0, 2**31)):
+    ordered by value, then by the smaller column (the low 31 bits hold ``2**31 - 1 - col``)."""
+    x = tl.where(x == 0.0, 0.0, x)  # -0 == +0: one key, the column decides
+    bits = x.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    return (ordered.to(tl.int64) << 32) + (2147483647 - cols).to(tl.int64)
+
+
+@triton.jit
+def _unkey(key):
+    """(float32 value, int32 column) of ``_key``'s keys; ``BAD_KEY`` gives NaN."""
+    ordered = (key >> 32).to(tl.int32)
+    bits = tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF)
+    col = 2147483647 - (key & 2147483647).to(tl.int32)
+    return bits.to(tl.float32, bitcast=True), col
+
+
+@triton.jit
+def _topk_partial_kernel(
+    logits_ptr,  # [N, V] float16/bfloat16/float32, last dim contiguous
+    keys_ptr,  # [N, P * k] int64 out: each block's k best keys (TAKEN past its columns)
+    stride_row,  # logits' row stride (elements)
+    num_cols,  # V
+    vocab_limit,  # columns >= this enter as -inf
+    top_k,  # k
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    blk = tl.program_id(1)
+    cols = blk * BLOCK + tl.arange(0, BLOCK)
+    inside = cols < num_cols
+    raw = tl.load(logits_ptr + row * tl.cast(stride_row, tl.int64) + cols, mask=inside,
+                  other=float("-inf")).to(tl.float32)
+    allowed = cols < vocab_limit
+    bad = tl.max((allowed & ((raw != raw) | (raw == float("inf")))).to(tl.int32), axis=0) > 0
+    x = tl.where(allowed & (raw == raw), raw, float("-inf"))
+    keys = tl.where(inside, _key(x, cols), TAKEN)
+    out = keys_ptr + (row * tl.num_programs(1) + blk) * top_k
+    for j in range(top_k):
+        best = tl.max(keys, axis=0)
+        keys = tl.where(keys == best, TAKEN, keys)  # keys are unique (the column is in them)
+        tl.store(out + j, tl.where(bad & (j == 0), BAD_KEY, best))
+
+
+@triton.jit
+def _topk_sample_kernel(
+    keys_ptr,  # [N, C] int64, from stage 1 (C = P * k)
+    noise_ptr,  # [N, k] float32 Exp(1) draws, contiguous
+    tok_ptr,  # [N] int64 out: the drawn id, or NON_FINITE
+    probs_ptr,  # [N, k] float32 out: the filtered probabilities, descending (0 = dropped)
+    ids_ptr,  # [N, k] int64 out: their ids
+    num_keys,  # C
+    top_k,  # k
+    temperature,  # > 0
+    top_p,  # in (0, 1]; 1 keeps all
+    min_p,  # in [0, 1]
+    BLOCK_C: tl.constexpr,  # power of two >= C
+    BLOCK_K: tl.constexpr,  # power of two >= k
+    TINY: tl.constexpr,
+    NON_FINITE_ID: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_C)
+    keys = tl.load(keys_ptr + row * num_keys + offs, mask=offs < num_keys, other=TAKEN)
+    slots = tl.arange(0, BLOCK_K)
+    best_keys = tl.full([BLOCK_K], TAKEN, tl.int64)
+    for j in range(top_k):
+        best = tl.max(keys, axis=0)
+        keys = tl.where(keys == best, TAKEN, keys)
+        best_keys = tl.where(slots == j, best, best_keys)
+    vals, ids = _unkey(best_keys)
+    used = slots < top_k
+    top = tl.max(tl.where(slots == 0, vals, float("-inf")), axis=0)  # slot 0: the row's max
+    finite = (top > float("-inf")) & (top < float("inf"))  # NaN (BAD_KEY) fails both
+    v = tl.where(used, vals / temperature, float("-inf"))
+    e = tl.where(used, tl.exp(v - tl.max(v, axis=0)), 0.0)
+    probs = e / tl.sum(e, axis=0)
+    if top_p < 1.0:
+        before = tl.cumsum(probs, axis=0) - probs  # sorted already: the mass ahead of each
+        probs = tl.where(before >= top_p, 0.0, probs)
+    first = tl.max(tl.where(slots == 0, probs, 0.0), axis=0)
+    probs = tl.where(probs < min_p * first, 0.0, probs)
+    q = tl.load(noise_ptr + row * top_k + slots, mask=used, other=1.0)
+    score = tl.where(used, probs / tl.maximum(q, TINY), -1.0)
+    pick = tl.min(tl.where(score == tl.max(score, axis=0), slots, BLOCK_K), axis=0)
+    tok = tl.max(tl.where(slots == pick, ids, 0), axis=0)
+    tl.store(tok_ptr + row, tl.where(finite, tok, NON_FINITE_ID).to(tl.int64))
+    tl.store(probs_ptr + row * top_k + slots, probs, mask=used)
+    tl.store(ids_ptr + row * top_k + slots, ids.to(tl.int64), mask=used)
+
+
+def topk_sample(logits: torch.Tensor, noise: torch.Tensor, top_k: int, temperature: float,
+                top_p: float = 1.0, min_p: float = 0.0, vocab_limit: int | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One draw per row from the top-k filtered distribution (module notes).
+
+    Args:
+        logits: [N, V] float16/bfloat16/float32 (N >= 0), last dim contiguous. Not modified.
+        noise: float32 [N, top_k] contiguous Exp(1) draws on the logits' device (clamped to the
+            smallest normal float here, as ``infer.sampling._race`` does).
+        top_k: 1..min(``MAX_TOP_K``, V - 1) (a k of V or more is no top-k: the torch path).
+        temperature: > 0; divides the float32 logits.
+        top_p: in (0, 1]; a candidate is dropped when the mass before it reaches ``top_p``.
+        min_p: in [0, 1]; a candidate below ``min_p`` times the best's probability is dropped.
+        vocab_limit: ids >= this enter as -inf (the model's padded ids); 1..V. None: all ids.
+
+    Returns:
+        ``(tokens, probs, ids)``: int64 [N] the drawn ids (``NON_FINITE`` (-1) for a row whose
+        max over the allowed ids is NaN or +-inf); float32 [N, top_k] the filtered
+        probabilities in descending order (normalized before top-p and min-p, 0 = dropped);
+        int64 [N, top_k] their ids. ``infer.sampling.topk_probs`` gives the same probabilities
+        and ids (up to rounding, and up to which of several ids tied at the k-th value is
+        kept: here the smallest). Allocation only, no host sync: safe under graph capture.
+
+    Raises:
+        ValueError: a shape, dtype, device or range above not met.
+    """
+    if logits.dim() != 2 or logits.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"topk_sample: logits must be [N, V] float16/bfloat16/float32, got "
+                         f"{tuple(logits.shape)} {logits.dtype}")
+    check_last_dim_contiguous("topk_sample", logits=logits)
+    rows, vocab = logits.shape
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= min(
+            MAX_TOP_K, vocab - 1):
+        raise ValueError(f"topk_sample: top_k must be an int in 1..{min(MAX_TOP_K, vocab - 1)} "
+                         f"(MAX_TOP_K and V - 1), got {top_k!r}")
+    if (noise.shape != (rows, top_k) or noise.dtype != torch.float32
+            or noise.device != logits.device or not noise.is_contiguous()):
+        raise ValueError(f"topk_sample: noise must be contiguous float32 {(rows, top_k)} on "
+                         f"{logits.device}, got {tuple(noise.shape)} {noise.dtype} on "
+                         f"{noise.device}")
+    if not (temperature > 0 and 0 < top_p <= 1 and 0 <= min_p <= 1):
+        raise ValueError(f"topk_sample: needs temperature > 0, top_p in (0, 1], min_p in "
+                         f"[0, 1]; got {temperature}, {top_p}, {min_p}")
+    limit = vocab if vocab_limit is None else vocab_limit
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= vocab:
+        raise ValueError(f"topk_sample: vocab_limit must be an int in 1..{vocab}, got "
+                         f"{vocab_limit!r}")
+    dev = logits.device
+    tok = torch.empty(rows, dtype=torch.int64, device=dev)
+    probs = torch.empty((rows, top_k), dtype=torch.float32, device=dev)
+    ids = torch.empty((rows, top_k), dtype=torch.int64, device=dev)
+    if rows == 0:
+        return tok, probs, ids
+    block = INTERPRETER_BLOCK if device.capability(dev) is None else GPU_BLOCK
+    parts = triton.cdiv(vocab, block)
+    keys = torch.empty((rows, parts * top_k), dtype=torch.int64, device=dev)
+    _topk_partial_kernel[(rows, parts)](
+        logits_ptr=logits, keys_ptr=keys, stride_row=logits.stride(0), num_cols=vocab,
+        vocab_limit=limit, top_k=top_k, BLOCK=block, num_warps=4)
+    block_c = triton.next_power_of_2(parts * top_k)
+    _topk_sample_kernel[(rows,)](
+        keys_ptr=keys, noise_ptr=noise, tok_ptr=tok, probs_ptr=probs, ids_ptr=ids,
+        num_keys=parts * top_k, top_k=top_k, temperature=float(temperature),
+        top_p=float(top_p), min_p=float(min_p), BLOCK_C=block_c,
+        BLOCK_K=max(16, triton.next_power_of_2(top_k)), TINY=_TINY, NON_FINITE_ID=NON_FINITE,
+        num_warps=max(1, min(8, block_c // 512)))
+    return tok, probs, ids
