@@ -16,9 +16,11 @@ not a token id: a step must not feed it to the embedding (a device-side index er
 Greedy without a presence penalty on CUDA takes ``kernels.greedy.greedy_tokens`` instead (with
 ``FUSED_GREEDY``): two Triton kernels that read the logits once and give the same tokens,
 ``NON_FINITE`` included, as the torch ops. Sampling with top-k (1..``MAX_TOP_K``) and no presence
-penalty on CUDA takes ``kernels.topk_sample.topk_sample`` (with ``FUSED_TOPK``): the same noise
-from the same generator, two kernels for the rest, the torch path's token up to float rounding at
-a near-tie. The torch ops stay the path everywhere else.
+penalty on CUDA takes ``kernels.topk_sample`` (with ``FUSED_TOPK``; ``verify_sample`` too): the
+same noise from the same generator, two kernels for the rest, the torch path's token up to float
+rounding at a near-tie and up to which of several logits tied at the k-th value is kept
+(``torch.topk`` keeps any; the kernels the smallest ids). The torch ops stay the path everywhere
+else.
 
 ``verify_sample`` is the verify step of speculative decoding (``infer/speculate.py``): per row a
 token and whether the row's draft token is accepted, by the rule for a deterministic draft
@@ -36,7 +38,7 @@ import torch
 
 from infer.config import SamplingParams
 from kernels.greedy import NON_FINITE, greedy_tokens  # NON_FINITE: re-exported, its home is there
-from kernels.topk_sample import MAX_TOP_K, topk_sample
+from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
 
 _TINY = torch.finfo(torch.float32).tiny
 # Greedy (no presence penalty) on CUDA through kernels/greedy.py: 2 launches instead of ~8 torch
@@ -137,6 +139,11 @@ def verify_sample(logits: torch.Tensor, drafts: torch.Tensor, params: SamplingPa
     if _use_fused_greedy(logits, params, None):
         tok = _greedy_tokens(logits, vocab_limit)  # [R], NON_FINITE where not finite
         return torch.stack([tok, ((tok >= 0) & (tok == drafts)).long()])
+    if _use_fused_topk(logits, params, None):  # the same u and race noise as below
+        u = torch.rand(logits.shape[0], device=logits.device, generator=generator)
+        return topk_verify(logits, drafts, u, _noise(logits, params, generator), params.top_k,
+                           params.temperature, params.top_p, params.min_p,
+                           _limit(logits, vocab_limit))
     x = _masked(logits, vocab_limit)
     vocab = x.shape[-1]
     finite = torch.isfinite(x.amax(dim=-1))  # [R]
@@ -186,20 +193,29 @@ def _use_fused_topk(logits: torch.Tensor, params: SamplingParams,
 
 def _topk_tokens(logits: torch.Tensor, params: SamplingParams,
                  generator: torch.Generator | None, vocab_limit: int | None) -> torch.Tensor:
-    """``kernels.topk_sample.topk_sample``'s tokens, with the Exp(1) noise ``_race`` would draw
-    for the top-k candidates ([N, top_k] float32 from ``generator``: the same values)."""
-    noise = torch.empty((logits.shape[0], params.top_k), dtype=torch.float32,
-                        device=logits.device).exponential_(1.0, generator=generator)
-    limit = None if vocab_limit is None else min(vocab_limit, logits.shape[-1])
-    return topk_sample(logits, noise, params.top_k, params.temperature, params.top_p,
-                       params.min_p, limit)[0]
+    """``kernels.topk_sample.topk_sample``'s tokens, with ``_noise``."""
+    return topk_sample(logits, _noise(logits, params, generator), params.top_k,
+                       params.temperature, params.top_p, params.min_p,
+                       _limit(logits, vocab_limit))[0]
+
+
+def _noise(logits: torch.Tensor, params: SamplingParams,
+           generator: torch.Generator | None) -> torch.Tensor:
+    """The Exp(1) noise ``_race`` would draw for the top-k candidates: float32 [N, top_k] from
+    ``generator`` (the same values)."""
+    return torch.empty((logits.shape[0], params.top_k), dtype=torch.float32,
+                       device=logits.device).exponential_(1.0, generator=generator)
+
+
+def _limit(logits: torch.Tensor, vocab_limit: int | None) -> int | None:
+    """``vocab_limit`` capped at the logits' columns (past them it masks nothing)."""
+    return None if vocab_limit is None else min(vocab_limit, logits.shape[-1])
 
 
 def _greedy_tokens(logits: torch.Tensor, vocab_limit: int | None) -> torch.Tensor:
     """``kernels.greedy.greedy_tokens``, with a ``vocab_limit`` past the vocabulary masking
     nothing (as in ``_masked``: a tiny model may have fewer ids than its tokenizer)."""
-    return greedy_tokens(logits, None if vocab_limit is None
-                         else min(vocab_limit, logits.shape[-1]))
+    return greedy_tokens(logits, _limit(logits, vocab_limit))
 
 
 def _masked(logits: torch.Tensor, vocab_limit: int | None) -> torch.Tensor:

@@ -20,7 +20,9 @@ read once, in their own dtype, and the rest works on candidates:
   ``[N, k]`` (the exponential race: gpt-fast's ``multinomial_sample_one_no_sync``). With the noise
   the torch path draws from the same generator state, the token is the torch path's; only float
   rounding (the softmax's sum, the cumulative sum, the temperature) can tell them apart at a
-  near-tie.
+  near-tie. ``topk_verify`` runs speculative decoding's verify rule in the same stage 2
+  (``infer.sampling.verify_sample``: accept the draft with probability p(d), else race on p
+  without it).
 
 BLOCK is 1024 on a GPU (149 programs of 4 warps a row for Qwen3's 151936 columns) and small under
 the interpreter, so the CPU tests cross many blocks. ``MAX_TOP_K`` bounds k: stage 1 costs k block
@@ -40,7 +42,7 @@ from kernels.greedy import NON_FINITE
 
 MAX_TOP_K = 64  # the largest k these kernels take (common choices: 20 Qwen3, 40, 50)
 GPU_BLOCK = 1024  # columns per stage-1 program on a GPU
-INTERPRETER_BLOCK = 64  # ... under the Triton interpreter (CPU tests)
+INTERPRETER_BLOCK = 128  # ... under the Triton interpreter (CPU tests)
 TAKEN = tl.constexpr(-(2**63))  # a key already picked, or no column: below every real key
 BAD_KEY = tl.constexpr(2**63 - 1)  # a block with a NaN or +inf among its allowed ids: NaN
 _TINY = float(torch.finfo(torch.float32).tiny)
@@ -99,7 +101,11 @@ def _topk_sample_kernel(
     tok_ptr,  # [N] int64 out: the drawn id, or NON_FINITE
     probs_ptr,  # [N, k] float32 out: the filtered probabilities, descending (0 = dropped)
     ids_ptr,  # [N, k] int64 out: their ids
+    drafts_ptr,  # VERIFY: [N] int64 draft ids (outside [0, V): none)
+    u_ptr,  # VERIFY: [N] float32 U(0, 1) draws
+    ok_ptr,  # VERIFY: [N] int64 out: 1 where the draft is accepted
     num_keys,  # C
+    num_cols,  # V
     top_k,  # k
     temperature,  # > 0
     top_p,  # in (0, 1]; 1 keeps all
@@ -108,6 +114,7 @@ def _topk_sample_kernel(
     BLOCK_K: tl.constexpr,  # power of two >= k
     TINY: tl.constexpr,
     NON_FINITE_ID: tl.constexpr,
+    VERIFY: tl.constexpr,  # speculative decoding's verify rule (``topk_verify``)
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_C)
@@ -131,9 +138,23 @@ def _topk_sample_kernel(
     first = tl.max(tl.where(slots == 0, probs, 0.0), axis=0)
     probs = tl.where(probs < min_p * first, 0.0, probs)
     q = tl.load(noise_ptr + row * top_k + slots, mask=used, other=1.0)
-    score = tl.where(used, probs / tl.maximum(q, TINY), -1.0)
+    if VERIFY:  # accept the draft d with probability p(d), else draw from p without d
+        d = tl.load(drafts_ptr + row)
+        is_d = used & (ids.to(tl.int64) == d) & (d >= 0) & (d < num_cols)
+        p_d = tl.sum(tl.where(is_d, probs, 0.0), axis=0)
+        total = tl.sum(probs, axis=0)  # the filters leave it below 1: p(d) is p_d / total
+        residual = tl.where(is_d, 0.0, probs)
+        u = tl.load(u_ptr + row)
+        # NOTE: a residual without mass means p(d) = 1 up to rounding: accept d
+        ok = (d >= 0) & (d < num_cols) & ((u * total < p_d) | (tl.sum(residual, axis=0) <= 0))
+        score = tl.where(used, residual / tl.maximum(q, TINY), -1.0)
+    else:
+        score = tl.where(used, probs / tl.maximum(q, TINY), -1.0)
     pick = tl.min(tl.where(score == tl.max(score, axis=0), slots, BLOCK_K), axis=0)
-    tok = tl.max(tl.where(slots == pick, ids, 0), axis=0)
+    tok = tl.max(tl.where(slots == pick, ids, 0), axis=0).to(tl.int64)
+    if VERIFY:
+        tok = tl.where(ok, d, tok)
+        tl.store(ok_ptr + row, (ok & finite).to(tl.int64))
     tl.store(tok_ptr + row, tl.where(finite, tok, NON_FINITE_ID).to(tl.int64))
     tl.store(probs_ptr + row * top_k + slots, probs, mask=used)
     tl.store(ids_ptr + row * top_k + slots, ids.to(tl.int64), mask=used)
@@ -157,37 +178,80 @@ def topk_sample(logits: torch.Tensor, noise: torch.Tensor, top_k: int, temperatu
     Returns:
         ``(tokens, probs, ids)``: int64 [N] the drawn ids (``NON_FINITE`` (-1) for a row whose
         max over the allowed ids is NaN or +-inf); float32 [N, top_k] the filtered
-        probabilities in descending order (normalized before top-p and min-p, 0 = dropped);
-        int64 [N, top_k] their ids. ``infer.sampling.topk_probs`` gives the same probabilities
-        and ids (up to rounding, and up to which of several ids tied at the k-th value is
-        kept: here the smallest). Allocation only, no host sync: safe under graph capture.
+        probabilities in descending order (normalized before top-p and min-p, 0 = dropped;
+        unspecified in a ``NON_FINITE`` row); int64 [N, top_k] their ids.
+        ``infer.sampling.topk_probs`` gives the same probabilities and ids (up to rounding, and
+        up to which of several ids tied at the k-th value is kept: here the smallest).
+        Allocation only, no host sync: safe under graph capture.
 
     Raises:
         ValueError: a shape, dtype, device or range above not met.
     """
+    tok, probs, ids = _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit)
+    return tok, probs, ids
+
+
+def topk_verify(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, noise: torch.Tensor,
+                top_k: int, temperature: float, top_p: float = 1.0, min_p: float = 0.0,
+                vocab_limit: int | None = None) -> torch.Tensor:
+    """Speculative decoding's verify rule on the top-k filtered distribution ``p`` of each row:
+    ``infer.sampling.verify_sample``'s sampling branch (a deterministic draft d is accepted iff
+    ``u < p(d)``; otherwise the token is drawn from ``p`` with d removed, by the race).
+
+    Args:
+        logits, noise, top_k, temperature, top_p, min_p, vocab_limit: as ``topk_sample``
+            (``noise`` is the residual race's).
+        drafts: int64 [N] on the logits' device: the draft per row; ids outside [0, V): none.
+        u: float32 [N] U(0, 1) draws on the logits' device.
+
+    Returns:
+        int64 [2, N]: row 0 the token (``NON_FINITE`` where the max logit is not finite), row 1
+        1 where the draft is accepted (0 where not finite).
+
+    Raises:
+        ValueError: as ``topk_sample``, or ``drafts`` / ``u`` not [N] int64 / float32 there.
+    """
+    out = None
+    if logits.dim() == 2:  # else _launch raises
+        rows = logits.shape[0]
+        for name, t, dtype in (("drafts", drafts, torch.int64), ("u", u, torch.float32)):
+            if t.shape != (rows,) or t.dtype != dtype or t.device != logits.device:
+                raise ValueError(f"topk_verify: {name} must be {dtype} [{rows}] on "
+                                 f"{logits.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+        out = torch.empty((2, rows), dtype=torch.int64, device=logits.device)
+    _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit,
+            verify=(drafts.contiguous(), u.contiguous(), out), name="topk_verify")
+    return out
+
+
+def _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit, verify=None,
+            name="topk_sample"):
+    """Check the arguments (``topk_sample``'s Raises, the messages led by ``name``), launch both
+    stages; ``verify``: ``(drafts, u, out [2, N])`` for the verify rule, the token into
+    ``out[0]``."""
     if logits.dim() != 2 or logits.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise ValueError(f"topk_sample: logits must be [N, V] float16/bfloat16/float32, got "
+        raise ValueError(f"{name}: logits must be [N, V] float16/bfloat16/float32, got "
                          f"{tuple(logits.shape)} {logits.dtype}")
     check_last_dim_contiguous("topk_sample", logits=logits)
     rows, vocab = logits.shape
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= min(
             MAX_TOP_K, vocab - 1):
-        raise ValueError(f"topk_sample: top_k must be an int in 1..{min(MAX_TOP_K, vocab - 1)} "
+        raise ValueError(f"{name}: top_k must be an int in 1..{min(MAX_TOP_K, vocab - 1)} "
                          f"(MAX_TOP_K and V - 1), got {top_k!r}")
     if (noise.shape != (rows, top_k) or noise.dtype != torch.float32
             or noise.device != logits.device or not noise.is_contiguous()):
-        raise ValueError(f"topk_sample: noise must be contiguous float32 {(rows, top_k)} on "
+        raise ValueError(f"{name}: noise must be contiguous float32 {(rows, top_k)} on "
                          f"{logits.device}, got {tuple(noise.shape)} {noise.dtype} on "
                          f"{noise.device}")
     if not (temperature > 0 and 0 < top_p <= 1 and 0 <= min_p <= 1):
-        raise ValueError(f"topk_sample: needs temperature > 0, top_p in (0, 1], min_p in "
+        raise ValueError(f"{name}: needs temperature > 0, top_p in (0, 1], min_p in "
                          f"[0, 1]; got {temperature}, {top_p}, {min_p}")
     limit = vocab if vocab_limit is None else vocab_limit
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= vocab:
-        raise ValueError(f"topk_sample: vocab_limit must be an int in 1..{vocab}, got "
+        raise ValueError(f"{name}: vocab_limit must be an int in 1..{vocab}, got "
                          f"{vocab_limit!r}")
     dev = logits.device
-    tok = torch.empty(rows, dtype=torch.int64, device=dev)
+    tok = torch.empty(rows, dtype=torch.int64, device=dev) if verify is None else verify[2][0]
     probs = torch.empty((rows, top_k), dtype=torch.float32, device=dev)
     ids = torch.empty((rows, top_k), dtype=torch.int64, device=dev)
     if rows == 0:
@@ -198,11 +262,13 @@ def topk_sample(logits: torch.Tensor, noise: torch.Tensor, top_k: int, temperatu
     _topk_partial_kernel[(rows, parts)](
         logits_ptr=logits, keys_ptr=keys, stride_row=logits.stride(0), num_cols=vocab,
         vocab_limit=limit, top_k=top_k, BLOCK=block, num_warps=4)
+    drafts, u, ok = (tok, noise, tok) if verify is None else (verify[0], verify[1], verify[2][1])
     block_c = triton.next_power_of_2(parts * top_k)
     _topk_sample_kernel[(rows,)](
         keys_ptr=keys, noise_ptr=noise, tok_ptr=tok, probs_ptr=probs, ids_ptr=ids,
-        num_keys=parts * top_k, top_k=top_k, temperature=float(temperature),
-        top_p=float(top_p), min_p=float(min_p), BLOCK_C=block_c,
-        BLOCK_K=max(16, triton.next_power_of_2(top_k)), TINY=_TINY, NON_FINITE_ID=NON_FINITE,
+        drafts_ptr=drafts, u_ptr=u, ok_ptr=ok, num_keys=parts * top_k, num_cols=vocab,
+        top_k=top_k, temperature=float(temperature), top_p=float(top_p), min_p=float(min_p),
+        BLOCK_C=block_c, BLOCK_K=max(16, triton.next_power_of_2(top_k)), TINY=_TINY,
+        NON_FINITE_ID=NON_FINITE, VERIFY=verify is not None,
         num_warps=max(1, min(8, block_c // 512)))
     return tok, probs, ids
