@@ -33,6 +33,11 @@ from kernels.qk_norm_rope import _launch_options  # noqa: E402
 from kernels.qk_norm_rope_store import _qk_norm_rope_store_kernel  # noqa: E402
 from kernels.store_kv import _store_kv_kernel  # noqa: E402
 from kernels.tiles import decode_tiles, store_tiles  # noqa: E402
+from kernels.topk_sample import (  # noqa: E402
+    GPU_BLOCK,
+    _topk_partial_kernel,
+    _topk_sample_kernel,
+)
 
 POINTERS = {"k_ptr": "*bf16", "v_ptr": "*bf16", "k_cache_ptr": "*i8", "v_cache_ptr": "*i8",
             "q_ptr": "*bf16", "out_ptr": "*bf16", "seq_lens_ptr": "*i32",
@@ -89,10 +94,20 @@ def main() -> None:
         NUM_Q_HEADS=32, HEAD_DIM=128, PAGE_SIZE=64, BLOCK_HALF=rows["BLOCK_HALF"], IS_INT8=True,
         PRECISE_TRIG=True, SIGNAL_DEPENDENTS=pdl), arch,
         types={"eps": "fp32", "attention_factor": "fp32"}, num_warps=rows["num_warps"])
+    # the sampling kernels (no PDL): their launchers' constexprs for Qwen3 at top-k 20
+    POINTERS.update(logits_ptr="*bf16", keys_ptr="*i64", tok_ptr="*i64", ids_ptr="*i64",
+                    drafts_ptr="*i64", ok_ptr="*i64")
+    sampling = [compile_for(_topk_partial_kernel, dict(BLOCK=GPU_BLOCK), arch, num_warps=4)] + [
+        compile_for(_topk_sample_kernel, dict(
+            BLOCK_C=4096, BLOCK_K=32, TINY=1.1754943508222875e-38, NON_FINITE_ID=-1,
+            VERIFY=verify), arch, types={"temperature": "fp32", "top_p": "fp32",
+                                         "min_p": "fp32"}, num_warps=8)
+        for verify in (False, True)]
     print(json.dumps({"arch": arch, "pdl": pdl, **{
         name: "griddepcontrol" in k.asm["ptx"]
         for name, k in (("stage1", stage1), ("combine", combine), ("store_kv", store),
-                        ("qk_norm_rope_store", fused))}}))
+                        ("qk_norm_rope_store", fused), ("topk_sample", sampling[0]))},
+        "topk_sample_compiled": all(k.asm["cubin"] for k in sampling)}))
 
 
 if __name__ == "__main__":
