@@ -55,9 +55,18 @@ def resolve_seed(seed: int | None) -> int:
 
 
 def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator:
-    """A ``torch.Generator`` on ``device`` seeded with ``seed`` (a fresh random seed if None)."""
+    """A ``torch.Generator`` on ``device`` seeded with ``seed`` (a fresh random seed if None).
+
+    torch's CPU generator (a Mersenne twister) keeps only a seed's low 32 bits, so seeds that
+    differ above them would give the same draws there; on the CPU the high 32 bits are folded in
+    first (``lo ^ (hi * 0x9E3779B1 mod 2**32)``: seeds below 2**32 unchanged, and seeds with the
+    same low bits and different high bits kept apart). CUDA's Philox takes all 64 bits.
+    """
     g = torch.Generator(device=device)
-    g.manual_seed(resolve_seed(seed))
+    s = resolve_seed(seed)
+    if g.device.type == "cpu":
+        s = (s & 0xFFFFFFFF) ^ (((s >> 32) * 0x9E3779B1) & 0xFFFFFFFF)
+    g.manual_seed(s)
     return g
 
 

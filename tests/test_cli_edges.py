@@ -6,6 +6,7 @@ the start-up in ``test_cli_startup.py``, the package layout in ``test_cli_layout
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cli_helpers import FAST, assert_one_line_error, invoke
@@ -273,3 +274,21 @@ def test_speculate_on_with_a_presence_penalty_says_it_is_off(tiny_ckpt):
     assert "note: --speculate on does nothing with --presence-penalty" in result.stderr
     quiet = invoke("generate", tiny_ckpt, "hi", *FAST, "--speculate", "on")
     assert "presence" not in quiet.stderr
+
+
+def test_speculate_on_with_the_files_presence_penalty_says_it_is_off(tiny_ckpt, tmp_path):
+    """The penalty from generation_config.json (no flag) turns speculation off too: said."""
+    folder = tmp_path / "penalized"
+    folder.mkdir()
+    for f in Path(tiny_ckpt).iterdir():
+        (folder / f.name).symlink_to(f.resolve())
+    (folder / "generation_config.json").unlink()
+    (folder / "generation_config.json").write_text('{"presence_penalty": 1.5}')
+    result = invoke("generate", str(folder), "hi", *FAST, "--speculate", "on")
+    assert result.exit_code == 0, result.output
+    assert ("note: --speculate on does nothing with the presence penalty of "
+            f"{folder / 'generation_config.json'} (1.5;") in result.stderr
+    assert "--presence-penalty 0 drops it" in result.stderr
+    for flags in (["--presence-penalty", "0"], ["--speculate", "auto"]):
+        quiet = invoke("generate", str(folder), "hi", *FAST, "--speculate", "on", *flags)
+        assert quiet.exit_code == 0 and "presence" not in quiet.stderr, quiet.stderr

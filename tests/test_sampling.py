@@ -219,3 +219,16 @@ def test_non_finite_rows_yield_the_sentinel_and_leave_the_others_alone(params):
     clean[0, :10] = float("-inf")
     clean[0, 47] = float("nan")
     assert sample(clean, params, make_generator(3, "cpu"), **kw)[0] >= 10
+
+
+def test_cpu_seeds_differing_above_32_bits_draw_differently():
+    """torch's CPU generator keeps a seed's low 32 bits: ``make_generator`` folds the high ones
+    in, and leaves seeds below 2**32 as torch seeds them."""
+    def draws(seed):
+        return torch.rand(4, generator=make_generator(seed, "cpu"))
+
+    for s in (0, 1, 12345, 2**32 - 1):
+        assert torch.equal(draws(s), torch.rand(4, generator=torch.Generator().manual_seed(s)))
+    seen = [draws(s) for s in (1, 1 + 2**32, 1 + 2**33, 1 + 2**62, 2**63 - 1, 2**32 - 1)]
+    assert all(not torch.equal(a, b) for i, a in enumerate(seen) for b in seen[i + 1:])
+    assert torch.equal(draws(2**63 - 1), draws(2**63 - 1))

@@ -63,6 +63,13 @@ def prepare(ui: UI, model: str):
         ui.warn("no CUDA GPU found: running on the CPU, which is slow (--device cpu hides this)")
     folder = resolve_model(model)
     cfg = ui.startup.cfg = replace(cfg, model=str(folder))  # a Ctrl-C from here: its header
+    # the file's sampling defaults: a bad value is refused before the weights load
+    sampling = SamplingParams.from_generation_config(folder, **o.sampling_overrides())
+    if o.speculate == "on" and sampling.presence_penalty and not o.presence_penalty:
+        ui.note(f"--speculate on does nothing with the presence penalty of "
+                f"{folder / 'generation_config.json'} ({sampling.presence_penalty:g}; speculative "
+                f"decoding is always off with one): the reply decodes plainly "
+                f"(--presence-penalty 0 drops it)")
     config = Qwen3Config.from_json(folder)
     plan = plan_context(config, cfg.ctx)
     tokenizer = Qwen3Tokenizer.from_folder(folder)
