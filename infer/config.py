@@ -262,6 +262,22 @@ class SamplingParams:
         """Argmax sampling: ``temperature`` below ``GREEDY_BELOW`` (the generator is unused)."""
         return self.temperature < GREEDY_BELOW
 
+    def seeded(self) -> SamplingParams:
+        """This, with a seed drawn now (from the OS) when sampling without one: a reply then
+        knows the seed that reproduces it. Greedy: unchanged (the seed is unused)."""
+        if self.greedy or self.seed is not None:
+            return self
+        import random  # the OS's entropy, as infer.sampling.resolve_seed
+
+        return replace(self, seed=random.SystemRandom().randrange(MAX_SEED + 1))
+
+    def record(self) -> dict:
+        """The sampling fields for a JSON record: temperature, top_k, top_p, min_p,
+        presence_penalty and seed (None when greedy: unused)."""
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
+                "min_p": self.min_p, "presence_penalty": self.presence_penalty,
+                "seed": None if self.greedy else self.seed}
+
     def replace(self, **changes) -> SamplingParams:
         """A copy with some fields changed (``None`` values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})

@@ -82,11 +82,12 @@ class Reply:
     stats: object  # GenerationStats
     interrupted: bool
     ceiling: float | None
+    sampling: dict | None = None  # SamplingParams.record() of the reply (its seed included)
 
     def to_dict(self) -> dict:
         return {"text": self.answer, "thinking": self.thinking or None,
                 **self.stats.to_dict(), "interrupted": self.interrupted,
-                "ceiling_tokens_per_s": self.ceiling}
+                "ceiling_tokens_per_s": self.ceiling, "sampling": self.sampling}
 
 
 class ReplyView:
@@ -109,7 +110,10 @@ class ReplyView:
         """Generate and show the reply. Raises ValueError (from the engine) for a bad prompt.
 
         A long prefill on a terminal stderr shows ``infer.ui.progress.PrefillBar`` first; the
-        live view starts after it (with the first token), so the two never share the screen."""
+        live view starts after it (with the first token), so the two never share the screen.
+        Sampling without a seed draws one first (``SamplingParams.seeded``): the reply records
+        it."""
+        sampling = sampling.seeded() if sampling is not None else None  # None: greedy
         bar = None
         if PrefillBar.wanted(self.status, len(prompt_ids) - self.session.num_cached):
             bar = PrefillBar(self.status)
@@ -147,7 +151,8 @@ class ReplyView:
         return Reply(raw="".join(self._raw), answer="".join(self._parts[False]).strip(),
                      thinking="".join(self._parts[True]).strip(), stats=stats,
                      interrupted=interrupted,
-                     ceiling=self.engine.ceiling_tokens_per_s(self.session.num_cached))
+                     ceiling=self.engine.ceiling_tokens_per_s(self.session.num_cached),
+                     sampling=sampling.record() if sampling is not None else None)
 
     # ---------------------------------------------------------------- text
 

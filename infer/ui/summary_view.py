@@ -72,7 +72,8 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
         width = _batch(ui, cfg, plan, min(len(pieces), 16), batch)
         cfg = replace(cfg, max_batch=width)
         engine, load_s = load_engine(ui, cfg, tok)
-        sampling = engine.default_sampling(**ui.opts.sampling_overrides())
+        # one seed for the parts and the final reply: the record's seed reproduces them all
+        sampling = engine.default_sampling(**ui.opts.sampling_overrides()).seeded()
         warm_engine(ui, engine, sampling, batch=cfg.max_batch, prompt_tokens=limit)
         sm = Summarizer(engine, tok, lambda t, m: split_text(t, tok, m), sampling,
                         part_tokens=part_tokens, final_tokens=max_new or None,
