@@ -42,6 +42,7 @@ from kernels.greedy import NON_FINITE
 
 MAX_TOP_K = 64  # the largest k these kernels take (common choices: 20 Qwen3, 40, 50)
 GPU_BLOCK = 1024  # columns per stage-1 program on a GPU
+STAGE2_WARPS = None  # stage 2's warps; None: up to 8, one per 512 keys (benchmarks/sampling.py)
 INTERPRETER_BLOCK = 128  # ... under the Triton interpreter (CPU tests)
 TAKEN = tl.constexpr(-(2**63))  # a key already picked, or no column: below every real key
 BAD_KEY = tl.constexpr(2**63 - 1)  # a block with a NaN or +inf among its allowed ids: NaN
@@ -270,5 +271,5 @@ def _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit, verify
         top_k=top_k, temperature=float(temperature), top_p=float(top_p), min_p=float(min_p),
         BLOCK_C=block_c, BLOCK_K=max(16, triton.next_power_of_2(top_k)), TINY=_TINY,
         NON_FINITE_ID=NON_FINITE, VERIFY=verify is not None,
-        num_warps=max(1, min(8, block_c // 512)))
+        num_warps=STAGE2_WARPS or max(1, min(8, block_c // 512)))
     return tok, probs, ids
