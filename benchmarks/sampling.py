@@ -62,6 +62,7 @@ def measure(rows: int, calls: int, blocks: list[int], warps: list[int], gbps: fl
     sampling.FUSED_TOPK = True
     noise = torch.empty((rows, QWEN3.top_k), device=DEVICE).exponential_()
     line("noise", per_call_us(lambda: torch.empty_like(noise).exponential_(), calls))
+    block0, warps0 = topk.GPU_BLOCK, topk.STAGE2_WARPS
     for block in blocks:
         for w in warps:
             topk.GPU_BLOCK, topk.STAGE2_WARPS = block, w or None
@@ -69,7 +70,7 @@ def measure(rows: int, calls: int, blocks: list[int], warps: list[int], gbps: fl
             line("fused", per_call_us(lambda: pick(QWEN3), calls), **tag)
             line("kernels", per_call_us(lambda: topk.topk_sample(
                 x, noise, 20, 0.6, 0.95, 0.0, LIMIT), calls), **tag)
-    topk.GPU_BLOCK, topk.STAGE2_WARPS = 1024, None
+    topk.GPU_BLOCK, topk.STAGE2_WARPS = block0, warps0
 
 
 def main() -> None:

@@ -24,7 +24,8 @@ read once, in their own dtype, and the rest works on candidates:
   (``infer.sampling.verify_sample``: accept the draft with probability p(d), else race on p
   without it).
 
-BLOCK is 1024 on a GPU (149 programs of 4 warps a row for Qwen3's 151936 columns) and small under
+BLOCK is 2048 on a GPU (75 programs of 4 warps a row for Qwen3's 151936 columns, 1500 keys for
+stage 2; ``benchmarks/sampling.py`` measured it against 1024 and 4096) and small under
 the interpreter, so the CPU tests cross many blocks. ``MAX_TOP_K`` bounds k: stage 1 costs k block
 reductions and stage 2 k reductions over ``P * k`` keys; a larger k stays on the torch path.
 No host sync and allocation only: safe under CUDA graph capture.
@@ -41,7 +42,7 @@ from kernels.checks import check_last_dim_contiguous
 from kernels.greedy import NON_FINITE
 
 MAX_TOP_K = 64  # the largest k these kernels take (common choices: 20 Qwen3, 40, 50)
-GPU_BLOCK = 1024  # columns per stage-1 program on a GPU
+GPU_BLOCK = 2048  # columns per stage-1 program on a GPU
 STAGE2_WARPS = None  # stage 2's warps; None: up to 8, one per 512 keys (benchmarks/sampling.py)
 INTERPRETER_BLOCK = 128  # ... under the Triton interpreter (CPU tests)
 TAKEN = tl.constexpr(-(2**63))  # a key already picked, or no column: below every real key

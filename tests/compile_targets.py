@@ -99,9 +99,9 @@ def main() -> None:
                     drafts_ptr="*i64", ok_ptr="*i64")
     sampling = [compile_for(_topk_partial_kernel, dict(BLOCK=GPU_BLOCK), arch, num_warps=4)] + [
         compile_for(_topk_sample_kernel, dict(
-            BLOCK_C=4096, BLOCK_K=32, TINY=1.1754943508222875e-38, NON_FINITE_ID=-1,
+            BLOCK_C=2048, BLOCK_K=32, TINY=1.1754943508222875e-38, NON_FINITE_ID=-1,
             VERIFY=verify), arch, types={"temperature": "fp32", "top_p": "fp32",
-                                         "min_p": "fp32"}, num_warps=8)
+                                         "min_p": "fp32"}, num_warps=4)
         for verify in (False, True)]
     print(json.dumps({"arch": arch, "pdl": pdl, **{
         name: "griddepcontrol" in k.asm["ptx"]
