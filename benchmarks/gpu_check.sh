@@ -51,6 +51,8 @@
 #              8B (benchmarks/profile_prefill.py)
 #   barrier    a grid barrier inside one kernel against a kernel boundary, plain and PDL
 #              (benchmarks/grid_barrier.py: the persistent decode layer's question)
+#   sampling   the next-token pick alone: greedy and top-k kernels against torch's sampling ops,
+#              per stage-1 block and stage-2 warps (benchmarks/sampling.py; SAMPLING_ARGS)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
 #              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8; PROFILE_ARGS adds
 #              flags (a sampled step: "--temperature 0.6 --top-k 20 --top-p 0.95")
@@ -77,6 +79,7 @@ for what in "$@"; do
     barrier) python3 benchmarks/grid_barrier.py ${BARRIER_ARGS:-} 2>&1 | tee "$OUT/grid_barrier.jsonl" ;;
     floor) python3 benchmarks/decode_floor.py --timeline 2>&1 | tee "$OUT/decode_floor.jsonl" ;;
     gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl" ;;
+    sampling) python3 benchmarks/sampling.py ${SAMPLING_ARGS:-} 2>&1 | tee "$OUT/sampling.jsonl" ;;
     e2e) python3 benchmarks/decode_e2e.py --workdir /tmp ${E2E_ARGS:-} 2>&1 | tee "$OUT/decode_e2e.jsonl" ;;
     summarize)
       [ -f "$CKPT/config.json" ] || python3 -m models.random_checkpoint --size 8b --out "$CKPT" \

@@ -293,8 +293,9 @@ class SamplingParams:
         top_p 0.95, top_k 20.
 
         Raises:
-            ValueError: if the file is not valid JSON or holds a value out of range (the message
-                names the file), an override names no field, or an override is out of range.
+            ValueError: if the file is not valid JSON or holds a value out of range that no
+                override replaces (the message names the file), an override names no field, or
+                an override is out of range.
         """
         names = {f.name for f in fields(cls)}
         unknown = set(overrides) - names
@@ -302,9 +303,10 @@ class SamplingParams:
             raise ValueError(f"unknown sampling option(s): {', '.join(sorted(unknown))}")
         path = Path(folder) / "generation_config.json" if folder is not None else None
         values = read_sampling_defaults(path) if path is not None else {}
-        try:  # a bad value in the file: say which file
-            cls(**values)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        try:  # a bad value in the file that no override replaces: say which file
+            cls(**{k: v for k, v in values.items() if k not in given})
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update(given)
         return cls(**values)

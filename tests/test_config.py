@@ -90,6 +90,15 @@ def test_generation_config_temperature_out_of_range(tmp_path):
         SamplingParams.from_generation_config(tmp_path)
 
 
+def test_a_bad_value_in_generation_config_that_a_flag_replaces_is_not_an_error(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": -1,
+                                                                 "top_k": 7}))
+    p = SamplingParams.from_generation_config(tmp_path, temperature=0.5)
+    assert p.temperature == 0.5 and p.top_k == 7
+    with pytest.raises(ValueError, match=r"generation_config\.json: temperature must be"):
+        SamplingParams.from_generation_config(tmp_path, top_k=3)  # not the bad one
+
+
 def test_from_generation_config(tmp_path):
     (tmp_path / "generation_config.json").write_text(json.dumps(
         {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
