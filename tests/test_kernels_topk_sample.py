@@ -255,18 +255,25 @@ def test_fused_path_is_taken_only_for_top_k_sampling_without_penalty(monkeypatch
     assert not use(cuda, qwen3, None)
 
 
-@pytest.mark.parametrize("limit", [1100, 5000])  # 5000 > V: masks nothing
-def test_sample_through_the_kernels_equals_the_torch_path(monkeypatch, limit):
-    real_use, real_sample = sampling._use_fused_topk, sampling.topk_sample
+def kernels_on_cpu(monkeypatch, name: str) -> list:
+    """``infer.sampling`` taking the kernels for CPU logits as for CUDA ones; returns the list of
+    the ``vocab_limit`` each call of ``sampling.<name>`` (``topk_sample``/``topk_verify``) got."""
+    real_use, real = sampling._use_fused_topk, getattr(sampling, name)
     calls = []
 
     def spy(*args):
         calls.append(args[-1])
-        return real_sample(*args)
+        return real(*args)
 
     monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, params, presence: real_use(
         SimpleNamespace(is_cuda=True, shape=logits.shape), params, presence))
-    monkeypatch.setattr(sampling, "topk_sample", spy)
+    monkeypatch.setattr(sampling, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("limit", [1100, 5000])  # 5000 > V: masks nothing
+def test_sample_through_the_kernels_equals_the_torch_path(monkeypatch, limit):
+    calls = kernels_on_cpu(monkeypatch, "topk_sample")
     g = torch.Generator().manual_seed(8)
     x = torch.randn(6, 1200, generator=g) * 2
     x[2, 9] = NAN
@@ -282,16 +289,7 @@ def test_sample_through_the_kernels_equals_the_torch_path(monkeypatch, limit):
 
 
 def test_verify_sample_through_the_kernels_equals_the_torch_path(monkeypatch):
-    real_use, real_verify = sampling._use_fused_topk, sampling.topk_verify
-    calls = []
-
-    def spy(*args):
-        calls.append(args[-1])
-        return real_verify(*args)
-
-    monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, params, presence: real_use(
-        SimpleNamespace(is_cuda=True, shape=logits.shape), params, presence))
-    monkeypatch.setattr(sampling, "topk_verify", spy)
+    calls = kernels_on_cpu(monkeypatch, "topk_verify")
     x = torch.randn(12, 800, generator=torch.Generator().manual_seed(9)) * 3
     drafts = verify_drafts(x, 700)
     p = SamplingParams(temperature=0.6, top_k=20, top_p=0.95)
