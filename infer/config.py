@@ -200,6 +200,11 @@ class EngineConfig:
         return pool_pages(self.ctx, self.page_size, self.max_batch)
 
 
+def _is_number(x, kinds=(int, float)) -> bool:
+    """``x`` is one of ``kinds`` and not a bool (JSON's true/false are Python ints)."""
+    return isinstance(x, kinds) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick each next token (applied in this order, as in HF transformers).
@@ -236,23 +241,23 @@ class SamplingParams:
 
     def __post_init__(self):
         t = self.temperature
-        if not isinstance(t, (int, float)) or not 0 <= t <= MAX_TEMPERATURE:  # NaN fails too
+        if not _is_number(t) or not 0 <= t <= MAX_TEMPERATURE:  # NaN fails too
             raise OptionError("temperature", f"must be a number from 0 to {MAX_TEMPERATURE:g} "
                                              f"(0 = greedy), got {t!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
+        if not _is_number(self.top_k, int) or self.top_k < 0:
             raise OptionError("top_k", f"must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+        if not (_is_number(self.top_p) and 0 < self.top_p <= 1):
             raise OptionError("top_p", f"must be in (0, 1] (1 = off), got {self.top_p!r}")
-        if not (isinstance(self.min_p, (int, float)) and 0 <= self.min_p <= 1):
+        if not (_is_number(self.min_p) and 0 <= self.min_p <= 1):
             raise OptionError("min_p", f"must be in [0, 1] (0 = off), got {self.min_p!r}")
         pp = self.presence_penalty
-        if not (isinstance(pp, (int, float)) and -2 <= pp <= 2):
+        if not (_is_number(pp) and -2 <= pp <= 2):
             raise OptionError("presence_penalty", f"must be in [-2, 2] (0 = off), got {pp!r}")
-        if self.seed is not None and (not isinstance(self.seed, int)
+        if self.seed is not None and (not _is_number(self.seed, int)
                                       or not 0 <= self.seed <= MAX_SEED):
             raise OptionError("seed", f"must be an integer from 0 to {MAX_SEED} (2**63 - 1), "
                                       f"got {self.seed!r}")
-        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
+        if self.max_new_tokens is not None and (not _is_number(self.max_new_tokens, int)
                                                 or self.max_new_tokens < 1):
             raise OptionError("max_new_tokens", f"must be an integer >= 1, "
                                                 f"got {self.max_new_tokens!r}")

@@ -43,7 +43,7 @@ import torch
 
 from infer.config import MAX_BATCH, SamplingParams
 from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
-from infer.sampling import resolve_seed, sample, verify_sample
+from infer.sampling import sample, seed_generator, verify_sample
 from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
 
@@ -198,7 +198,7 @@ class GraphRunner:
         self._gen = None
         if not params.greedy:
             self._gen = self.generator
-            self._gen.manual_seed(resolve_seed(params.seed))
+            seed_generator(self._gen, params.seed)
         self._ticket += 1
         presence = b.presence[:len(pages)] if params.presence_penalty else None
         return self._ticket, self._gen, presence

@@ -62,7 +62,12 @@ def make_generator(seed: int | None, device: torch.device | str) -> torch.Genera
     first (``lo ^ (hi * 0x9E3779B1 mod 2**32)``: seeds below 2**32 unchanged, and seeds with the
     same low bits and different high bits kept apart). CUDA's Philox takes all 64 bits.
     """
-    g = torch.Generator(device=device)
+    return seed_generator(torch.Generator(device=device), seed)
+
+
+def seed_generator(g: torch.Generator, seed: int | None) -> torch.Generator:
+    """``g`` seeded with ``seed`` (a fresh random seed if None), the high 32 bits folded in on
+    the CPU (``make_generator``); returns ``g``."""
     s = resolve_seed(seed)
     if g.device.type == "cpu":
         s = (s & 0xFFFFFFFF) ^ (((s >> 32) * 0x9E3779B1) & 0xFFFFFFFF)

@@ -74,6 +74,17 @@ def test_json_records_the_sampling_and_its_seed_reproduces_the_reply(tiny_ckpt, 
     assert [p["summary"] for p in rerun["parts"]] == [p["summary"] for p in first["parts"]]
 
 
+def test_seeds_differing_above_32_bits_give_different_replies_on_the_cpu(tiny_ckpt):
+    """The decode path reseeds the runner's CPU generator through
+    ``infer.sampling.seed_generator`` (torch's CPU generator keeps only the low 32 bits)."""
+    def text(seed: int) -> str:
+        return ok_json(invoke("generate", tiny_ckpt, "Hello there", *FAST, "--max-new-tokens",
+                              "8", "--seed", str(seed), "--json"))["text"]
+
+    assert text(1) != text(1 + 2**32)
+    assert text(2**63 - 1) == text(2**63 - 1)
+
+
 def test_json_rounds_times_to_ms_and_rates_to_a_tenth(tiny_ckpt):
     obj = ok_json(invoke("generate", tiny_ckpt, "Hello there", *FAST, "--max-new-tokens", "5",
                          "--json"))

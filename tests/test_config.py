@@ -90,6 +90,19 @@ def test_generation_config_temperature_out_of_range(tmp_path):
         SamplingParams.from_generation_config(tmp_path)
 
 
+@pytest.mark.parametrize("field", ["temperature", "top_k", "top_p", "min_p", "presence_penalty",
+                                   "seed", "max_new_tokens"])
+def test_json_booleans_are_not_numbers(field, tmp_path):
+    """JSON's true/false are Python ints: ``{"top_k": true}`` would reach torch.topk."""
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: True})
+    (tmp_path / "generation_config.json").write_text(json.dumps({field: True}))
+    if field in ("seed", "max_new_tokens"):
+        return  # not read from the file
+    with pytest.raises(ValueError, match=rf"generation_config\.json: {field} must"):
+        SamplingParams.from_generation_config(tmp_path)
+
+
 def test_a_bad_value_in_generation_config_that_a_flag_replaces_is_not_an_error(tmp_path):
     (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": -1,
                                                                  "top_k": 7}))
