@@ -7,6 +7,8 @@ engine's ``GraphRunner``: captured CUDA graphs on CUDA, the same step eagerly el
 ``--steps`` steps with CUDA events, and profile as many more with ``torch.profiler``. JSON lines:
 
 - ``kernel``: per kernel name, its mean time per step (us), calls per step, share of busy time;
+- ``gap`` (CUDA): the largest idle intervals a step has, by the kernels on either side
+  (``benchmarks/kernel_gaps.py``);
 - ``step``: ``step_wall_us`` (steps back to back, events around them, no profiler),
   ``gpu_busy_us`` (union of the kernels' intervals per step), ``gap_us`` = wall - busy (the
   drain and ramp-up between kernels, plus launch gaps), ``kernels_per_step``,
@@ -49,6 +51,7 @@ from types import SimpleNamespace
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.kernel_gaps import idle_gaps
 from infer import Engine, EngineConfig, SamplingParams
 from infer.meta import grow_pages
 from kernels import pdl_chain
@@ -210,6 +213,8 @@ def profile_one(eng: Engine, ids: list[int], ctx: int, steps: int, warmup: int,
     ceiling = eng.ceiling_tokens_per_s(mean_cached)
     ceiling_us = None if ceiling is None else 1e6 / ceiling
     out = [{"what": "kernel", **base, "mode": mode, **k} for k in kernels]
+    out += [{"what": "gap", **base, "mode": mode, **g} for g in
+            (idle_gaps(events, steps) if cuda else [])]
     out.append({"what": "step", **base, "mode": mode, "timed_mode": "graph" if graphs else "eager",
                 "kernel_names": bool(kernels), "note": note,
                 "layers": mc.num_hidden_layers, "mean_cached": mean_cached,

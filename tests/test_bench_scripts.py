@@ -2,11 +2,13 @@
 ``benchmarks/profile_decode.py`` (issue 16's decode-step profile),
 ``benchmarks/load_weights.py`` (weight loading GB/s), ``benchmarks/profile_prefill.py`` (the
 prefill by kernel kind); and the argument parsing of ``benchmarks/gemv.py``'s tile sweep. Their
-JSON lines keep their keys."""
+JSON lines keep their keys. ``benchmarks/kernel_gaps.py`` (a step's idle time by its neighbouring
+kernels) on a synthetic timeline."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -178,3 +180,31 @@ def test_gemv_tile_sweep_parses_its_tiles():
     for bad in ("16x128", "16x128x3x4x2", "16xax3", "0x128x3"):
         with pytest.raises(ValueError, match=bad):
             parse_tiles(bad)
+
+
+def _event(name: str, start: float, end: float) -> SimpleNamespace:
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end))
+
+
+def test_kernel_gaps_charge_each_idle_interval_to_its_neighbours():
+    from benchmarks.kernel_gaps import idle_gaps
+
+    step = [("gemv", 0, 10), ("norm", 9, 12),  # overlapping (PDL): no gap between them
+            ("gemv", 15, 20),  # 3 us after norm ended the stretch
+            ("long", 20, 40), ("short", 21, 25),  # 'long' ends the stretch, not 'short'
+            ("topk", 45, 47), ("topk", 50, 52)]  # 5 after 'long', 3 between the two topk
+    events = [_event(n, s + 100 * i, e + 100 * i) for i in range(2) for n, s, e in step]
+    gaps = idle_gaps(events, steps=2)
+    by_pair = {(g["before"], g["after"]): g for g in gaps}
+    assert by_pair[("long", "topk")] == {"before": "long", "after": "topk", "us_per_step": 5.0,
+                                         "per_step": 1.0}
+    assert by_pair[("norm", "gemv")]["us_per_step"] == 3.0
+    assert by_pair[("topk", "topk")]["us_per_step"] == 3.0
+    assert by_pair[("topk", "gemv")] == {"before": "topk", "after": "gemv",
+                                         "us_per_step": 24.0, "per_step": 0.5}  # 52 -> 100
+    assert ("short", "topk") not in by_pair and ("gemv", "norm") not in by_pair
+    assert [g["us_per_step"] for g in gaps] == sorted((g["us_per_step"] for g in gaps),
+                                                      reverse=True)
+    assert len(idle_gaps(events, steps=2, top=2)) == 2 and idle_gaps([], steps=1) == []
+    with pytest.raises(ValueError, match="steps"):
+        idle_gaps(events, steps=0)
