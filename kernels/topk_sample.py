@@ -8,7 +8,7 @@ read once, in their own dtype, and the rest works on candidates:
 - Stage 1, grid ``(N, P)`` with ``P = cdiv(V, BLOCK)``: program ``(r, p)`` takes columns
   ``[p * BLOCK, (p + 1) * BLOCK)`` of row ``r`` and writes its k best as int64 keys into a
   workspace ``[N, P * k]``. A key packs the float32 value (its bits mapped to an order-preserving
-  int32, -0 read as +0) above ``2**32 - 1 - column``, so one int64 max is the largest value and,
+  int32, -0 read as +0) above ``2**31 - 1 - column``, so one int64 max is the largest value and,
   among equal values, the smallest column (``torch.argmax``'s tie rule); k such maxima, each
   taking its element out, give the k best. Ids ``>= vocab_limit`` enter as -inf (as in the torch
   path's mask); a NaN or a +inf among the allowed ids makes the block write ``BAD_KEY``, which
@@ -189,8 +189,7 @@ def topk_sample(logits: torch.Tensor, noise: torch.Tensor, top_k: int, temperatu
     Raises:
         ValueError: a shape, dtype, device or range above not met.
     """
-    tok, probs, ids = _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit)
-    return tok, probs, ids
+    return _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit)
 
 
 def topk_verify(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, noise: torch.Tensor,
