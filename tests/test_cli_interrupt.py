@@ -147,6 +147,24 @@ def test_ctrl_c_in_triton_import_before_the_parts_is_the_parts_result(tiny_ckpt,
     assert line.startswith("interrupted summarizing the parts: 0 of "), result.stderr
 
 
+def test_ctrl_c_in_the_parts_records_their_seed(tiny_ckpt, texts_dir, monkeypatch):
+    """A summary in parts cut by Ctrl-C after the parts began: its JSON object records the
+    sampling (the seed drawn for the parts), so the parts finished can be reproduced."""
+    import json
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("infer.ui.summary_view.Summarizer.run", ctrl_c)
+    result = invoke("summarize", texts_dir / "pep-0498-literal-string-interpolation.txt",
+                    "--model", tiny_ckpt, "--device", "cpu", "--ctx", "2k", "--part-tokens", "16",
+                    "--max-new-tokens", "16", "--temperature", "0.7", "--json")
+    assert result.exit_code == 130, result.output
+    obj = json.loads(result.stdout)
+    assert obj["interrupted"] and obj["split"] and obj["parts"] == []
+    assert obj["sampling"]["temperature"] == 0.7 and isinstance(obj["sampling"]["seed"], int)
+
+
 def test_sigint_deferred_holds_a_ctrl_c_until_the_block_is_done():
     """``import_torch`` runs torch's import under ``sigint_deferred``: a Ctrl-C that came in the
     middle of it (swallowed there before: the command ran on and exited 0) is a KeyboardInterrupt

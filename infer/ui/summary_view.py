@@ -62,7 +62,7 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
                          f"of {counted(cfg.ctx, 'token')}, and cannot be summarized in parts: "
                          f"{e}") from None
     # Ctrl-C from here on: the interrupted result (_interrupted), whatever stage it cuts
-    pieces = engine = load_s = sm = width = None
+    pieces = engine = load_s = sm = width = sampling = None
     try:
         with ui.status("splitting the text ..."):
             pieces = split_text(text, tok, limit)
@@ -91,7 +91,8 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     except (KeyboardInterrupt, ImportError) as e:  # an interrupted reply, not an error
         if not is_ctrl_c(e):  # (an ImportError: triton's, as the engine loads)
             raise
-        _interrupted(ui, cfg, engine, load_s, _result(extra, pieces, width, sm), pieces, sm)
+        _interrupted(ui, cfg, engine, load_s, _result(extra, pieces, width, sm), pieces, sm,
+                     sampling)
     check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
     extra, suffix = _result(extra, pieces, width, sm)
     reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)
@@ -118,11 +119,12 @@ def _result(extra: dict, pieces: list[str] | None, width: int | None,
 
 
 def _interrupted(ui: UI, cfg, engine, load_s: float | None, result: tuple[dict, str],
-                 pieces: list[str] | None, sm: Summarizer | None) -> None:
+                 pieces: list[str] | None, sm: Summarizer | None, sampling=None) -> None:
     """Ctrl-C from the split on: the result as a one-part summary cut by Ctrl-C shows it (the
     ``--json`` object with ``result``'s fields, the parts finished; or a stats line with its
     suffix), for a final reply that never began (no prompt, no tokens, ``interrupted``).
-    ``engine`` None: it was not built yet, the object's header is ``cfg``'s.
+    ``engine`` None: it was not built yet, the object's header is ``cfg``'s. ``sampling``: the
+    parts' ``SamplingParams`` (their seed reproduces the parts finished), None before it was set.
 
     Raises:
         typer.Exit(130): always, after the result.
@@ -132,6 +134,7 @@ def _interrupted(ui: UI, cfg, engine, load_s: float | None, result: tuple[dict, 
         obj = reply_record("summarize", engine, empty_reply(0), load_s, cfg=cfg,
                            warm_cut=ui.startup.warming, **extra)
         obj["prompt_tokens"] = None  # the final reply's prompt was never formed: unknown
+        obj["sampling"] = sampling.record() if sampling is not None else None
         ui.emit_json(obj)
     else:
         done = 0 if sm is None else sum(p.level == 0 for p in sm.parts)
