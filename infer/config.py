@@ -9,6 +9,7 @@ the CLI names the flag instead (``--page-size must be ...``). Style after mini-s
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -200,6 +201,11 @@ class EngineConfig:
         return pool_pages(self.ctx, self.page_size, self.max_batch)
 
 
+def draw_seed() -> int:
+    """A fresh seed from the OS's entropy, in 0..``MAX_SEED``."""
+    return random.SystemRandom().randrange(MAX_SEED + 1)
+
+
 def _is_number(x, kinds=(int, float)) -> bool:
     """``x`` is one of ``kinds`` and not a bool (JSON's true/false are Python ints)."""
     return isinstance(x, kinds) and not isinstance(x, bool)
@@ -272,9 +278,7 @@ class SamplingParams:
         knows the seed that reproduces it. Greedy: unchanged (the seed is unused)."""
         if self.greedy or self.seed is not None:
             return self
-        import random  # the OS's entropy, as infer.sampling.resolve_seed
-
-        return replace(self, seed=random.SystemRandom().randrange(MAX_SEED + 1))
+        return replace(self, seed=draw_seed())
 
     def record(self) -> dict:
         """The sampling fields for a JSON record: temperature, top_k, top_p, min_p,

@@ -32,11 +32,9 @@ token is then distributed exactly as p.
 
 from __future__ import annotations
 
-import random
-
 import torch
 
-from infer.config import SamplingParams
+from infer.config import SamplingParams, draw_seed
 from kernels.greedy import NON_FINITE, greedy_tokens  # NON_FINITE: re-exported, its home is there
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
 
@@ -50,8 +48,8 @@ FUSED_TOPK = True
 
 
 def resolve_seed(seed: int | None) -> int:
-    """``seed``, or a fresh random seed (from the OS) if None."""
-    return seed if seed is not None else random.SystemRandom().randrange(2**63)
+    """``seed``, or a fresh random seed (``infer.config.draw_seed``) if None."""
+    return seed if seed is not None else draw_seed()
 
 
 def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator:
