@@ -9,7 +9,9 @@ attends the step's queries to every cached position of their sequence, causally,
   with ``kernels/combine.py``, ``kernels/prefill_attention.py``); the default on CUDA. It can also
   attend with the step's K/V already stored by the caller (``layer_cache`` + ``attend_stored``,
   ``models.qwen3.StoredKVAttention``): the model's fused path then stores them in its q/k-norm +
-  RoPE launch (``kernels/qk_norm_rope_store.py``) and this backend launches no store.
+  RoPE launch (``kernels/qk_norm_rope_store.py``) and this backend launches no store. And it
+  can take the step's raw q, k and v (``attend_prologue``): a decode step's q/k-norm + RoPE and
+  KV store then run inside decode stage 1 (``kernels/decode_prologue.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from kernels.decode_attention import (
     default_num_splits,
     slab_capacity,
 )
+from kernels.decode_prologue import DecodePrologue
 from kernels.prefill_attention import prefill_attention
+from kernels.qk_norm_rope import qk_norm_rope
 from kernels.store_kv import store_kv
 from kernels.tiles import decode_tiles
 
@@ -125,17 +129,42 @@ class TritonAttention:
         """
         return self._attend(self.pool.layer(layer_idx), q, meta, q_from_predecessor=True)
 
+    def attend_prologue(self, layer_idx: int, q: torch.Tensor, prologue: DecodePrologue,
+                        meta: AttnMeta) -> torch.Tensor:
+        """One layer's attention for one step from its raw q ([T, Hq, D], before q-norm and
+        RoPE) and ``prologue`` (the raw k and v, the norm and RoPE parameters, the slots): a
+        decode step's stage 1 normalizes, rotates and stores them itself
+        (``kernels.decode_prologue``); any other step (a prefill chunk, sequences of unequal
+        lengths) runs ``qk_norm_rope``, the store and attention as three launches. Returns
+        [T, Hq, D] in q's dtype."""
+        cache = self.pool.layer(layer_idx)
+        if self._is_decode(q, meta):
+            return self._attend(cache, q, meta, q_from_predecessor=False, prologue=prologue)
+        p = prologue
+        q, k = qk_norm_rope(q, p.k, p.q_weight, p.k_weight, p.eps, p.positions, p.inv_freq,
+                            p.attention_factor)
+        store_kv(k, p.v, cache.k, cache.v, p.slot_mapping, cache.k_scale, cache.v_scale)
+        return self._attend(cache, q, meta, q_from_predecessor=False)
+
+    @staticmethod
+    def _is_decode(q: torch.Tensor, meta: AttnMeta) -> bool:
+        """Whether the step takes the decode kernel: every sequence adds the same n <= 16."""
+        n = meta.max_query_len
+        return n <= MAX_DECODE_QUERIES and q.shape[0] == n * meta.num_seqs
+
     def _attend(self, cache: LayerCache, q: torch.Tensor, meta: AttnMeta,
-                q_from_predecessor: bool) -> torch.Tensor:
-        """Decode or prefill attention of q to ``cache`` (this step's K/V already stored)."""
-        n, num_seqs = meta.max_query_len, meta.num_seqs
-        if n <= MAX_DECODE_QUERIES and q.shape[0] == n * num_seqs:
+                q_from_predecessor: bool, prologue: DecodePrologue | None = None
+                ) -> torch.Tensor:
+        """Decode or prefill attention of q to ``cache`` (this step's K/V already stored, or
+        stored by a decode step's ``prologue``)."""
+        n = meta.max_query_len
+        if self._is_decode(q, meta):
             return decode_attention(
                 q, cache.k, cache.v, meta.seq_lens, meta.page_table, num_queries=n,
                 sm_scale=self.sm_scale, k_scale=cache.k_scale, v_scale=cache.v_scale,
                 num_splits=self.num_splits, workspace=self.workspace,
                 slab_rows=meta.slab_rows if n == 1 else None,
-                q_from_predecessor=q_from_predecessor)
+                q_from_predecessor=q_from_predecessor, prologue=prologue)
         return prefill_attention(
             q, cache.k, cache.v, meta.seq_lens, meta.query_start_loc, meta.page_table,
             max_query_len=n, sm_scale=self.sm_scale, k_scale=cache.k_scale,

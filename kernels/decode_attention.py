@@ -27,6 +27,7 @@ from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's pu
     DecodeWorkspace,
     default_num_splits,
 )
+from kernels.decode_prologue import DecodePrologue, prologue_args
 from kernels.decode_split import _decode_split_kernel
 from kernels.device import supports_pdl
 from kernels.tiles import DecodeTiles, decode_tiles
@@ -41,7 +42,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      workspace: DecodeWorkspace | None = None, out: torch.Tensor | None = None,
                      tiles: DecodeTiles | None = None,
                      slab_rows: torch.Tensor | None = None,
-                     q_from_predecessor: bool = False) -> torch.Tensor:
+                     q_from_predecessor: bool = False,
+                     prologue: DecodePrologue | None = None) -> torch.Tensor:
     """Causal attention of each sequence's ``n`` new queries to its paged K/V (split-KV decode).
 
     Args:
@@ -51,7 +53,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         k_cache, v_cache: contiguous [num_pages, kv_heads, page_size, head_dim] in q's dtype or
             int8 (an int8 ``v_cache`` holds transposed pages, [num_pages, kv_heads, head_dim,
             page_size]: ``infer/kv_pool.py``). The step's own K/V must already be stored
-            (``kernels.store_kv``).
+            (``kernels.store_kv``), unless ``prologue`` stores them.
         seq_lens: contiguous int32 [B] cached positions per sequence including this step's ``n``;
             a 0 marks a padding sequence, whose output rows are exact zeros.
         page_table: int32 [B, max_pages] page ids, row-contiguous; entries past
@@ -83,6 +85,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q_from_predecessor: q was written by the kernel launched just before this call (e.g.
             ``kernels.qk_norm_rope_store``): with PDL, stage 1 waits for that kernel before it
             loads q instead of walking earlier keys first (results unchanged).
+        prologue: a ``kernels.decode_prologue.DecodePrologue``, or None. Given, ``q`` is the
+            raw q (before q-norm and RoPE; any row and head strides) and stage 1 normalizes and
+            rotates q and the prologue's k itself and stores the step's K/V at its
+            ``slot_mapping`` before reading them: the work of ``kernels.qk_norm_rope`` and
+            ``kernels.store_kv`` in this launch (with PDL, after waiting for the kernel before).
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -100,7 +107,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     o_part, lse, tiles = _stage1(
         q, k_cache, v_cache, seq_lens, page_table, num_queries=num_queries, sm_scale=sm_scale,
         k_scale=k_scale, v_scale=v_scale, num_splits=num_splits, workspace=workspace,
-        tiles=tiles, slab_rows=slab_rows, q_from_predecessor=q_from_predecessor)
+        tiles=tiles, slab_rows=slab_rows, q_from_predecessor=q_from_predecessor,
+        prologue=prologue)
     if seq_lens.shape[0] == 0:
         return out
     return combine(o_part, lse, out, pdl=tiles.pdl)
@@ -123,7 +131,7 @@ def slab_capacity(group: int) -> int:
 
 def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scale=None,
             k_scale=None, v_scale=None, num_splits=None, workspace=None, tiles=None,
-            slab_rows=None, q_from_predecessor=False):
+            slab_rows=None, q_from_predecessor=False, prologue=None):
     """Stage 1's checks and launch; returns ``(o_part, lse, tiles used)``."""
     if q.dim() != 3 or q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"q must be float16/bfloat16/float32 [B * n, q_heads, head_dim], got "
@@ -156,7 +164,8 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
     check_contiguous("decode_attention", seq_lens=seq_lens)
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
-    else:
+    extra = prologue_args(prologue, q, k_cache, v_cache, k_scale, v_scale)
+    if not is_int8:
         k_scale, v_scale = k_cache, v_cache  # placeholders, never read (IS_INT8=False)
 
     group = q_heads // kv_heads
@@ -207,7 +216,8 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
         NUM_SPLITS=num_splits, IS_INT8=is_int8, INT8_MAGIC=int8_magic if is_int8 else 0,
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
         Q_AFTER_WAIT=use_pdl and bool(q_from_predecessor),
-        LAZY_RESCALE=bool(tiles.lazy_rescale), num_warps=tiles.num_warps,
+        LAZY_RESCALE=bool(tiles.lazy_rescale), **extra,
+        num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),
     )

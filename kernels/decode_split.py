@@ -78,6 +78,7 @@ import triton
 import triton.language as tl
 
 from kernels.decode_block import _attend_block
+from kernels.decode_prologue import norm_rope_rows, rope_cos_sin, store_new_kv
 
 _LN2 = tl.constexpr(0.6931471805599453)
 
@@ -85,7 +86,7 @@ _LN2 = tl.constexpr(0.6931471805599453)
 # the page-table and lse strides vary with the step's layout but not the code (module notes)
 @triton.jit(do_not_specialize=["stride_pt", "stride_lb", "stride_lh", "stride_ls"])
 def _decode_split_kernel(
-    q_ptr,  # [B * NUM_QUERIES, Hq, D]
+    q_ptr,  # [B * NUM_QUERIES, Hq, D]; PROLOGUE: before q-norm and RoPE
     k_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
     v_ptr,  # [num_pages, Hkv, PAGE_SIZE, D]; int8: [num_pages, Hkv, D, PAGE_SIZE]
     k_scale_ptr,  # float32 [num_pages, Hkv, PAGE_SIZE] (INT8 only)
@@ -100,6 +101,11 @@ def _decode_split_kernel(
     stride_pt,
     stride_ob, stride_oh, stride_os, stride_or,
     stride_lb, stride_lh, stride_ls,
+    # PROLOGUE only (kernels/decode_prologue.py): the step's raw k and v [T, Hkv, D], the
+    # q_norm / k_norm weights [D], positions int64 [T], inv_freq float32 [D / 2], slots int64 [T]
+    k_new_ptr, v_new_ptr, qw_ptr, kw_ptr, pos_ptr, inv_freq_ptr, slot_ptr,
+    eps, attention_factor,
+    stride_kt, stride_kh, stride_vt, stride_vh,
     NUM_KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,
     NUM_QUERIES: tl.constexpr,
@@ -115,6 +121,8 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
     Q_AFTER_WAIT: tl.constexpr,  # USE_PDL only: the predecessor writes q, wait before loading it
     LAZY_RESCALE: tl.constexpr,
+    PROLOGUE: tl.constexpr = False,  # q/k-norm + RoPE and the step's K/V store, in here
+    PRECISE_TRIG: tl.constexpr = False,  # PROLOGUE: libdevice cos/sin (GPU), else tl.cos/sin
 ):
     if USE_PDL:
         # our dependent (the combine) may launch now; it waits for us in turn
@@ -149,9 +157,33 @@ def _decode_split_kernel(
         out_row = b * stride_ob + rows * stride_or
         lse_row = b * stride_lb + rows
     q_off = q_row * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
-    if Q_AFTER_WAIT:
-        tl.extra.cuda.gdc_wait()  # q (and this step's K/V) come from the predecessor
-    q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_valid[:, None], other=0.0)
+    if PROLOGUE:
+        # the step's tokens of this program: tok0 .. tok0 + n_tok - 1 (kernels/decode_prologue)
+        if SLAB > 1:
+            tok0 = b
+            n_tok = count
+        else:
+            tok0 = b * NUM_QUERIES
+            n_tok = NUM_QUERIES
+        dt = q_ptr.dtype.element_ty
+        # the first token's cos/sin before the wait: positions, inv_freq are no chain output
+        cos0, sin0 = rope_cos_sin(tl.load(pos_ptr + tok0), inv_freq_ptr, attention_factor,
+                                  HEAD_DIM, dt, PRECISE_TRIG)
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()  # q, k and v: the qkv projection's output
+        q = norm_rope_rows(q_ptr + q_off, row_valid & (t == 0), qw_ptr, cos0, sin0, eps,
+                           HEAD_DIM)
+        for i in range(1, n_tok):  # the rows of the other tokens, one token at a time
+            cos_i, sin_i = rope_cos_sin(tl.load(pos_ptr + tok0 + i), inv_freq_ptr,
+                                        attention_factor, HEAD_DIM, dt, PRECISE_TRIG)
+            q_i = norm_rope_rows(q_ptr + q_off, row_valid & (t == i), qw_ptr, cos_i, sin_i, eps,
+                                 HEAD_DIM)
+            q = tl.where((t == i)[:, None], q_i, q)
+    else:
+        if Q_AFTER_WAIT:
+            tl.extra.cuda.gdc_wait()  # q (and this step's K/V) come from the predecessor
+        q = tl.load(q_ptr + q_off[:, None] + offs_d[None, :], mask=row_valid[:, None],
+                    other=0.0)
     if IS_INT8 and INT8_MAGIC != 0 and q.dtype != tl.float32:
         q = q.to(tl.float16)  # the codes become exact float16: dot in float16
 
@@ -166,6 +198,13 @@ def _decode_split_kernel(
     v_head_ptr = v_ptr + h * (PAGE_SIZE * HEAD_DIM)
     ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
     vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
+    if PROLOGUE:
+        # this split's new keys and values into the pool before its blocks are read
+        store_new_kv(tok0, first, n_tok, start * BLOCK_N, end * BLOCK_N, cos0, sin0, pos_ptr,
+                     inv_freq_ptr, attention_factor, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps,
+                     stride_kt, stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr,
+                     ks_head_ptr, vs_head_ptr, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, IS_INT8,
+                     PRECISE_TRIG)
 
     acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)
@@ -175,7 +214,10 @@ def _decode_split_kernel(
             acc, m_i, l_i, q, blk, seq_len, qpos, pt_row_ptr, k_head_ptr, v_head_ptr,
             ks_head_ptr, vs_head_ptr, qk_scale, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, BLOCK_N,
             False, IS_INT8, INT8_MAGIC, DOT_PREC, LAZY_RESCALE)
-    if USE_PDL:
+    if PROLOGUE:
+        # this program's own stores of the step's K/V (above) before its loads of them
+        tl.debug_barrier()
+    elif USE_PDL:
         # launched early (programmatic dependent launch): wait until the previous kernel (the KV
         # store) has finished and its writes (this step's keys) are visible; the workspace
         # stores below also wait for it (a previous combine may still read the workspace)

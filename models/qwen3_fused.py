@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 import kernels.gemv
+from kernels.decode_prologue import DecodePrologue
 from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
 from kernels.gemv_norm import gemv_residual_norm, gemv_rstd
 from kernels.qk_norm_rope import qk_norm_rope
@@ -48,6 +49,13 @@ REDUCE_IN_NORM = True
 # ``benchmarks/decode_e2e.py --variants default,default+norm_in_gemv`` with this flag False,
 # or the shipped flags without it against ``default``).
 NORM_IN_GEMV = True
+# Whether a decode step's q/k-norm + RoPE and KV store run inside decode stage 1
+# (``kernels/decode_prologue.py``), for a backend that takes the raw q, k and v
+# (``attend_prologue``: ``infer.attention.TritonAttention``): two launches a layer fewer than
+# q/k-norm + RoPE, the store and stage 1. Not the unfused path's bits: a row's sum of squares
+# is reduced in another order. The A/B: ``benchmarks/decode_e2e.py --variants
+# default,default+attention_prologue`` with this flag False.
+ATTENTION_PROLOGUE = True
 
 
 def gemv_rows(x: torch.Tensor) -> bool:
@@ -62,15 +70,26 @@ def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True):
     return gemv(x, linear.weight, reduce=reduce) if gemv_rows(x) else linear(x)
 
 
+def attention_prologue(attn, qkv: torch.Tensor) -> bool:
+    """Whether the step of ``qkv`` [T, q + 2 kv] hands its raw q, k and v to ``attn``
+    (``ATTENTION_PROLOGUE``, a decode step of 1 to 16 tokens and a backend with
+    ``attend_prologue``)."""
+    return ATTENTION_PROLOGUE and gemv_rows(qkv) and hasattr(attn, "attend_prologue")
+
+
 def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta,
            kv_store: bool) -> torch.Tensor:
     """Attention of one decoder layer from its qkv projection [T, q + 2 kv]: q/k-norm + RoPE,
     then ``attn`` (``kv_store``: the same launch stores K/V into ``attn``'s pool, and
-    ``attn.attend_stored`` attends). Returns [T, q_size], before ``o_proj``."""
+    ``attn.attend_stored`` attends; ``attention_prologue``: ``attn`` does both inside decode
+    stage 1, ``kv_store`` unused). Returns [T, q_size], before ``o_proj``."""
     a = layer.self_attn
     q, k, v = a._split_qkv(qkv)
     norm_rope = (a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, positions,
                  rotary.inv_freq(qkv.device), rotary.attention_factor)
+    if attention_prologue(attn, qkv):
+        p = DecodePrologue(k, v, *norm_rope, meta.slot_mapping)
+        return attn.attend_prologue(a.layer_idx, q, p, meta).reshape(q.shape[0], a.q_size)
     if kv_store:
         cache = attn.layer_cache(a.layer_idx)
         q = qk_norm_rope_store(q, k, v, *norm_rope, cache.k, cache.v, meta.slot_mapping,

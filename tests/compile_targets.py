@@ -6,6 +6,7 @@ runs under TRITON_INTERPRET=1, where kernels cannot be compiled):
 For each kernel, the constexprs its launcher would pick on a GPU of that compute capability
 (``kernels.tiles.decode_tiles`` and ``default_num_splits`` for an INT8 pool at the Qwen3-8B shape
 on 132 SMs, stage 1 as after the fused q/k-norm + RoPE + KV store, ``models.qwen3.FUSED_KV_STORE``,
+and on a BF16 pool with the attention prologue, ``kernels/decode_prologue.py``;
 whose default-off PTX ``compile_ptx_digest.py`` checks; ``kernels.device.supports_pdl``
 decides programmatic dependent launch), and whether the PTX holds ``griddepcontrol`` (which exists
 from sm_90 on).
@@ -80,6 +81,17 @@ def main() -> None:
         INT8_MAGIC=tiles.int8_magic, DOT_PREC="tf32", USE_PDL=pdl and tiles.pdl,
         Q_AFTER_WAIT=pdl and tiles.pdl, LAZY_RESCALE=tiles.lazy_rescale), arch,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages, launch_pdl=pdl and tiles.pdl)
+    # stage 1 with the attention prologue (kernels/decode_prologue.py) on a BF16 pool, one token
+    POINTERS.update(k_ptr="*bf16", v_ptr="*bf16", k_new_ptr="*bf16", v_new_ptr="*bf16",
+                    qw_ptr="*bf16", kw_ptr="*bf16", pos_ptr="*i64")
+    bf16_tiles = decode_tiles(gpu, torch.bfloat16, page_size=64, rows=4)
+    prologue = compile_for(_decode_split_kernel, dict(
+        NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, SLAB=slab_capacity(4), HEAD_DIM=128,
+        PAGE_SIZE=64, BLOCK_N=bf16_tiles.block_n, ROWS=16, NUM_SPLITS=33, IS_INT8=False,
+        INT8_MAGIC=0, DOT_PREC="tf32", USE_PDL=pdl and bf16_tiles.pdl, Q_AFTER_WAIT=False,
+        LAZY_RESCALE=bf16_tiles.lazy_rescale, PROLOGUE=True, PRECISE_TRIG=True), arch,
+        types={"eps": "fp32", "attention_factor": "fp32"}, num_warps=bf16_tiles.num_warps,
+        num_stages=bf16_tiles.num_stages, launch_pdl=pdl and bf16_tiles.pdl)
     combine = compile_for(_combine_kernel, dict(
         NUM_KV_HEADS=8, GROUP=4, NUM_QUERIES=1, NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=256,
         BLOCK_D=16, USE_PDL=pdl), arch, num_warps=4, launch_pdl=pdl)
@@ -105,7 +117,8 @@ def main() -> None:
         for verify in (False, True)]
     print(json.dumps({"arch": arch, "pdl": pdl, **{
         name: "griddepcontrol" in k.asm["ptx"]
-        for name, k in (("stage1", stage1), ("combine", combine), ("store_kv", store),
+        for name, k in (("stage1", stage1), ("stage1_prologue", prologue),
+                        ("combine", combine), ("store_kv", store),
                         ("qk_norm_rope_store", fused), ("topk_sample", sampling[0]))},
         "topk_sample_compiled": all(k.asm["cubin"] for k in sampling)}))
 

@@ -2,7 +2,8 @@
 
 The interpreter runs the kernels' Python, not the compiler: an instruction that exists only on
 some GPUs (``griddepcontrol``, programmatic dependent launch, sm_90+) passes every CPU test and
-fails to compile on an older GPU. ``tests/compile_targets.py`` compiles stage 1, the combine, the
+fails to compile on an older GPU. ``tests/compile_targets.py`` compiles stage 1 (also with the
+attention prologue), the combine, the
 KV store and the fused q/k-norm + RoPE + KV store (and the top-k sampling kernels, which have no
 PDL) with the constexprs their launchers pick for a
 target, in a subprocess (this suite runs under TRITON_INTERPRET=1); ``tests/compile_pdl_chain.py``
@@ -31,7 +32,8 @@ def test_decode_kernels_compile_with_pdl_only_on_hopper(arch):
     assert run.returncode == 0, run.stderr[-2000:]
     res = json.loads(run.stdout.strip().splitlines()[-1])
     hopper = arch >= 90
-    assert res == {"arch": arch, "pdl": hopper, "stage1": hopper, "combine": hopper,
+    assert res == {"arch": arch, "pdl": hopper, "stage1": hopper, "stage1_prologue": hopper,
+                   "combine": hopper,
                    "store_kv": hopper, "qk_norm_rope_store": hopper, "topk_sample": False,
                    "topk_sample_compiled": True}
 

@@ -1,8 +1,9 @@
 """The model's fused KV store (``models.qwen3.FUSED_KV_STORE``: K/V stored by the q/k-norm + RoPE
-launch, ``kernels/qk_norm_rope_store.py``; as shipped on for INT8 pools only) on and off: the
-tiny Qwen3 through ``TritonAttention`` on the CPU gives the same logits and pool bit for bit, and
-so does, on a GPU (``-m gpu``), a 4-layer bfloat16 0.6B, also through the engine with CUDA graphs
-(the same greedy tokens). The shipped default: fused for INT8 decode steps only.
+launch, ``kernels/qk_norm_rope_store.py``; as shipped on for INT8 pools only, where the attention
+prologue, ``models.qwen3_fused.ATTENTION_PROLOGUE``, is off: the tests switch it off) on and off:
+the tiny Qwen3 through ``TritonAttention`` on the CPU gives the same logits and pool bit for bit,
+and so does, on a GPU (``-m gpu``), a 4-layer bfloat16 0.6B, also through the engine with CUDA
+graphs (the same greedy tokens). The shipped default: fused for INT8 decode steps only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def _model_steps(model, kv_cache, fused_store, monkeypatch):
     ``store_kv``."""
     import infer.attention as attention
     import models.qwen3 as qwen3
+    import models.qwen3_fused as fused
     c, dev = model.config, model.device
     pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, kv_cache,
                   model.dtype, dev)
@@ -36,6 +38,7 @@ def _model_steps(model, kv_cache, fused_store, monkeypatch):
 
     monkeypatch.setattr(qwen3, "FUSED_KV_STORE", fused_store)
     monkeypatch.setattr(qwen3, "FUSED_KV_STORE_INT8", False)  # FUSED_KV_STORE alone decides
+    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", False)  # else decode steps store in stage 1
     monkeypatch.setattr(attention, "store_kv", counted_store_kv)
     logits = fused_steps(model, attn, dev, ((5, 3), (1, 1)))
     return logits, pool, len(stores)
@@ -99,8 +102,10 @@ def test_gpu_engine_fused_store_equals_unfused(gpu_qwen3_4l, kv_cache, monkeypat
     from mock_engine import greedy_by_flag
 
     import models.qwen3 as qwen3
+    import models.qwen3_fused as fused
 
     monkeypatch.setattr(qwen3, "FUSED_KV_STORE_INT8", False)  # FUSED_KV_STORE alone decides
+    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", False)  # else decode steps store in stage 1
     out = greedy_by_flag(gpu_qwen3_4l, kv_cache, monkeypatch, qwen3, "FUSED_KV_STORE")
     assert len(out[False, False]) == 40
     assert out[True, True] == out[True, False] == out[False, True] == out[False, False]

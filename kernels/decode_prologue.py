@@ -1,0 +1,193 @@
+"""The step's q/k-norm + RoPE and its K/V store inside split-KV decode stage 1 (the prologue).
+
+Without it a decode layer runs three kernels between the qkv projection and the attention's
+combine: q/k-norm + RoPE (``kernels/qk_norm_rope.py``), the KV store (``kernels/store_kv.py``)
+and stage 1 (``kernels/decode_split.py``). With a ``DecodePrologue`` stage 1 takes the raw
+q, k and v (views into the qkv projection's output) and does the other two itself:
+
+- every program normalizes and rotates the q rows it attends (``norm_rope_rows``: a few KB from
+  L2, recomputed by each split of a (sequence, KV head));
+- the program whose key blocks hold a new token's position normalizes and rotates that token's
+  k, and stores it and the raw v into the pool at the token's slot (INT8 pools: codes and a
+  per-(token, head) scale, ``kernels/store_kv.py``'s quantization), before it walks those blocks.
+  The splits partition the blocks, so each new (token, KV head) is stored exactly once, by the
+  one program that reads it; a CTA barrier orders its stores before its own loads.
+
+Its cos/sin come from ``positions`` and ``inv_freq`` (no chain kernel writes them), so a stage 1
+launched early on the PDL chain computes those of its first token, a ``[HEAD_DIM]`` row, before it
+waits for the qkv projection. Steps of more tokens per program (a verify step's slab, a short
+prompt) loop over the rest after the wait, one token's rows at a time, so that no ``[rows,
+HEAD_DIM]`` table of angles is held (a one-warp INT8 program would spill it).
+
+Numerics: the element-wise steps, their roundings to the model dtype and the INT8 quantization
+are those of ``qk_norm_rope`` and ``store_kv``; the row's sum of squares is reduced over the whole
+row at once instead of over its two halves, so a row's rstd may differ from the unfused path's in
+its last float32 bit (the tests' tolerance). The rotate-half pairs are formed in the full
+``[rows, HEAD_DIM]`` layout: element ``d`` reads its partner at ``(d + HEAD_DIM / 2) % HEAD_DIM``,
+a second load of the same L2 lines, and takes ``-sin`` below the half, ``+sin`` above.
+
+Fusion after TensorRT-LLM's and FlashInfer's decode attention with RoPE applied inside the
+attention kernel ("pos_encoding_mode"), with Qwen3's q/k-norm and the paged KV write folded in as
+in ``kernels/qk_norm_rope_store.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from kernels.qk_norm_rope import _check_inputs as _check_qk_inputs
+from kernels.store_kv import _check_inputs as _check_store_inputs
+from kernels.store_kv import _quantize_rows
+
+
+class DecodePrologue(NamedTuple):
+    """What stage 1 needs to normalize, rotate and store the step's new tokens itself.
+
+    Attributes:
+        k, v: [T, kv_heads, head_dim] raw keys (before k-norm and RoPE) and values, q's dtype,
+            last dim contiguous (views into the qkv projection's output are fine).
+        q_weight, k_weight: [head_dim] the q_norm and k_norm weights, q's dtype.
+        eps: the RMSNorm epsilon.
+        positions: int64 [T], each token's position (RoPE).
+        inv_freq: float32 [head_dim // 2] (``models.rope.rope_parameters``).
+        attention_factor: multiplies cos and sin (YaRN's mscale; 1.0 without YaRN).
+        slot_mapping: int64 [T], the pool slot of each token (negative: nothing stored).
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    q_weight: torch.Tensor
+    k_weight: torch.Tensor
+    eps: float
+    positions: torch.Tensor
+    inv_freq: torch.Tensor
+    attention_factor: float
+    slot_mapping: torch.Tensor
+
+
+def prologue_args(prologue: DecodePrologue | None, q: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, k_scale: torch.Tensor | None,
+                  v_scale: torch.Tensor | None) -> dict:
+    """Stage 1's prologue parameters for ``prologue`` (None: placeholders, never read).
+
+    Raises:
+        ValueError: naming the argument, on what ``kernels.qk_norm_rope.qk_norm_rope`` or
+            ``kernels.store_kv.store_kv`` would reject for these tensors.
+    """
+    if prologue is None:
+        return dict(k_new_ptr=q, v_new_ptr=q, qw_ptr=q, kw_ptr=q, pos_ptr=q, inv_freq_ptr=q,
+                    slot_ptr=q, eps=0.0, attention_factor=1.0, stride_kt=0, stride_kh=0,
+                    stride_vt=0, stride_vh=0, PROLOGUE=False, PRECISE_TRIG=False)
+    p = prologue
+    _check_qk_inputs("decode_attention", q, p.k, p.q_weight, p.k_weight, p.positions, p.inv_freq)
+    _check_store_inputs("decode_attention", p.k, p.v, k_cache, v_cache, p.slot_mapping, k_scale,
+                        v_scale)
+    return dict(k_new_ptr=p.k, v_new_ptr=p.v, qw_ptr=p.q_weight, kw_ptr=p.k_weight,
+                pos_ptr=p.positions, inv_freq_ptr=p.inv_freq, slot_ptr=p.slot_mapping,
+                eps=float(p.eps), attention_factor=float(p.attention_factor),
+                stride_kt=p.k.stride(0), stride_kh=p.k.stride(1), stride_vt=p.v.stride(0),
+                stride_vh=p.v.stride(1), PROLOGUE=True,
+                PRECISE_TRIG=os.environ.get("TRITON_INTERPRET") != "1")
+
+
+@triton.jit
+def rope_cos_sin(pos, inv_freq_ptr, attention_factor, HEAD_DIM: tl.constexpr,
+                 DTYPE: tl.constexpr, PRECISE_TRIG: tl.constexpr):
+    """cos and sin of the angles at ``pos`` (int64, a scalar or [R]) for each element ``d`` of a
+    head row (pair ``d % (HEAD_DIM / 2)``), times ``attention_factor``, rounded to ``DTYPE`` and
+    returned as float32: [HEAD_DIM] for a scalar ``pos``, else [R, HEAD_DIM]. The math of
+    ``kernels.qk_norm_rope._rope_cos_sin``."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    inv = tl.load(inv_freq_ptr + offs_d % (HEAD_DIM // 2))
+    if len(pos.shape) == 0:
+        freqs = pos.to(tl.float32) * inv
+    else:
+        freqs = pos.to(tl.float32)[:, None] * inv[None, :]
+    if PRECISE_TRIG:
+        cos = libdevice.cos(freqs)
+        sin = libdevice.sin(freqs)
+    else:
+        cos = tl.cos(freqs)
+        sin = tl.sin(freqs)
+    cos = (cos * attention_factor).to(DTYPE).to(tl.float32)
+    sin = (sin * attention_factor).to(DTYPE).to(tl.float32)
+    return cos, sin
+
+
+@triton.jit
+def norm_rope_rows(row_ptr, valid, w_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr):
+    """RMSNorm (weight at ``w_ptr``) then rotate-half RoPE of the head rows at ``row_ptr``
+    ([R] pointers, rows where not ``valid`` read as 0): [R, HEAD_DIM] in the rows' dtype.
+    ``cos``/``sin``: float32 [HEAD_DIM] or [R, HEAD_DIM] from ``rope_cos_sin``. The steps and
+    roundings of ``kernels.qk_norm_rope._norm_rope_halves`` (module notes)."""
+    dtype = row_ptr.dtype.element_ty
+    HALF: tl.constexpr = HEAD_DIM // 2
+    offs_d = tl.arange(0, HEAD_DIM)
+    rot = (offs_d + HALF) % HEAD_DIM  # each element's rotate-half partner
+    x = tl.load(row_ptr[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+    xr = tl.load(row_ptr[:, None] + rot[None, :], mask=valid[:, None], other=0.0)
+    x = x.to(tl.float32)
+    xr = xr.to(tl.float32)
+    rstd = tl.math.rsqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
+    w = tl.load(w_ptr + offs_d).to(tl.float32)
+    wr = tl.load(w_ptr + rot).to(tl.float32)
+    n = (w[None, :] * (x * rstd[:, None]).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    nr = (wr[None, :] * (xr * rstd[:, None]).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    if len(cos.shape) == 1:
+        cos = cos[None, :]
+        sin = sin[None, :]
+    a = (n * cos).to(dtype).to(tl.float32)
+    b = (nr * sin).to(dtype).to(tl.float32)
+    return tl.where(offs_d[None, :] < HALF, a - b, a + b).to(dtype)
+
+
+@triton.jit
+def store_new_kv(tok0, first, n_tok, lo, hi, cos0, sin0, pos_ptr, inv_freq_ptr,
+                 attention_factor, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt,
+                 stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, ks_head_ptr,
+                 vs_head_ptr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 PAGE_SIZE: tl.constexpr, IS_INT8: tl.constexpr, PRECISE_TRIG: tl.constexpr):
+    """Normalize and rotate KV head ``h``'s new keys of the step's tokens ``tok0 + i`` (at
+    positions ``first + i``, ``i < n_tok``) whose position lies in ``[lo, hi)`` (this program's
+    key blocks), and store them and the raw values at their slots, one token at a time (usually
+    none, or one). ``cos0``/``sin0``: token ``tok0``'s, from ``rope_cos_sin``. The pool is
+    addressed as stage 1 reads it: ``*_head_ptr`` are head ``h``'s bases of the contiguous K, V
+    and (INT8) scale pools; INT8 V pages are transposed."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    one = tl.arange(0, 2) == 0  # a two-row tile holding one token (row 0)
+    for i in range(tl.maximum(lo - first, 0), tl.minimum(hi - first, n_tok)):
+        tok = tok0 + i
+        if i == 0:
+            cos, sin = cos0, sin0
+        else:
+            cos, sin = rope_cos_sin(tl.load(pos_ptr + tok), inv_freq_ptr, attention_factor,
+                                    HEAD_DIM, k_new_ptr.dtype.element_ty, PRECISE_TRIG)
+        slot = tl.load(slot_ptr + tok)
+        mine = one & (slot >= 0)
+        page = tl.where(mine, slot // PAGE_SIZE, 0)
+        off = tl.where(mine, slot % PAGE_SIZE, 0)
+        k = norm_rope_rows(tl.where(one, k_new_ptr + tok * stride_kt + h * stride_kh, k_new_ptr),
+                           mine, kw_ptr, cos, sin, eps, HEAD_DIM)
+        v_row = tl.where(one, v_new_ptr + tok * stride_vt + h * stride_vh, v_new_ptr)
+        v = tl.load(v_row[:, None] + offs_d[None, :], mask=mine[:, None], other=0.0)
+        page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)
+        kv_off = (page_off + off * HEAD_DIM)[:, None] + offs_d[None, :]
+        if IS_INT8:
+            s_off = page * (NUM_KV_HEADS * PAGE_SIZE) + off
+            k_codes, k_sc = _quantize_rows(k)
+            v_codes, v_sc = _quantize_rows(v)
+            tl.store(k_head_ptr + kv_off, k_codes, mask=mine[:, None])
+            tl.store(ks_head_ptr + s_off, k_sc, mask=mine)
+            # transposed V pages: code (slot, d) at d * PAGE_SIZE + slot
+            tl.store(v_head_ptr + (page_off + off)[:, None] + offs_d[None, :] * PAGE_SIZE,
+                     v_codes, mask=mine[:, None])
+            tl.store(vs_head_ptr + s_off, v_sc, mask=mine)
+        else:
+            tl.store(k_head_ptr + kv_off, k.to(k_head_ptr.dtype.element_ty), mask=mine[:, None])
+            tl.store(v_head_ptr + kv_off, v.to(v_head_ptr.dtype.element_ty), mask=mine[:, None])
