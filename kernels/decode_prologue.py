@@ -8,8 +8,7 @@ q, k and v (views into the qkv projection's output) and does the other two itsel
 - every program normalizes and rotates the q rows it attends (``norm_rope_rows``: a few KB from
   L2, recomputed by each split of a (sequence, KV head));
 - the program whose key blocks hold a new token's position normalizes and rotates that token's
-  k, and stores it and the raw v into the pool at the token's slot (INT8 pools: codes and a
-  per-(token, head) scale, ``kernels/store_kv.py``'s quantization), before it walks those blocks.
+  k, and stores it and the raw v into the pool at the token's slot, before it walks those blocks.
   The splits partition the blocks, so each new (token, KV head) is stored exactly once, by the
   one program that reads it; a CTA barrier orders its stores before its own loads.
 
@@ -17,10 +16,14 @@ Its cos/sin come from ``positions`` and ``inv_freq`` (no chain kernel writes the
 launched early on the PDL chain computes those of its first token, a ``[HEAD_DIM]`` row, before it
 waits for the qkv projection. Steps of more tokens per program (a verify step's slab, a short
 prompt) loop over the rest after the wait, one token's rows at a time, so that no ``[rows,
-HEAD_DIM]`` table of angles is held (a one-warp INT8 program would spill it).
+HEAD_DIM]`` table of angles is held.
 
-Numerics: the element-wise steps, their roundings to the model dtype and the INT8 quantization
-are those of ``qk_norm_rope`` and ``store_kv``; the row's sum of squares is reduced over the whole
+16-bit pools only. With an INT8 pool (one-warp programs, 8 per SM, ~130 splits per KV head) the
+q-norm that every split recomputes made the step 6-22 % slower than the fused q/k-norm + RoPE +
+KV store launch (``kernels/qk_norm_rope_store.py``) that INT8 decode steps keep (BENCHMARKS.md).
+
+Numerics: the element-wise steps and their roundings to the model dtype are those of
+``qk_norm_rope``; the row's sum of squares is reduced over the whole
 row at once instead of over its two halves, so a row's rstd may differ from the unfused path's in
 its last float32 bit (the tests' tolerance). The rotate-half pairs are formed in the full
 ``[rows, HEAD_DIM]`` layout: element ``d`` reads its partner at ``(d + HEAD_DIM / 2) % HEAD_DIM``,
@@ -43,7 +46,6 @@ from triton.language.extra import libdevice
 
 from kernels.qk_norm_rope import _check_inputs as _check_qk_inputs
 from kernels.store_kv import _check_inputs as _check_store_inputs
-from kernels.store_kv import _quantize_rows
 
 
 class DecodePrologue(NamedTuple):
@@ -85,6 +87,9 @@ def prologue_args(prologue: DecodePrologue | None, q: torch.Tensor, k_cache: tor
                     slot_ptr=q, eps=0.0, attention_factor=1.0, stride_kt=0, stride_kh=0,
                     stride_vt=0, stride_vh=0, PROLOGUE=False, PRECISE_TRIG=False)
     p = prologue
+    if k_cache.dtype == torch.int8:
+        raise ValueError("decode_attention: the prologue takes a 16-bit pool (an INT8 pool's "
+                         "step stores through kernels.qk_norm_rope_store)")
     _check_qk_inputs("decode_attention", q, p.k, p.q_weight, p.k_weight, p.positions, p.inv_freq)
     _check_store_inputs("decode_attention", p.k, p.v, k_cache, v_cache, p.slot_mapping, k_scale,
                         v_scale)
@@ -150,15 +155,15 @@ def norm_rope_rows(row_ptr, valid, w_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr)
 @triton.jit
 def store_new_kv(tok0, first, n_tok, lo, hi, cos0, sin0, pos_ptr, inv_freq_ptr,
                  attention_factor, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt,
-                 stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, ks_head_ptr,
-                 vs_head_ptr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 PAGE_SIZE: tl.constexpr, IS_INT8: tl.constexpr, PRECISE_TRIG: tl.constexpr):
+                 stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr,
+                 NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                 PRECISE_TRIG: tl.constexpr):
     """Normalize and rotate KV head ``h``'s new keys of the step's tokens ``tok0 + i`` (at
     positions ``first + i``, ``i < n_tok``) whose position lies in ``[lo, hi)`` (this program's
     key blocks), and store them and the raw values at their slots, one token at a time (usually
     none, or one). ``cos0``/``sin0``: token ``tok0``'s, from ``rope_cos_sin``. The pool is
-    addressed as stage 1 reads it: ``*_head_ptr`` are head ``h``'s bases of the contiguous K, V
-    and (INT8) scale pools; INT8 V pages are transposed."""
+    addressed as stage 1 reads it: ``*_head_ptr`` are head ``h``'s bases of the contiguous 16-bit
+    K and V pools."""
     offs_d = tl.arange(0, HEAD_DIM)
     one = tl.arange(0, 2) == 0  # a two-row tile holding one token (row 0)
     for i in range(tl.maximum(lo - first, 0), tl.minimum(hi - first, n_tok)):
@@ -178,16 +183,5 @@ def store_new_kv(tok0, first, n_tok, lo, hi, cos0, sin0, pos_ptr, inv_freq_ptr,
         v = tl.load(v_row[:, None] + offs_d[None, :], mask=mine[:, None], other=0.0)
         page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)
         kv_off = (page_off + off * HEAD_DIM)[:, None] + offs_d[None, :]
-        if IS_INT8:
-            s_off = page * (NUM_KV_HEADS * PAGE_SIZE) + off
-            k_codes, k_sc = _quantize_rows(k)
-            v_codes, v_sc = _quantize_rows(v)
-            tl.store(k_head_ptr + kv_off, k_codes, mask=mine[:, None])
-            tl.store(ks_head_ptr + s_off, k_sc, mask=mine)
-            # transposed V pages: code (slot, d) at d * PAGE_SIZE + slot
-            tl.store(v_head_ptr + (page_off + off)[:, None] + offs_d[None, :] * PAGE_SIZE,
-                     v_codes, mask=mine[:, None])
-            tl.store(vs_head_ptr + s_off, v_sc, mask=mine)
-        else:
-            tl.store(k_head_ptr + kv_off, k.to(k_head_ptr.dtype.element_ty), mask=mine[:, None])
-            tl.store(v_head_ptr + kv_off, v.to(v_head_ptr.dtype.element_ty), mask=mine[:, None])
+        tl.store(k_head_ptr + kv_off, k.to(k_head_ptr.dtype.element_ty), mask=mine[:, None])
+        tl.store(v_head_ptr + kv_off, v.to(v_head_ptr.dtype.element_ty), mask=mine[:, None])

@@ -51,10 +51,12 @@ REDUCE_IN_NORM = True
 NORM_IN_GEMV = True
 # Whether a decode step's q/k-norm + RoPE and KV store run inside decode stage 1
 # (``kernels/decode_prologue.py``), for a backend that takes the raw q, k and v
-# (``attend_prologue``: ``infer.attention.TritonAttention``): two launches a layer fewer than
-# q/k-norm + RoPE, the store and stage 1. Not the unfused path's bits: a row's sum of squares
-# is reduced in another order. The A/B: ``benchmarks/decode_e2e.py --variants
-# default,default+attention_prologue`` with this flag False.
+# (``attend_prologue``: ``infer.attention.TritonAttention``) over a 16-bit pool: two launches a
+# layer fewer than q/k-norm + RoPE, the store and stage 1. Not the unfused path's bits: a row's
+# sum of squares is reduced in another order. On: +1 to +5 % tok/s (0.6B and 8B, BF16, 4k and
+# 32k) on an H100 (BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants
+# default,<the shipped flags without attention_prologue>``). INT8 pools keep the fused
+# q/k-norm + RoPE + KV store launch (``models.qwen3.FUSED_KV_STORE_INT8``).
 ATTENTION_PROLOGUE = True
 
 
@@ -72,9 +74,10 @@ def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True):
 
 def attention_prologue(attn, qkv: torch.Tensor) -> bool:
     """Whether the step of ``qkv`` [T, q + 2 kv] hands its raw q, k and v to ``attn``
-    (``ATTENTION_PROLOGUE``, a decode step of 1 to 16 tokens and a backend with
-    ``attend_prologue``)."""
-    return ATTENTION_PROLOGUE and gemv_rows(qkv) and hasattr(attn, "attend_prologue")
+    (``ATTENTION_PROLOGUE``, a decode step of 1 to 16 tokens, a backend with
+    ``attend_prologue`` and a 16-bit pool)."""
+    return (ATTENTION_PROLOGUE and gemv_rows(qkv) and hasattr(attn, "attend_prologue")
+            and attn.layer_cache(0).k.dtype != torch.int8)
 
 
 def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta,

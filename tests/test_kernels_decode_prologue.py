@@ -3,13 +3,13 @@ equals ``qk_norm_rope``, then ``store_kv``, then ``decode_attention`` (the unfus
 oracle; each of those is held to ``kernels/reference.py`` by its own tests).
 
 CPU (Triton interpreter, tiny shapes): float32 and float16 activations, 16-bit pools (the model
-dtype) and INT8 pools; steps of 1 and 3 tokens per sequence with a padding sequence, a verify
-step's slabs, GQA groups 2 and 5 (a group that is no power of two), 1 to 4 splits so that a step's
-new tokens fall into one split or straddle two, positions past 100k with YaRN. Pools start as
-random data, so every slot the kernel must not write is checked too. The only expected
+dtype; an INT8 pool is refused); steps of 1 and 3 tokens per sequence with a padding sequence, a
+verify step's slabs, GQA groups 2 and 5 (a group that is no power of two), 1 to 4 splits so that
+a step's new tokens fall into one split or straddle two, positions past 100k with YaRN. Pools
+start as random data, so every slot the kernel must not write is checked too. The only expected
 difference is the last float32 bit of a row's rstd (the sum of squares is reduced in another
-order): float32 results agree to 1e-5, float16 to 2e-3, INT8 key codes to one step. GPU
-(``-m gpu``, ``test_decode_prologue_gpu.py``): bfloat16 at Qwen3 shapes and the model path.
+order): float32 results agree to 1e-5, float16 to 2e-3. GPU (``-m gpu``,
+``test_decode_prologue_gpu.py``): bfloat16 at Qwen3 shapes and the model path.
 """
 
 from __future__ import annotations
@@ -20,22 +20,20 @@ from prologue_case import Step, check_prologue
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("int8", [False, True], ids=["pool16", "int8"])
 @pytest.mark.parametrize("n,group,seq_lens,splits", [
     (1, 2, [9, 0, 30], 3),  # one token, a padding sequence, splits of one or two pages
     (3, 5, [17, 3, 0], 2),  # three tokens straddling a page and a split boundary, group 5
     (1, 5, [40], 1),
     (3, 2, [25], 4),
 ])
-def test_prologue_equals_unfused(dtype, int8, n, group, seq_lens, splits):
-    check_prologue(Step(seq_lens, n, group, dtype, int8), splits)
+def test_prologue_equals_unfused(dtype, n, group, seq_lens, splits):
+    check_prologue(Step(seq_lens, n, group, dtype, False), splits)
 
 
-@pytest.mark.parametrize("int8", [False, True], ids=["pool16", "int8"])
-def test_prologue_slabs(int8):
+def test_prologue_slabs():
     # a verify step: rows 0-2 are one sequence's queries at consecutive positions (one slab,
     # across a page boundary), row 3 a padding row (its own slab, seq_len 0)
-    step = Step([15, 16, 17, 0], 1, 2, torch.float32, int8,
+    step = Step([15, 16, 17, 0], 1, 2, torch.float32, False,
                 slab_rows=torch.tensor([3, 0, 0, 1], dtype=torch.int32))
     check_prologue(step, 2)
 
@@ -49,3 +47,6 @@ def test_prologue_rejects_bad_arguments():
         step.attend(step.q, step.cache, 1, p._replace(slot_mapping=p.slot_mapping[:0]))
     with pytest.raises(ValueError, match="k/v"):
         step.attend(step.q, step.cache, 1, p._replace(v=p.v.half()))
+    int8 = Step([9], 1, 2, torch.float32, True)  # INT8 pools keep the fused store kernel
+    with pytest.raises(ValueError, match="16-bit pool"):
+        int8.attend(int8.q, int8.cache, 1, int8.prologue())
