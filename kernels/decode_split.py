@@ -64,6 +64,10 @@ Each step adds the same ``n`` (1..16) new tokens to each of ``B`` sequences. One
   fused q/k-norm + RoPE + KV store, ``kernels/qk_norm_rope_store.py``), the caller passes
   ``q_from_predecessor`` and stage 1 waits before it loads q: it is still scheduled early, but
   walks all its blocks after the wait.
+- The prologue (``PROLOGUE``, 16-bit pools; ``kernels/decode_prologue.py``): q is the raw q of
+  the qkv projection; the program normalizes and rotates its q rows itself (the first token's
+  cos/sin before the wait, which then comes first) and stores the step's K/V whose positions lie
+  in its blocks before it walks them: no q/k-norm + RoPE or KV store launch before stage 1.
 
 Alternatives measured and removed are listed in BENCHMARKS.md ("Kernel design notes moved from
 the code").

@@ -21,7 +21,10 @@ the qkv and gate/up GEMVs load the producer's sums of squares right after their 
 ``|``: the KV store is launched without PDL, so it starts when the q/k-norm + RoPE kernel has
 completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``). Where the
 store is fused into q/k-norm + RoPE (``models.qwen3.FUSED_KV_STORE``; INT8 pools by default)
-that one kernel precedes stage 1, which then waits before it loads q.
+that one kernel precedes stage 1, which then waits before it loads q. With a 16-bit pool's
+attention prologue (``models.qwen3_fused.ATTENTION_PROLOGUE``, the default) neither runs: stage
+1 follows the qkv GEMV, computes its first token's cos/sin, waits, and does both itself
+(``kernels/decode_prologue.py``).
 
 The contract every kernel of the chain keeps (``NOTE``: a new kernel on the chain must too):
 
