@@ -42,9 +42,9 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from kernels.qk_norm_rope import _check_inputs as _check_qk_inputs
+from kernels.qk_norm_rope import rope_trig
 from kernels.store_kv import _check_inputs as _check_store_inputs
 
 
@@ -104,32 +104,19 @@ def prologue_args(prologue: DecodePrologue | None, q: torch.Tensor, k_cache: tor
 @triton.jit
 def rope_cos_sin(pos, inv_freq_ptr, attention_factor, HEAD_DIM: tl.constexpr,
                  DTYPE: tl.constexpr, PRECISE_TRIG: tl.constexpr):
-    """cos and sin of the angles at ``pos`` (int64, a scalar or [R]) for each element ``d`` of a
-    head row (pair ``d % (HEAD_DIM / 2)``), times ``attention_factor``, rounded to ``DTYPE`` and
-    returned as float32: [HEAD_DIM] for a scalar ``pos``, else [R, HEAD_DIM]. The math of
-    ``kernels.qk_norm_rope._rope_cos_sin``."""
+    """cos and sin of the angles at ``pos`` (an int64 scalar) for each element ``d`` of a head
+    row (pair ``d % (HEAD_DIM / 2)``), times ``attention_factor``, rounded to ``DTYPE``: float32
+    [HEAD_DIM]. The math of ``kernels.qk_norm_rope._rope_cos_sin``."""
     offs_d = tl.arange(0, HEAD_DIM)
-    inv = tl.load(inv_freq_ptr + offs_d % (HEAD_DIM // 2))
-    if len(pos.shape) == 0:
-        freqs = pos.to(tl.float32) * inv
-    else:
-        freqs = pos.to(tl.float32)[:, None] * inv[None, :]
-    if PRECISE_TRIG:
-        cos = libdevice.cos(freqs)
-        sin = libdevice.sin(freqs)
-    else:
-        cos = tl.cos(freqs)
-        sin = tl.sin(freqs)
-    cos = (cos * attention_factor).to(DTYPE).to(tl.float32)
-    sin = (sin * attention_factor).to(DTYPE).to(tl.float32)
-    return cos, sin
+    freqs = pos.to(tl.float32) * tl.load(inv_freq_ptr + offs_d % (HEAD_DIM // 2))
+    return rope_trig(freqs, attention_factor, DTYPE, PRECISE_TRIG)
 
 
 @triton.jit
 def norm_rope_rows(row_ptr, valid, w_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr):
     """RMSNorm (weight at ``w_ptr``) then rotate-half RoPE of the head rows at ``row_ptr``
     ([R] pointers, rows where not ``valid`` read as 0): [R, HEAD_DIM] in the rows' dtype.
-    ``cos``/``sin``: float32 [HEAD_DIM] or [R, HEAD_DIM] from ``rope_cos_sin``. The steps and
+    ``cos``/``sin``: float32 [HEAD_DIM] from ``rope_cos_sin`` (or [R, HEAD_DIM]). The steps and
     roundings of ``kernels.qk_norm_rope._norm_rope_halves`` (module notes)."""
     dtype = row_ptr.dtype.element_ty
     HALF: tl.constexpr = HEAD_DIM // 2

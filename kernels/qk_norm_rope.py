@@ -47,6 +47,14 @@ def _rope_cos_sin(pos_ptr, inv_freq_ptr, tok, attention_factor, offs, mask,
     model dtype ``DTYPE`` and returned as float32 (BLOCK_HALF,)."""
     freqs = tl.load(pos_ptr + tok).to(tl.float32) * tl.load(inv_freq_ptr + offs, mask=mask,
                                                               other=0.0)
+    return rope_trig(freqs, attention_factor, DTYPE, PRECISE_TRIG)
+
+
+@triton.jit
+def rope_trig(freqs, attention_factor, DTYPE: tl.constexpr, PRECISE_TRIG: tl.constexpr):
+    """cos and sin of the float32 angles ``freqs`` times ``attention_factor``, each rounded to
+    the model dtype ``DTYPE`` and returned as float32 (any shape). PRECISE_TRIG: libdevice's
+    full-range ``cosf``/``sinf`` (GPU), else ``tl.cos``/``tl.sin`` (the interpreter's numpy)."""
     if PRECISE_TRIG:
         cos = libdevice.cos(freqs)
         sin = libdevice.sin(freqs)
