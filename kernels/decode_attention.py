@@ -90,6 +90,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             rotates q and the prologue's k itself and stores the step's K/V at its
             ``slot_mapping`` before reading them: the work of ``kernels.qk_norm_rope`` and
             ``kernels.store_kv`` in this launch (with PDL, after waiting for the kernel before).
+            A 16-bit pool only. Each program stores the new tokens of its own rows (positions
+            ``seq_lens[b] - n ..``; a padding sequence stores nothing), so no row may read a
+            key that another row adds: not for a verify step's one-query rows of one sequence
+            (``infer.meta.AttnMeta.shared_rows``), where the programs, unordered, race.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -97,7 +101,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
     Raises:
         ValueError: naming the argument, on inconsistent shapes/dtypes/strides, a missing or
-            unexpected scale, a too-small workspace, tiles that do not fit the pages, or an
+            unexpected scale, a too-small workspace, tiles that do not fit the pages, a prologue
+            with an INT8 pool or bad prologue tensors (``DecodePrologue``), or an
             unsupported head_dim (must be a power of two >= 16).
     """
     if out is None:

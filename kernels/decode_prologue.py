@@ -10,7 +10,10 @@ q, k and v (views into the qkv projection's output) and does the other two itsel
 - the program whose key blocks hold a new token's position normalizes and rotates that token's
   k, and stores it and the raw v into the pool at the token's slot, before it walks those blocks.
   The splits partition the blocks, so each new (token, KV head) is stored exactly once, by the
-  one program that reads it; a CTA barrier orders its stores before its own loads.
+  one program that reads it; a CTA barrier orders its stores before its own loads. That holds
+  when no row reads another row's new keys: not for a speculative verify step's one-query rows
+  of one sequence (a later row's program may run before the earlier row's has stored), which
+  the model runs without the prologue (``infer.meta.AttnMeta.shared_rows``).
 
 Its cos/sin come from ``positions`` and ``inv_freq`` (no chain kernel writes them), so a stage 1
 launched early on the PDL chain computes those of its first token, a ``[HEAD_DIM]`` row, before it
@@ -60,6 +63,8 @@ class DecodePrologue(NamedTuple):
         inv_freq: float32 [head_dim // 2] (``models.rope.rope_parameters``).
         attention_factor: multiplies cos and sin (YaRN's mscale; 1.0 without YaRN).
         slot_mapping: int64 [T], the pool slot of each token (negative: nothing stored).
+
+    ``q_weight``, ``k_weight``, ``positions``, ``inv_freq`` and ``slot_mapping`` contiguous.
     """
 
     k: torch.Tensor

@@ -72,25 +72,28 @@ def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True):
     return gemv(x, linear.weight, reduce=reduce) if gemv_rows(x) else linear(x)
 
 
-def attention_prologue(attn, qkv: torch.Tensor) -> bool:
+def attention_prologue(attn, qkv: torch.Tensor, meta) -> bool:
     """Whether the step of ``qkv`` [T, q + 2 kv] hands its raw q, k and v to ``attn``
-    (``ATTENTION_PROLOGUE``, a decode step of 1 to 16 tokens, a backend with
-    ``attend_prologue`` and a 16-bit pool)."""
+    (``ATTENTION_PROLOGUE``; a step of 1 to 16 tokens, which ``attn`` attends in decode stage 1
+    when every sequence adds as many; a backend with ``attend_prologue``; a 16-bit pool; and no
+    two rows of one sequence, ``meta.shared_rows``: a verify step's rows read keys that other
+    rows add, which stage 1's programs, unordered, could read before they are stored)."""
     return (ATTENTION_PROLOGUE and gemv_rows(qkv) and hasattr(attn, "attend_prologue")
-            and attn.layer_cache(0).k.dtype != torch.int8)
+            and not meta.shared_rows and attn.layer_cache(0).k.dtype != torch.int8)
 
 
 def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta,
            kv_store: bool) -> torch.Tensor:
     """Attention of one decoder layer from its qkv projection [T, q + 2 kv]: q/k-norm + RoPE,
     then ``attn`` (``kv_store``: the same launch stores K/V into ``attn``'s pool, and
-    ``attn.attend_stored`` attends; ``attention_prologue``: ``attn`` does both inside decode
-    stage 1, ``kv_store`` unused). Returns [T, q_size], before ``o_proj``."""
+    ``attn.attend_stored`` attends; ``attention_prologue``: ``attn`` gets the raw q, k, v and
+    does both, inside decode stage 1 for a decode step; ``kv_store`` unused). Returns [T, q_size],
+    before ``o_proj``."""
     a = layer.self_attn
     q, k, v = a._split_qkv(qkv)
     norm_rope = (a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, positions,
                  rotary.inv_freq(qkv.device), rotary.attention_factor)
-    if attention_prologue(attn, qkv):
+    if attention_prologue(attn, qkv, meta):
         p = DecodePrologue(k, v, *norm_rope, meta.slot_mapping)
         return attn.attend_prologue(a.layer_idx, q, p, meta).reshape(q.shape[0], a.q_size)
     if kv_store:

@@ -9,6 +9,8 @@ a GPU (``-m gpu``, ``test_decode_prologue_gpu.py``): the 4-layer bfloat16 0.6B a
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from fused_steps import fused_steps
 
@@ -90,10 +92,37 @@ def test_the_prologue_is_on_for_decode_steps_only(tiny_ckpt_factory):
     attn = attention.TritonAttention(pool, group=c.num_attention_heads // c.num_key_value_heads)
     assert fused.ATTENTION_PROLOGUE
     width = c.q_size + 2 * c.kv_size
-    assert fused.attention_prologue(attn, torch.zeros(16, width))
-    assert not fused.attention_prologue(attn, torch.zeros(17, width))
+    plain, shared = SimpleNamespace(shared_rows=False), SimpleNamespace(shared_rows=True)
+    assert fused.attention_prologue(attn, torch.zeros(16, width), plain)
+    assert not fused.attention_prologue(attn, torch.zeros(17, width), plain)
+    # a verify step's rows of one sequence: a row reads keys another row's program would store
+    assert not fused.attention_prologue(attn, torch.zeros(4, width), shared)
     assert not fused.attention_prologue(attention.ReferenceAttention(pool),
-                                        torch.zeros(1, width))
+                                        torch.zeros(1, width), plain)
     int8 = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, "int8",
                   model.dtype, model.device)
-    assert not fused.attention_prologue(attention.TritonAttention(int8), torch.zeros(1, width))
+    assert not fused.attention_prologue(attention.TritonAttention(int8), torch.zeros(1, width),
+                                        plain)
+
+
+def test_runner_marks_verify_steps_shared(monkeypatch):
+    """The graph runner's step of rows of one sequence (a verify step) runs with
+    ``meta.shared_rows``, a batch step of distinct sequences without."""
+    from mock_engine import GREEDY, SumModel
+
+    from infer.attention import ReferenceAttention
+    from infer.graphs import GraphRunner
+
+    model = SumModel()
+    seen = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda ids, pos, attn, meta: (
+        seen.append(meta.shared_rows), forward(ids, pos, attn, meta))[1])
+    pool = KVPool(1, 1, 2, 4, 16, "bf16", torch.float32, "cpu")
+    runner = GraphRunner(model, ReferenceAttention(pool), vocab_size=8, page_size=16,
+                         max_pages=2, device="cpu", capture=False, max_batch=2, max_rows=4)
+    a, b = [0], [1]
+    ticket, _, _ = runner.begin(GREEDY, [a, b])
+    runner.step(ticket, [1, 2], [(a, 0), (b, 0)])
+    runner.step(ticket, [3, 4, 5], [(a, 1), (a, 2), (a, 3)])
+    assert seen == [False, True]
