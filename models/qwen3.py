@@ -24,8 +24,8 @@ With an attention backend that attends to K/V already in its pool (``StoredKVAtt
 ``infer.attention.TritonAttention``) and ``FUSED_KV_STORE`` (off by default; on for INT8 pools'
 decode steps: ``FUSED_KV_STORE_INT8``), q/k-norm + RoPE also store the step's K/V into the
 pool in the same launch (``kernels/qk_norm_rope_store.py``) and the backend stores nothing: one
-launch per layer fewer, bit for bit the unfused pair. A 16-bit pool's decode step does both
-inside decode stage 1 instead (``models.qwen3_fused.ATTENTION_PROLOGUE``).
+launch per layer fewer, bit for bit the unfused pair. With ``models.qwen3_fused.ATTENTION_PROLOGUE``
+(off) a 16-bit pool's decode step does both inside decode stage 1 instead.
 """
 
 from __future__ import annotations

@@ -53,11 +53,15 @@ NORM_IN_GEMV = True
 # (``kernels/decode_prologue.py``), for a backend that takes the raw q, k and v
 # (``attend_prologue``: ``infer.attention.TritonAttention``) over a 16-bit pool: two launches a
 # layer fewer than q/k-norm + RoPE, the store and stage 1. Not the unfused path's bits: a row's
-# sum of squares is reduced in another order. On: +1 to +5 % tok/s (0.6B and 8B, BF16, 4k and
-# 32k) on an H100 (BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants
-# default,<the shipped flags without attention_prologue>``). INT8 pools keep the fused
-# q/k-norm + RoPE + KV store launch (``models.qwen3.FUSED_KV_STORE_INT8``).
-ATTENTION_PROLOGUE = True
+# sum of squares is reduced in another order. Measured +1 to +5 % tok/s (0.6B and 8B, BF16, 4k
+# and 32k) on an H100 (BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants
+# default,default+attention_prologue``), but OFF: a speculative verify step's rows of one
+# sequence cannot use it (``infer.meta.AttnMeta.shared_rows``: a row reads keys another row's
+# program stores), so they run the unfused launches, whose last bits differ, and speculation no
+# longer gives plain decoding's tokens bit for bit (tests/test_speculative_gpu.py failed). On
+# once stage 1 can store the keys of its sequence's earlier rows too. INT8 pools keep the fused
+# q/k-norm + RoPE + KV store launch (``models.qwen3.FUSED_KV_STORE_INT8``) either way.
+ATTENTION_PROLOGUE = False
 
 
 def gemv_rows(x: torch.Tensor) -> bool:

@@ -7,8 +7,7 @@ decode-path kernels, then 1-row decode steps. Intended, per kernel: the GEMV onc
 configuration and row class (Triton specializes ``M``: 1, divisible by 16, other; a
 ``do_not_specialize`` M, branch ``cold-specs-gemv``, would make it once per tile, which waits
 for a GPU measurement of the decode step's speed); RMSNorm twice
-(with and without the residual add); q/k-norm + RoPE and the KV store not at all (a step of up to
-16 tokens runs them inside stage 1: ``models.qwen3_fused.ATTENTION_PROLOGUE``); stage 1 and the
+(with and without the residual add); q/k-norm + RoPE and the KV store once; stage 1 and the
 combine once for the prompt's ``NUM_QUERIES`` and once for the decode step (a 1-token prompt
 shares the decode step's combine; stage 1's decode step has slabs, the prompt's has not).
 Speculative verify steps add nothing, and a short prompt after a history shares the stage 1 of
@@ -33,7 +32,7 @@ def _reply_compiles(size: str, prompt_len: int, buckets=(1, 1, 1), **kw) -> dict
 @pytest.mark.parametrize("size", ["8b", "tiny"])
 @pytest.mark.parametrize("prompt_len", [1, 2, 13, 16])
 def test_reply_compiles_each_kernel_as_often_as_intended(size, prompt_len):
-    """13 tokens: ``infer generate M Hello`` (the chat template): 15 compiles in all, 8 of them
+    """13 tokens: ``infer generate M Hello`` (the chat template): 17 compiles in all, 8 of them
     the GEMV's (its row count specialized: M == 1 a constexpr, 13 not; a 1-token prompt shares
     the decode step's)."""
     # per row class (M == 1, and the prompt's rows), with the norms in the GEMVs
@@ -41,13 +40,12 @@ def test_reply_compiles_each_kernel_as_often_as_intended(size, prompt_len):
     # SwiGLU gate/up consumers, the o_proj / down_proj producer: 4; the lm_head runs one row
     # (M == 1 only), on the 8B in the first qkv's tile, on the tiny model in one of its own.
     # One RMSNorm (no residual: the first layer's input and the final norm). The greedy pick's
-    # two kernels once each (no argument of theirs varies with the rows). No q/k-norm + RoPE
-    # or KV store kernel: stage 1 runs them (the attention prologue).
+    # two kernels once each (no argument of theirs varies with the rows).
     one_row = {"8b": 4, "tiny": 5}[size]
     assert _reply_compiles(size, prompt_len) == {
         "_gemv_kernel": one_row + (0 if prompt_len == 1 else 4),
-        "_rmsnorm_kernel": 1, "_decode_split_kernel": 2,
-        "_combine_kernel": 1 if prompt_len == 1 else 2,
+        "_rmsnorm_kernel": 1, "_qk_norm_rope_kernel": 1, "_store_kv_kernel": 1,
+        "_decode_split_kernel": 2, "_combine_kernel": 1 if prompt_len == 1 else 2,
         "_greedy_partial_kernel": 1, "_greedy_combine_kernel": 1}
 
 

@@ -77,8 +77,8 @@ def test_model_prologue_equals_unfused_cpu(tiny_ckpt_factory, monkeypatch):
     assert_prologue_matches(model, "bf16", monkeypatch, atol=1e-4, rtol=1e-4)
 
 
-def test_the_prologue_is_on_for_decode_steps_only(tiny_ckpt_factory):
-    """As shipped: a decode step (up to 16 tokens) hands raw q, k, v to a backend with
+def test_the_prologue_is_on_for_decode_steps_only(tiny_ckpt_factory, monkeypatch):
+    """Off as shipped; when on, a decode step (up to 16 tokens) hands raw q, k, v to a backend with
     ``attend_prologue`` over a 16-bit pool; a prefill chunk, an INT8 pool (its fused store
     kernel instead) and a backend without it do not."""
     import infer.attention as attention
@@ -90,7 +90,10 @@ def test_the_prologue_is_on_for_decode_steps_only(tiny_ckpt_factory):
     pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, "bf16",
                   model.dtype, model.device)
     attn = attention.TritonAttention(pool, group=c.num_attention_heads // c.num_key_value_heads)
-    assert fused.ATTENTION_PROLOGUE
+    assert not fused.ATTENTION_PROLOGUE  # off: speculation must give plain decoding's bits
+    assert not fused.attention_prologue(attn, torch.zeros(1, c.q_size + 2 * c.kv_size),
+                                        SimpleNamespace(shared_rows=False))
+    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", True)
     width = c.q_size + 2 * c.kv_size
     plain, shared = SimpleNamespace(shared_rows=False), SimpleNamespace(shared_rows=True)
     assert fused.attention_prologue(attn, torch.zeros(16, width), plain)
