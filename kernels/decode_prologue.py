@@ -26,9 +26,9 @@ q-norm that every split recomputes made the step 6-22 % slower than the fused q/
 KV store launch (``kernels/qk_norm_rope_store.py``) that INT8 decode steps keep (BENCHMARKS.md).
 
 Numerics: the element-wise steps and their roundings to the model dtype are those of
-``qk_norm_rope``; the row's sum of squares is reduced over the whole
-row at once instead of over its two halves, so a row's rstd may differ from the unfused path's in
-its last float32 bit (the tests' tolerance). The rotate-half pairs are formed in the full
+``qk_norm_rope``; the row's sum of squares is reduced over the whole row at once instead of over
+its two halves, so a row's rstd may differ from the unfused path's in its last float32 bit (the
+tests' tolerance). The rotate-half pairs are formed in the full
 ``[rows, HEAD_DIM]`` layout: element ``d`` reads its partner at ``(d + HEAD_DIM / 2) % HEAD_DIM``,
 a second load of the same L2 lines, and takes ``-sin`` below the half, ``+sin`` above.
 
@@ -121,7 +121,7 @@ def rope_cos_sin(pos, inv_freq_ptr, attention_factor, HEAD_DIM: tl.constexpr,
 def norm_rope_rows(row_ptr, valid, w_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr):
     """RMSNorm (weight at ``w_ptr``) then rotate-half RoPE of the head rows at ``row_ptr``
     ([R] pointers, rows where not ``valid`` read as 0): [R, HEAD_DIM] in the rows' dtype.
-    ``cos``/``sin``: float32 [HEAD_DIM] from ``rope_cos_sin`` (or [R, HEAD_DIM]). The steps and
+    ``cos``/``sin``: the rows' float32 [HEAD_DIM] from ``rope_cos_sin``. The steps and
     roundings of ``kernels.qk_norm_rope._norm_rope_halves`` (module notes)."""
     dtype = row_ptr.dtype.element_ty
     HALF: tl.constexpr = HEAD_DIM // 2
@@ -136,11 +136,8 @@ def norm_rope_rows(row_ptr, valid, w_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr)
     wr = tl.load(w_ptr + rot).to(tl.float32)
     n = (w[None, :] * (x * rstd[:, None]).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
     nr = (wr[None, :] * (xr * rstd[:, None]).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
-    if len(cos.shape) == 1:
-        cos = cos[None, :]
-        sin = sin[None, :]
-    a = (n * cos).to(dtype).to(tl.float32)
-    b = (nr * sin).to(dtype).to(tl.float32)
+    a = (n * cos[None, :]).to(dtype).to(tl.float32)
+    b = (nr * sin[None, :]).to(dtype).to(tl.float32)
     return tl.where(offs_d[None, :] < HALF, a - b, a + b).to(dtype)
 
 
