@@ -134,10 +134,10 @@ class TritonAttention:
         """One layer's attention for one step from its raw q ([T, Hq, D], before q-norm and
         RoPE) and ``prologue`` (the raw k and v, the norm and RoPE parameters, the slots), over
         a 16-bit pool: a decode step's stage 1 normalizes, rotates and stores them itself
-        (``kernels.decode_prologue``; no two rows of ``meta`` may be one sequence's, see
-        ``AttnMeta.shared_rows``); any other step (a prefill chunk, sequences adding unequal
-        numbers of tokens) runs ``qk_norm_rope``, the store and attention as three launches.
-        Returns [T, Hq, D] in q's dtype.
+        (``kernels.decode_prologue``; a verify step's one-query rows of one sequence included);
+        any other step (a prefill chunk, sequences adding unequal numbers of tokens) runs
+        ``qk_norm_rope``, the store and attention as three launches. Returns [T, Hq, D] in q's
+        dtype.
 
         Raises:
             ValueError: for an INT8 pool's decode step (``kernels.decode_prologue``)."""

@@ -39,15 +39,12 @@ from infer.step_buffers import StaticBuffers, graph_key
 
 MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped
 
-# (bucket, graph_key's params, verify, rows of one sequence: AttnMeta.shared_rows)
-GraphKey = tuple[int, SamplingParams, bool, bool]
+GraphKey = tuple[int, SamplingParams, bool]  # (bucket, graph_key's params, verify)
 
 
-def step_key(bucket: int, params: SamplingParams, verify: bool, shared: bool = False
-             ) -> GraphKey:
-    """The key of the captured step of ``bucket`` rows for ``params`` (``graph_key``); ``shared``:
-    rows may be one sequence's queries (``AttnMeta.shared_rows``: a speculative verify step)."""
-    return (bucket, *graph_key(params, verify), shared)
+def step_key(bucket: int, params: SamplingParams, verify: bool) -> GraphKey:
+    """The key of the captured step of ``bucket`` rows for ``params`` (``graph_key``)."""
+    return (bucket, *graph_key(params, verify))
 
 
 @dataclass
@@ -120,10 +117,10 @@ class StepGraphs:
         return self._graphs[key]
 
     def capture(self, key: GraphKey,
-                run: Callable[[int, SamplingParams, torch.Generator | None, bool, bool],
+                run: Callable[[int, SamplingParams, torch.Generator | None, bool],
                               tuple[torch.Tensor, torch.Tensor]],
                 generator: torch.Generator) -> float:
-        """Capture ``run(bucket, params, gen, verify, shared)`` (``key``'s values; ``gen`` is
+        """Capture ``run(bucket, params, gen, verify)`` (``key``'s values; ``gen`` is
         ``generator``, or None for a greedy step) over padding rows and hold it, dropping the
         least recently used step first when ``MAX_GRAPHS`` are held; the static buffers it leaves
         behind are reset by the runner's ``begin`` and ``step``.
@@ -135,12 +132,12 @@ class StepGraphs:
         if len(self._graphs) >= MAX_GRAPHS:
             self._graphs.popitem(last=False)
         t0 = time.perf_counter()
-        bucket, params, verify, shared = key
+        bucket, params, verify = key
         gen = None if params.greedy else generator
         with torch.cuda.device(self.device), torch.inference_mode():
             self.bufs.pad_all()
             if self._stream is None:
                 self._stream = torch.cuda.Stream()
-            self._graphs[key] = capture_step(lambda: run(bucket, params, gen, verify, shared),
+            self._graphs[key] = capture_step(lambda: run(bucket, params, gen, verify),
                                              stream=self._stream, pool=self._pool, generator=gen)
         return time.perf_counter() - t0

@@ -37,14 +37,12 @@ decode step; STYLE.md rule 12.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import torch
 
 from infer.config import MAX_BATCH, SamplingParams
 from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
-from infer.meta import rows_share_sequence
 from infer.sampling import sample, seed_generator, verify_sample
 from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
@@ -235,19 +233,18 @@ class GraphRunner:
         self.check_ticket(ticket)
         b = self.bufs
         verify = drafts is not None and not self._params.greedy
-        shared = rows_share_sequence(rows)
         bucket = self.bucket_for(len(rows))
-        if self.capture and step_key(bucket, self._params, verify, shared) not in self._graphs \
-                and isinstance(tokens, torch.Tensor):
+        if self.capture and step_key(bucket, self._params, verify) not in self._graphs and \
+                isinstance(tokens, torch.Tensor):
             tokens = tokens.clone()  # capturing overwrites next_token
-        cap = self._graph(bucket, verify, shared)
+        cap = self._graph(bucket, verify)
         self._bucket = bucket
         self.io.stage(bucket, tokens, rows, drafts if verify else None)
         if cap is not None:
             cap.graph.replay()
         else:
             with torch.inference_mode():
-                self._out = self._run(bucket, self._params, self._gen, verify, shared)
+                self._out = self._run(bucket, self._params, self._gen, verify)
         return b.verify_out[:, :bucket] if verify else b.next_token[:bucket]
 
     def check_ticket(self, ticket: int) -> None:
@@ -259,14 +256,13 @@ class GraphRunner:
 
     # ------------------------------------------------------------------ internals
 
-    def _graph(self, bucket: int, verify: bool, shared: bool = False) -> Captured | None:
-        """The captured step of ``bucket`` rows for the batch's parameters (``shared``: rows of
-        one sequence, a verify step's; ``AttnMeta.shared_rows``) (captured now if new,
+    def _graph(self, bucket: int, verify: bool) -> Captured | None:
+        """The captured step of ``bucket`` rows for the batch's parameters (captured now if new,
         ``StepGraphs.capture``; the least recently used dropped past ``MAX_GRAPHS``); None when
         not capturing."""
         if not self.capture:
             return None
-        key = step_key(bucket, self._params, verify, shared)
+        key = step_key(bucket, self._params, verify)
         if key not in self._graphs:
             self.capture_s += self._graphs.capture(key, self._run, self.generator)
             self.captures += 1
@@ -275,9 +271,9 @@ class GraphRunner:
         return cap
 
     def _run(self, bucket: int, params: SamplingParams, gen: torch.Generator | None,
-             verify: bool = False, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             verify: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The step itself (captured as is): returns (hidden [bucket, H], logits float32
-        [bucket, V]). ``shared``: rows may be one sequence's queries (``AttnMeta.shared_rows``)."""
+        [bucket, V])."""
         b = self.bufs
         ids = b.input_ids[:bucket].clamp(min=0)  # a NON_FINITE (-1) id: the host raises on it
         presence = b.presence[:bucket] if params.presence_penalty else None
@@ -285,8 +281,6 @@ class GraphRunner:
             presence.scatter_(1, ids[:, None], True)  # the fed token was generated
         b.lens[:, :bucket].copy_(b.step[2:4, :bucket])
         meta = self._metas[bucket]
-        if shared:
-            meta = dataclasses.replace(meta, shared_rows=True)  # the same device tensors
         hidden = self.model.forward(ids, meta.positions, self.attn, meta)
         logits = self.model.compute_logits(hidden)
         if verify:

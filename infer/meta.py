@@ -57,10 +57,6 @@ class AttnMeta:
             row, how many consecutive rows from it are one sequence's queries at consecutive
             positions that the decode kernel attends together (0: covered by an earlier row;
             ``kernels.decode_attention``'s ``slab_rows``). Backends without slabs ignore it.
-        shared_rows: host bool, a one-token-per-row step whose rows may be queries of one
-            sequence (a speculative verify step: ``rows_share_sequence``): a row then reads keys
-            that another row of the step adds, so their K/V must all be stored before any row
-            attends (no attention prologue: ``models.qwen3_fused.attention_prologue``).
     """
 
     positions: torch.Tensor
@@ -71,7 +67,6 @@ class AttnMeta:
     max_query_len: int
     max_seq_len: int
     slab_rows: torch.Tensor | None = None
-    shared_rows: bool = False
 
     @property
     def num_seqs(self) -> int:
@@ -196,13 +191,6 @@ def plan_slabs(rows: Sequence[tuple[Sequence[int], int] | None], bucket: int,
         else:
             lead = r
     return out
-
-
-def rows_share_sequence(rows: Sequence[tuple[Sequence[int], int] | None]) -> bool:
-    """Whether two rows of a one-token-per-row step (``plan_slabs``'s ``rows``) are one
-    sequence's: they hold the same pages list (the same object, as ``plan_slabs`` compares)."""
-    seqs = [id(r[0]) for r in rows if r is not None]
-    return len(set(seqs)) < len(seqs)
 
 
 def host_tensor(values: Sequence[int], dtype: torch.dtype, pin: bool) -> torch.Tensor:

@@ -90,10 +90,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             rotates q and the prologue's k itself and stores the step's K/V at its
             ``slot_mapping`` before reading them: the work of ``kernels.qk_norm_rope`` and
             ``kernels.store_kv`` in this launch (with PDL, after waiting for the kernel before).
-            A 16-bit pool only. Each program stores the new tokens of its own rows (positions
-            ``seq_lens[b] - n ..``; a padding sequence stores nothing), so no row may read a
-            key that another row adds: not for a verify step's one-query rows of one sequence
-            (``infer.meta.AttnMeta.shared_rows``), where the programs, unordered, race.
+            A 16-bit pool only. Only the keys of the step's queries' positions are stored
+            (``seq_lens[b] - n ..``; a padding sequence, seq_len 0, stores nothing). With
+            ``num_queries`` 1, rows may be one sequence's consecutive queries (a verify step,
+            with or without ``slab_rows``): each program stores every row's key it reads.
 
     Returns:
         ``out`` [B * n, num_q_heads, head_dim] in q's dtype. With ``workspace`` and ``out`` given
@@ -169,7 +169,7 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
     check_contiguous("decode_attention", seq_lens=seq_lens)
     if is_int8:
         check_int8_scales(k_cache, k_scale, v_scale)
-    extra = prologue_args(prologue, q, k_cache, v_cache, k_scale, v_scale)
+    extra = prologue_args(prologue, q, k_cache, v_cache, k_scale, v_scale, batch)
     if not is_int8:
         k_scale, v_scale = k_cache, v_cache  # placeholders, never read (IS_INT8=False)
 

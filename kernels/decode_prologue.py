@@ -7,13 +7,16 @@ q, k and v (views into the qkv projection's output) and does the other two itsel
 
 - every program normalizes and rotates the q rows it attends (``norm_rope_rows``: a few KB from
   L2, recomputed by each split of a (sequence, KV head));
-- the program whose key blocks hold a new token's position normalizes and rotates that token's
-  k, and stores it and the raw v into the pool at the token's slot, before it walks those blocks.
-  The splits partition the blocks, so each new (token, KV head) is stored exactly once, by the
-  one program that reads it; a CTA barrier orders its stores before its own loads. That holds
-  when no row reads another row's new keys: not for a speculative verify step's one-query rows
-  of one sequence (a later row's program may run before the earlier row's has stored), which
-  the model runs without the prologue (``infer.meta.AttnMeta.shared_rows``).
+- a program stores, before it walks its key blocks, every new key (normalized and rotated) and
+  value of the step that it will read there, and a CTA barrier orders those stores before its
+  own loads. With several tokens per sequence, one program holds all of a sequence's rows, and
+  the splits partition the blocks: each new (token, KV head) is stored once, by the program that
+  reads it (``store_new_kv``). With one token per row (the graph runner's steps) rows may be one
+  sequence's queries (a speculative verify step), and a later row reads the keys that earlier
+  rows add; programs of one launch run in no set order, so each program stores every row's key
+  that it reads itself (``store_read_keys``: the row's position in its blocks and below its own
+  length, and its slot the one its page table gives there). A key read by several programs is
+  written by each, with the same bits.
 
 Its cos/sin come from ``positions`` and ``inv_freq`` (no chain kernel writes them), so a stage 1
 launched early on the PDL chain computes those of its first token, a ``[HEAD_DIM]`` row, before it
@@ -80,8 +83,9 @@ class DecodePrologue(NamedTuple):
 
 def prologue_args(prologue: DecodePrologue | None, q: torch.Tensor, k_cache: torch.Tensor,
                   v_cache: torch.Tensor, k_scale: torch.Tensor | None,
-                  v_scale: torch.Tensor | None) -> dict:
-    """Stage 1's prologue parameters for ``prologue`` (None: placeholders, never read).
+                  v_scale: torch.Tensor | None, num_rows: int) -> dict:
+    """Stage 1's prologue parameters for ``prologue`` (None: placeholders, never read);
+    ``num_rows``: the step's B (sequences, or one-token rows).
 
     Raises:
         ValueError: naming the argument, on what ``kernels.qk_norm_rope.qk_norm_rope`` or
@@ -90,7 +94,7 @@ def prologue_args(prologue: DecodePrologue | None, q: torch.Tensor, k_cache: tor
     if prologue is None:
         return dict(k_new_ptr=q, v_new_ptr=q, qw_ptr=q, kw_ptr=q, pos_ptr=q, inv_freq_ptr=q,
                     slot_ptr=q, eps=0.0, attention_factor=1.0, stride_kt=0, stride_kh=0,
-                    stride_vt=0, stride_vh=0, PROLOGUE=False, PRECISE_TRIG=False)
+                    stride_vt=0, stride_vh=0, num_rows=0, PROLOGUE=False, PRECISE_TRIG=False)
     p = prologue
     if k_cache.dtype == torch.int8:
         raise ValueError("decode_attention: the prologue takes a 16-bit pool (an INT8 pool's "
@@ -102,7 +106,7 @@ def prologue_args(prologue: DecodePrologue | None, q: torch.Tensor, k_cache: tor
                 pos_ptr=p.positions, inv_freq_ptr=p.inv_freq, slot_ptr=p.slot_mapping,
                 eps=float(p.eps), attention_factor=float(p.attention_factor),
                 stride_kt=p.k.stride(0), stride_kh=p.k.stride(1), stride_vt=p.v.stride(0),
-                stride_vh=p.v.stride(1), PROLOGUE=True,
+                stride_vh=p.v.stride(1), num_rows=num_rows, PROLOGUE=True,
                 PRECISE_TRIG=os.environ.get("TRITON_INTERPRET") != "1")
 
 
@@ -147,14 +151,10 @@ def store_new_kv(tok0, first, n_tok, lo, hi, cos0, sin0, pos_ptr, inv_freq_ptr,
                  stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr,
                  NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
                  PRECISE_TRIG: tl.constexpr):
-    """Normalize and rotate KV head ``h``'s new keys of the step's tokens ``tok0 + i`` (at
-    positions ``first + i``, ``i < n_tok``) whose position lies in ``[lo, hi)`` (this program's
-    key blocks), and store them and the raw values at their slots, one token at a time (usually
-    none, or one). ``cos0``/``sin0``: token ``tok0``'s, from ``rope_cos_sin``. The pool is
-    addressed as stage 1 reads it: ``*_head_ptr`` are head ``h``'s bases of the contiguous 16-bit
-    K and V pools."""
-    offs_d = tl.arange(0, HEAD_DIM)
-    one = tl.arange(0, 2) == 0  # a two-row tile holding one token (row 0)
+    """A step of several tokens per sequence (one program holds all of a sequence's rows):
+    store KV head ``h``'s new keys and values of the step's tokens ``tok0 + i`` (at positions
+    ``first + i``, ``i < n_tok``) whose position lies in ``[lo, hi)`` (this program's key
+    blocks), one token at a time (``store_token``). ``cos0``/``sin0``: token ``tok0``'s."""
     for i in range(tl.maximum(lo - first, 0), tl.minimum(hi - first, n_tok)):
         tok = tok0 + i
         if i == 0:
@@ -162,15 +162,59 @@ def store_new_kv(tok0, first, n_tok, lo, hi, cos0, sin0, pos_ptr, inv_freq_ptr,
         else:
             cos, sin = rope_cos_sin(tl.load(pos_ptr + tok), inv_freq_ptr, attention_factor,
                                     HEAD_DIM, k_new_ptr.dtype.element_ty, PRECISE_TRIG)
-        slot = tl.load(slot_ptr + tok)
-        mine = one & (slot >= 0)
-        page = tl.where(mine, slot // PAGE_SIZE, 0)
-        off = tl.where(mine, slot % PAGE_SIZE, 0)
-        k = norm_rope_rows(tl.where(one, k_new_ptr + tok * stride_kt + h * stride_kh, k_new_ptr),
-                           mine, kw_ptr, cos, sin, eps, HEAD_DIM)
-        v_row = tl.where(one, v_new_ptr + tok * stride_vt + h * stride_vh, v_new_ptr)
-        v = tl.load(v_row[:, None] + offs_d[None, :], mask=mine[:, None], other=0.0)
-        page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)
-        kv_off = (page_off + off * HEAD_DIM)[:, None] + offs_d[None, :]
-        tl.store(k_head_ptr + kv_off, k.to(k_head_ptr.dtype.element_ty), mask=mine[:, None])
-        tl.store(v_head_ptr + kv_off, v.to(v_head_ptr.dtype.element_ty), mask=mine[:, None])
+        store_token(tok, cos, sin, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt,
+                    stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, NUM_KV_HEADS,
+                    HEAD_DIM, PAGE_SIZE)
+
+
+@triton.jit
+def store_read_keys(tok0, num_rows, seq_len, lo, hi, cos0, sin0, seq_lens_ptr, pt_row_ptr,
+                    pos_ptr, inv_freq_ptr, attention_factor, k_new_ptr, v_new_ptr, kw_ptr,
+                    slot_ptr, eps, stride_kt, stride_kh, stride_vt, stride_vh, h, k_head_ptr,
+                    v_head_ptr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    PAGE_SIZE: tl.constexpr, PRECISE_TRIG: tl.constexpr):
+    """A step of one token per row (``num_rows`` rows; rows may be one sequence's queries, as
+    in a speculative verify step): store KV head ``h``'s new key and value of every row ``r``
+    whose key this program reads, i.e. at a position ``seq_lens[r] - 1`` in ``[lo, hi)`` (its
+    blocks), below its own ``seq_len``, at the slot this program's page table (``pt_row_ptr``)
+    gives for that position. A key that several programs read is stored by each of them, with
+    the same bits (the same code on the same inputs). ``cos0``/``sin0``: row ``tok0``'s."""
+    for r in range(0, num_rows):
+        p = tl.load(seq_lens_ptr + r) - 1
+        slot = tl.load(slot_ptr + r)
+        if (p >= lo) & (p < hi) & (p < seq_len) & (slot >= 0):
+            page = tl.load(pt_row_ptr + p // PAGE_SIZE).to(tl.int64)
+            if page * PAGE_SIZE + p % PAGE_SIZE == slot:
+                if r == tok0:
+                    cos, sin = cos0, sin0
+                else:
+                    cos, sin = rope_cos_sin(tl.load(pos_ptr + r), inv_freq_ptr,
+                                            attention_factor, HEAD_DIM,
+                                            k_new_ptr.dtype.element_ty, PRECISE_TRIG)
+                store_token(r, cos, sin, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps,
+                            stride_kt, stride_kh, stride_vt, stride_vh, h, k_head_ptr,
+                            v_head_ptr, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE)
+
+
+@triton.jit
+def store_token(tok, cos, sin, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt,
+                stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr,
+                NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr):
+    """Normalize and rotate KV head ``h``'s new key of step token ``tok`` (``cos``/``sin``: its
+    position's) and store it and the raw value at the token's slot (negative: nothing). The pool
+    is addressed as stage 1 reads it: ``*_head_ptr`` are head ``h``'s bases of the contiguous
+    16-bit K and V pools."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    one = tl.arange(0, 2) == 0  # a two-row tile holding one token (row 0)
+    slot = tl.load(slot_ptr + tok)
+    mine = one & (slot >= 0)
+    page = tl.where(mine, slot // PAGE_SIZE, 0)
+    off = tl.where(mine, slot % PAGE_SIZE, 0)
+    k = norm_rope_rows(tl.where(one, k_new_ptr + tok * stride_kt + h * stride_kh, k_new_ptr),
+                       mine, kw_ptr, cos, sin, eps, HEAD_DIM)
+    v_row = tl.where(one, v_new_ptr + tok * stride_vt + h * stride_vh, v_new_ptr)
+    v = tl.load(v_row[:, None] + offs_d[None, :], mask=mine[:, None], other=0.0)
+    page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)
+    kv_off = (page_off + off * HEAD_DIM)[:, None] + offs_d[None, :]
+    tl.store(k_head_ptr + kv_off, k.to(k_head_ptr.dtype.element_ty), mask=mine[:, None])
+    tl.store(v_head_ptr + kv_off, v.to(v_head_ptr.dtype.element_ty), mask=mine[:, None])

@@ -82,13 +82,14 @@ import triton
 import triton.language as tl
 
 from kernels.decode_block import _attend_block
-from kernels.decode_prologue import norm_rope_rows, rope_cos_sin, store_new_kv
+from kernels.decode_prologue import norm_rope_rows, rope_cos_sin, store_new_kv, store_read_keys
 
 _LN2 = tl.constexpr(0.6931471805599453)
 
 
 # the page-table and lse strides vary with the step's layout but not the code (module notes)
-@triton.jit(do_not_specialize=["stride_pt", "stride_lb", "stride_lh", "stride_ls"])
+@triton.jit(do_not_specialize=["stride_pt", "stride_lb", "stride_lh", "stride_ls",
+                               "num_rows"])
 def _decode_split_kernel(
     q_ptr,  # [B * NUM_QUERIES, Hq, D]; PROLOGUE: before q-norm and RoPE
     k_ptr,  # [num_pages, Hkv, PAGE_SIZE, D] model dtype or int8
@@ -110,6 +111,7 @@ def _decode_split_kernel(
     k_new_ptr, v_new_ptr, qw_ptr, kw_ptr, pos_ptr, inv_freq_ptr, slot_ptr,
     eps, attention_factor,
     stride_kt, stride_kh, stride_vt, stride_vh,
+    num_rows,  # B: the step's rows (sequences, or one-token rows)
     NUM_KV_HEADS: tl.constexpr,
     GROUP: tl.constexpr,
     NUM_QUERIES: tl.constexpr,
@@ -203,11 +205,20 @@ def _decode_split_kernel(
     ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
     vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
     if PROLOGUE:
-        # this split's new keys and values into the pool before its blocks are read
-        store_new_kv(tok0, first, n_tok, start * BLOCK_N, end * BLOCK_N, cos0, sin0, pos_ptr,
-                     inv_freq_ptr, attention_factor, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps,
-                     stride_kt, stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr,
-                     NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, PRECISE_TRIG)
+        # the step's keys and values this program reads, into the pool before its blocks are
+        # read: one-token rows may be one sequence's (a verify step), so every row is checked
+        if NUM_QUERIES == 1:
+            store_read_keys(tok0, num_rows, seq_len, start * BLOCK_N, end * BLOCK_N, cos0, sin0,
+                            seq_lens_ptr, pt_row_ptr, pos_ptr, inv_freq_ptr, attention_factor,
+                            k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt, stride_kh,
+                            stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, NUM_KV_HEADS,
+                            HEAD_DIM, PAGE_SIZE, PRECISE_TRIG)
+        else:
+            store_new_kv(tok0, first, n_tok, start * BLOCK_N, end * BLOCK_N, cos0, sin0,
+                         pos_ptr, inv_freq_ptr, attention_factor, k_new_ptr, v_new_ptr, kw_ptr,
+                         slot_ptr, eps, stride_kt, stride_kh, stride_vt, stride_vh, h,
+                         k_head_ptr, v_head_ptr, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE,
+                         PRECISE_TRIG)
 
     acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)

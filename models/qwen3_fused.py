@@ -55,11 +55,10 @@ NORM_IN_GEMV = True
 # layer fewer than q/k-norm + RoPE, the store and stage 1. Not the unfused path's bits: a row's
 # sum of squares is reduced in another order. Measured +1 to +5 % tok/s (0.6B and 8B, BF16, 4k
 # and 32k) on an H100 (BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants
-# default,default+attention_prologue``), but OFF: a speculative verify step's rows of one
-# sequence cannot use it (``infer.meta.AttnMeta.shared_rows``: a row reads keys another row's
-# program stores), so they run the unfused launches, whose last bits differ, and speculation no
-# longer gives plain decoding's tokens bit for bit (tests/test_speculative_gpu.py failed). On
-# once stage 1 can store the keys of its sequence's earlier rows too. INT8 pools keep the fused
+# default,default+attention_prologue``), but OFF until the GPU suite has passed with it on: the
+# measured version raced in speculative verify steps (a row read keys another row's program had
+# not stored yet); each program now stores every row's key it reads (``store_read_keys``),
+# tested on the CPU only, with the programs also run in reverse order. INT8 pools keep the fused
 # q/k-norm + RoPE + KV store launch (``models.qwen3.FUSED_KV_STORE_INT8``) either way.
 ATTENTION_PROLOGUE = False
 
@@ -76,14 +75,12 @@ def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True):
     return gemv(x, linear.weight, reduce=reduce) if gemv_rows(x) else linear(x)
 
 
-def attention_prologue(attn, qkv: torch.Tensor, meta) -> bool:
+def attention_prologue(attn, qkv: torch.Tensor) -> bool:
     """Whether the step of ``qkv`` [T, q + 2 kv] hands its raw q, k and v to ``attn``
     (``ATTENTION_PROLOGUE``; a step of 1 to 16 tokens, which ``attn`` attends in decode stage 1
-    when every sequence adds as many; a backend with ``attend_prologue``; a 16-bit pool; and no
-    two rows of one sequence, ``meta.shared_rows``: a verify step's rows read keys that other
-    rows add, which stage 1's programs, unordered, could read before they are stored)."""
+    when every sequence adds as many; a backend with ``attend_prologue``; a 16-bit pool)."""
     return (ATTENTION_PROLOGUE and gemv_rows(qkv) and hasattr(attn, "attend_prologue")
-            and not meta.shared_rows and attn.layer_cache(0).k.dtype != torch.int8)
+            and attn.layer_cache(0).k.dtype != torch.int8)
 
 
 def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta,
@@ -97,7 +94,7 @@ def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta
     q, k, v = a._split_qkv(qkv)
     norm_rope = (a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, positions,
                  rotary.inv_freq(qkv.device), rotary.attention_factor)
-    if attention_prologue(attn, qkv, meta):
+    if attention_prologue(attn, qkv):
         p = DecodePrologue(k, v, *norm_rope, meta.slot_mapping)
         return attn.attend_prologue(a.layer_idx, q, p, meta).reshape(q.shape[0], a.q_size)
     if kv_store:

@@ -166,3 +166,26 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def reversed_grid(monkeypatch):
+    """``reversed_grid(True)``: the interpreter then runs a launch's programs in reverse grid
+    order (the interpreter runs them in grid order; a GPU in no set order), so that a program
+    that reads what a later-numbered program writes is caught."""
+    import triton.runtime.interpreter as triton_interpreter
+
+    builder = triton_interpreter.interpreter_builder
+    dims = [1, 1, 1]
+    set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
+
+    def record_dim(x, y, z):
+        dims[:] = [x, y, z]
+        set_dim(x, y, z)
+
+    def switch(on: bool) -> None:
+        monkeypatch.setattr(builder, "set_grid_dim", record_dim)
+        monkeypatch.setattr(builder, "set_grid_idx", (lambda x, y, z: set_idx(
+            dims[0] - 1 - x, dims[1] - 1 - y, dims[2] - 1 - z)) if on else set_idx)
+
+    return switch

@@ -27,11 +27,12 @@ class Step:
 
     ``seq_lens`` count this step's ``n`` tokens (0: a padding sequence, slot -1). With
     ``slab_rows`` the step is a verify step of one-query rows: ``seq_lens`` are then those of
-    the rows, and ``slab_rows`` says which rows one program attends. RoPE runs at the positions
+    the rows, and ``slab_rows`` says which rows one program attends (``one_sequence``: rows of
+    one sequence without slabs, one program per row). RoPE runs at the positions
     plus ``rope_shift`` (large angles; the keys walked stay few)."""
 
     def __init__(self, seq_lens, n, group, dtype, int8, slab_rows=None, rope_shift=100_000,
-                 seed=0, kv_heads=2, head_dim=16, page=8, device="cpu"):
+                 seed=0, kv_heads=2, head_dim=16, page=8, device="cpu", one_sequence=False):
         g = torch.Generator().manual_seed(seed)
         self.n, self.dtype, self.page = n, dtype, page
         rows = len(seq_lens)
@@ -47,8 +48,9 @@ class Step:
             cache = tuple(torch.randn(shape, generator=g).to(dtype) for _ in range(2))
         self.cache = LayerCache(*(t.to(device) for t in cache))
         perm = torch.randperm(num_pages, generator=g)[:pages_per * rows].view(rows, pages_per)
-        if slab_rows is not None:  # the rows of a verify step share one sequence's pages
+        if slab_rows is not None or one_sequence:  # a verify step's rows: one sequence's pages
             perm[:] = perm[0]
+        if slab_rows is not None:
             slab_rows = slab_rows.to(device)
         self.page_table = perm.to(torch.int32).to(device)
         self.seq_lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
@@ -112,3 +114,4 @@ def check_prologue(step: Step, num_splits: int | None) -> None:
     untouched = torch.ones(pool.k.shape[:3], dtype=torch.bool, device=pool.k.device)
     untouched[page, :, off] = False
     assert torch.equal(pool.k[untouched], want_pool.k[untouched])
+

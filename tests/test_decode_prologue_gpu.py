@@ -3,7 +3,9 @@
 step's q/k-norm + RoPE and KV store inside it against the unfused launches in bfloat16 at the
 Qwen3-8B attention shape (a BF16 pool; 1 and 4 tokens per sequence, a verify step's slab, a
 padding sequence; the default split count); the 4-layer 0.6B's logits and pool with the
-prologue on and off; its greedy tokens through the engine, graphs == eager either way.
+prologue on and off; its greedy tokens through the engine, graphs == eager either way; with the
+prologue on, a verify step's rows against one-row steps and speculation against plain decoding,
+bit for bit.
 """
 
 from __future__ import annotations
@@ -60,3 +62,21 @@ def test_gpu_engine_prologue_graphs_equal_eager(gpu_qwen3_4l, monkeypatch):
                  if a != b), 40)
     print(f"the first {same} of 40 tokens agree with the prologue on and off")
     assert same >= 8
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_gpu_verify_rows_with_the_prologue_equal_one_row_steps(gpu_qwen3_4l, graphs,
+                                                                monkeypatch):
+    """With the prologue on, a verify step's rows (one sequence's queries: a later row reads
+    keys the earlier rows add, stored by each program that reads them) give each row's one-row
+    logits bit for bit, and speculation gives plain decoding's 1000 tokens (the checks of
+    ``test_speculative_gpu.py``, which failed with the prologue's first version)."""
+    import test_speculative_gpu as spec
+
+    import models.qwen3_fused as fused
+
+    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", True)
+    spec.test_gpu_verify_rows_equal_one_row_steps(gpu_qwen3_4l, "bf16", graphs)
+    if graphs:
+        spec.test_gpu_speculation_equals_plain_over_1000_tokens(gpu_qwen3_4l, "bf16")

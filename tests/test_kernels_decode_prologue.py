@@ -18,6 +18,8 @@ import pytest
 import torch
 from prologue_case import Step, check_prologue
 
+from infer.meta import plan_slabs
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("n,group,seq_lens,splits", [
@@ -36,6 +38,22 @@ def test_prologue_slabs():
     step = Step([15, 16, 17, 0], 1, 2, torch.float32, False,
                 slab_rows=torch.tensor([3, 0, 0, 1], dtype=torch.int32))
     check_prologue(step, 2)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["grid-order", "reversed"])
+@pytest.mark.parametrize("slabs", [True, False], ids=["slabs", "row-programs"])
+@pytest.mark.parametrize("splits", [1, 2])
+def test_prologue_verify_rows_of_one_sequence(reverse, slabs, splits, reversed_grid):
+    # a verify step as the graph runner feeds it: one sequence's 5 one-query rows at positions
+    # 14..18 (across a page), plus a padding row; with slabs (plan_slabs: [2, 0, 3, 0, 0, 1] at
+    # 8-key blocks) or one program per row. A later row reads keys the earlier rows add: run
+    # the programs in reverse order too, as a GPU may
+    reversed_grid(reverse)
+    rows = [((), p) for p in range(14, 19)] + [None]
+    slab_rows = torch.tensor(plan_slabs(rows, 6, 8, 8), dtype=torch.int32) if slabs else None
+    step = Step([p + 1 for _, p in rows[:5]] + [0], 1, 2, torch.float32, False,
+                slab_rows=slab_rows, one_sequence=True)
+    check_prologue(step, splits)
 
 
 def test_prologue_rejects_bad_arguments():

@@ -23,7 +23,7 @@ import torch
 import triton.runtime.interpreter as interp
 
 from infer.kv_pool import LayerCache, int8_v_shape
-from infer.meta import AttnMeta, plan_slabs, rows_share_sequence
+from infer.meta import AttnMeta, plan_slabs
 from kernels import reference
 from kernels.decode_attention import decode_attention, slab_capacity
 
@@ -165,14 +165,3 @@ def test_plan_slabs_groups_a_verify_steps_rows():
     rows = [(a, 3), (a, 4), (b, 10), (b, 11), (b, 12)]
     assert plan_slabs(rows, 8, 8, 64) == [2, 0, 3, 0, 0, 1, 1, 1]
     assert plan_slabs(rows, 8, 1, 64) == [1] * 8
-
-
-def test_rows_share_sequence_marks_a_verify_step():
-    """``AttnMeta.shared_rows`` of the runner's steps: a verify step's rows of one sequence (the
-    same pages list) share it; a batch step's rows, padding included, do not."""
-    a, b = [7, 8], [9]
-    assert rows_share_sequence([(a, 60), (a, 61), None])
-    assert rows_share_sequence([(a, 3), (b, 10), (b, 11)])
-    assert not rows_share_sequence([(a, 5), None, (b, 6), None])
-    assert not rows_share_sequence([(a, 5), (list(a), 6)])  # another list: another sequence
-    assert not rows_share_sequence([])

@@ -9,8 +9,7 @@ a GPU (``-m gpu``, ``test_decode_prologue_gpu.py``): the 4-layer bfloat16 0.6B a
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
+import pytest
 import torch
 from fused_steps import fused_steps
 
@@ -90,42 +89,52 @@ def test_the_prologue_is_on_for_decode_steps_only(tiny_ckpt_factory, monkeypatch
     pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, "bf16",
                   model.dtype, model.device)
     attn = attention.TritonAttention(pool, group=c.num_attention_heads // c.num_key_value_heads)
-    assert not fused.ATTENTION_PROLOGUE  # off: speculation must give plain decoding's bits
-    assert not fused.attention_prologue(attn, torch.zeros(1, c.q_size + 2 * c.kv_size),
-                                        SimpleNamespace(shared_rows=False))
-    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", True)
     width = c.q_size + 2 * c.kv_size
-    plain, shared = SimpleNamespace(shared_rows=False), SimpleNamespace(shared_rows=True)
-    assert fused.attention_prologue(attn, torch.zeros(16, width), plain)
-    assert not fused.attention_prologue(attn, torch.zeros(17, width), plain)
-    # a verify step's rows of one sequence: a row reads keys another row's program would store
-    assert not fused.attention_prologue(attn, torch.zeros(4, width), shared)
+    assert not fused.ATTENTION_PROLOGUE  # off until it has passed the GPU suite (module notes)
+    assert not fused.attention_prologue(attn, torch.zeros(1, width))
+    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", True)
+    assert fused.attention_prologue(attn, torch.zeros(16, width))
+    assert not fused.attention_prologue(attn, torch.zeros(17, width))
     assert not fused.attention_prologue(attention.ReferenceAttention(pool),
-                                        torch.zeros(1, width), plain)
+                                        torch.zeros(1, width))
     int8 = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, "int8",
                   model.dtype, model.device)
-    assert not fused.attention_prologue(attention.TritonAttention(int8), torch.zeros(1, width),
-                                        plain)
+    assert not fused.attention_prologue(attention.TritonAttention(int8), torch.zeros(1, width))
 
 
-def test_runner_marks_verify_steps_shared(monkeypatch):
-    """The graph runner's step of rows of one sequence (a verify step) runs with
-    ``meta.shared_rows``, a batch step of distinct sequences without."""
-    from mock_engine import GREEDY, SumModel
+@pytest.mark.parametrize("reverse", [False, True], ids=["grid-order", "reversed"])
+def test_model_verify_rows_with_the_prologue(tiny_ckpt_factory, monkeypatch, reverse,
+                                             reversed_grid):
+    """A speculative verify step as the graph runner feeds it (one sequence's last token and 4
+    drafts as one-query rows over its pages, ``slab_rows`` from ``plan_slabs``) gives the same
+    logits with the prologue on and off, also with stage 1's programs run in reverse order (a
+    GPU runs them in no set order: a later row reads keys that earlier rows add)."""
+    import infer.attention as attention
+    import models.qwen3_fused as fused
+    from infer.meta import build_meta, plan_slabs
+    from models.loader import load_model
 
-    from infer.attention import ReferenceAttention
-    from infer.graphs import GraphRunner
-
-    model = SumModel()
-    seen = []
-    forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda ids, pos, attn, meta: (
-        seen.append(meta.shared_rows), forward(ids, pos, attn, meta))[1])
-    pool = KVPool(1, 1, 2, 4, 16, "bf16", torch.float32, "cpu")
-    runner = GraphRunner(model, ReferenceAttention(pool), vocab_size=8, page_size=16,
-                         max_pages=2, device="cpu", capture=False, max_batch=2, max_rows=4)
-    a, b = [0], [1]
-    ticket, _, _ = runner.begin(GREEDY, [a, b])
-    runner.step(ticket, [1, 2], [(a, 0), (b, 0)])
-    runner.step(ticket, [3, 4, 5], [(a, 1), (a, 2), (a, 3)])
-    assert seen == [False, True]
+    model = load_model(tiny_ckpt_factory(vocab_size=512), device="cpu", dtype=torch.float32)
+    c = model.config
+    reversed_grid(reverse)
+    logits = []
+    for on in (True, False):
+        monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", on)
+        pool = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, "bf16",
+                      model.dtype, "cpu")
+        attn = attention.TritonAttention(pool, max_batch=8,
+                                         group=c.num_attention_heads // c.num_key_value_heads)
+        pages, gen = [7, 2], torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            meta = build_meta([(pages, 0, 14)], 16, "cpu")  # a 14-token prompt
+            ids = torch.randint(0, c.vocab_size, (14,), generator=gen)
+            model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn, meta)
+            rows = [(pages, p) for p in range(14, 19)]  # positions 14..18, across a page
+            meta = build_meta([(pages, p, 1) for _, p in rows], 16, "cpu")
+            meta.slab_rows = torch.tensor(
+                plan_slabs(rows, 5, attn.slab_tokens, attn.slab_block_n), dtype=torch.int32)
+            ids = torch.randint(0, c.vocab_size, (5,), generator=gen)
+            hidden = model._forward_fused(model.model.embed_tokens(ids), meta.positions, attn,
+                                          meta)
+            logits.append(model.compute_logits(hidden))
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=1e-4)
