@@ -29,8 +29,9 @@ folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``)
 ``fused_topk`` with the top-k draw in two Triton kernels (``infer.sampling.FUSED_TOPK``; it acts
 only with ``--temperature`` > 0 and ``--top-k`` 1..64), ``attention_prologue`` with a decode
 step's q/k-norm + RoPE and KV store inside decode stage 1
-(``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``; off):
-``split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv+fused_greedy+fused_topk`` is what
+(``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``):
+``split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+
+attention_prologue`` is what
 ships; ``+`` joins them (``default+X``: as shipped, with X on as well). Each JSON line names its
 variant and round. Decoding is greedy unless ``--temperature`` is above 0 (a real Qwen3's
 ``generation_config``: ``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded).

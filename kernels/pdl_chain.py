@@ -22,7 +22,7 @@ the qkv and gate/up GEMVs load the producer's sums of squares right after their 
 completed (stage 1 reads earlier keys before its wait: ``kernels/decode_split.py``). Where the
 store is fused into q/k-norm + RoPE (``models.qwen3.FUSED_KV_STORE``; INT8 pools by default)
 that one kernel precedes stage 1, which then waits before it loads q. With a 16-bit pool's
-attention prologue (``models.qwen3_fused.ATTENTION_PROLOGUE``, off by default) neither runs: stage
+attention prologue (``models.qwen3_fused.ATTENTION_PROLOGUE``, on by default) neither runs: stage
 1 follows the qkv GEMV, computes its first token's cos/sin, waits, and does both itself
 (``kernels/decode_prologue.py``).
 

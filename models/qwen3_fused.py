@@ -53,14 +53,13 @@ NORM_IN_GEMV = True
 # (``kernels/decode_prologue.py``), for a backend that takes the raw q, k and v
 # (``attend_prologue``: ``infer.attention.TritonAttention``) over a 16-bit pool: two launches a
 # layer fewer than q/k-norm + RoPE, the store and stage 1. Not the unfused path's bits: a row's
-# sum of squares is reduced in another order. Measured +1 to +5 % tok/s (0.6B and 8B, BF16, 4k
-# and 32k) on an H100 (BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants
-# default,default+attention_prologue``), but OFF until the GPU suite has passed with it on: the
-# measured version raced in speculative verify steps (a row read keys another row's program had
-# not stored yet); each program now stores every row's key it reads (``store_read_keys``),
-# tested on the CPU only, with the programs also run in reverse order. INT8 pools keep the fused
-# q/k-norm + RoPE + KV store launch (``models.qwen3.FUSED_KV_STORE_INT8``) either way.
-ATTENTION_PROLOGUE = False
+# sum of squares is reduced in another order. In a step of one token per row (a verify step's
+# drafts), each program stores every row's key it reads (``store_read_keys``): programs run in
+# no set order. On: +0.6 to +4.2 % tok/s (0.6B and 8B, BF16, 4k and 32k) on an H100
+# (BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants default,default+
+# attention_prologue`` with this flag False). INT8 pools keep the fused q/k-norm + RoPE + KV
+# store launch (``models.qwen3.FUSED_KV_STORE_INT8``): the prologue measured slower there.
+ATTENTION_PROLOGUE = True
 
 
 def gemv_rows(x: torch.Tensor) -> bool:

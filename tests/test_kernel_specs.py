@@ -7,7 +7,9 @@ decode-path kernels, then 1-row decode steps. Intended, per kernel: the GEMV onc
 configuration and row class (Triton specializes ``M``: 1, divisible by 16, other; a
 ``do_not_specialize`` M, branch ``cold-specs-gemv``, would make it once per tile, which waits
 for a GPU measurement of the decode step's speed); RMSNorm twice
-(with and without the residual add); q/k-norm + RoPE and the KV store once; stage 1 and the
+(with and without the residual add); q/k-norm + RoPE and the KV store never with a 16-bit
+pool (stage 1 does both: ``models.qwen3_fused.ATTENTION_PROLOGUE``), once each with INT8; stage
+1 and the
 combine once for the prompt's ``NUM_QUERIES`` and once for the decode step (a 1-token prompt
 shares the decode step's combine; stage 1's decode step has slabs, the prompt's has not).
 Speculative verify steps add nothing, and a short prompt after a history shares the stage 1 of
@@ -40,13 +42,16 @@ def test_reply_compiles_each_kernel_as_often_as_intended(size, prompt_len):
     # SwiGLU gate/up consumers, the o_proj / down_proj producer: 4; the lm_head runs one row
     # (M == 1 only), on the 8B in the first qkv's tile, on the tiny model in one of its own.
     # One RMSNorm (no residual: the first layer's input and the final norm). The greedy pick's
-    # two kernels once each (no argument of theirs varies with the rows).
+    # two kernels once each (no argument of theirs varies with the rows). A BF16 pool: no
+    # q/k-norm + RoPE or KV store launch (stage 1's prologue); INT8: one each (the fused one).
     one_row = {"8b": 4, "tiny": 5}[size]
-    assert _reply_compiles(size, prompt_len) == {
-        "_gemv_kernel": one_row + (0 if prompt_len == 1 else 4),
-        "_rmsnorm_kernel": 1, "_qk_norm_rope_kernel": 1, "_store_kv_kernel": 1,
+    expect = {
+        "_gemv_kernel": one_row + (0 if prompt_len == 1 else 4), "_rmsnorm_kernel": 1,
         "_decode_split_kernel": 2, "_combine_kernel": 1 if prompt_len == 1 else 2,
         "_greedy_partial_kernel": 1, "_greedy_combine_kernel": 1}
+    assert _reply_compiles(size, prompt_len) == expect
+    assert _reply_compiles(size, prompt_len, kv_cache="int8") == expect | {
+        "_qk_norm_rope_store_kernel": 1}
 
 
 @pytest.mark.parametrize("top_k", [20, 50, 64])

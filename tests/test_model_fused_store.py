@@ -1,6 +1,7 @@
 """The model's fused KV store (``models.qwen3.FUSED_KV_STORE``: K/V stored by the q/k-norm + RoPE
 launch, ``kernels/qk_norm_rope_store.py``; as shipped on for INT8 pools only, where the attention
-prologue, ``models.qwen3_fused.ATTENTION_PROLOGUE``, is off: the tests switch it off) on and off:
+prologue, ``models.qwen3_fused.ATTENTION_PROLOGUE``, does not act; the tests switch the prologue
+off) on and off:
 the tiny Qwen3 through ``TritonAttention`` on the CPU gives the same logits and pool bit for bit,
 and so does, on a GPU (``-m gpu``), a 4-layer bfloat16 0.6B, also through the engine with CUDA
 graphs (the same greedy tokens). The shipped default: fused for INT8 decode steps only.
