@@ -1,0 +1,172 @@
+"""Two kinds of decode step side by side, kernel by kernel: where one falls behind the other.
+
+Issue 16: a sampled step (Qwen3's temperature 0.6, top-k 20, top-p 0.95) ran ~60 us longer than a
+greedy one on the 0.6B at 4k, in separate processes, though only the last two kernels differ.
+This runs both on one engine in one process, alternating (``--rounds``), times each
+(``step_wall_us``, CUDA events, no profiler), profiles as many steps again, cuts each profile
+into steps (every step launches the same kernels in the same order) and lines the two up by
+position in the step. For each position: the mean start after the step's first kernel, the
+duration, and the idle time before it (after every earlier kernel of the step has ended).
+
+JSON lines (``what``):
+
+- ``mode``: a mode's round: ``step_wall_us``, ``period_us`` (the mean start-to-start of steps
+  in the profile), ``kernels_per_step``, ``busy_us``;
+- ``drift``: the positions where the second mode's start, relative to the first's, grows the
+  most (``grow_us``), with the kernel there and the duration/idle differences that make it;
+- ``by_kernel``: the growth summed per kernel name, and the duration difference per name;
+- ``summary``: the drift at the last common position, the tail after it, the period difference.
+
+    PYTHONPATH=. python3 benchmarks/step_timeline.py --ckpt /tmp/q0.6b --ctx 4096 --kv bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+from types import SimpleNamespace
+
+import torch
+
+from benchmarks.profile_decode import DecodeSteps, profiled_events, step_wall_us
+from infer import Engine, EngineConfig, SamplingParams
+from models.loader import load_model, read_config
+
+QWEN3_SAMPLED = dict(temperature=0.6, top_k=20, top_p=0.95)
+
+
+def step_positions(events: list, steps: int) -> list[dict]:
+    """Per position of a step: ``name``, mean ``start``, ``dur`` and ``idle`` (us).
+
+    Args:
+        events: profiler events of ``steps`` consecutive steps, each with ``name`` and
+            ``time_range.start`` / ``.end`` (us), in any order.
+        steps: how many steps they cover (>= 1).
+
+    Raises:
+        ValueError: the events do not split into ``steps`` steps of the same kernel sequence.
+    """
+    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in events)
+    if steps < 1 or not spans or len(spans) % steps:
+        raise ValueError(f"{len(spans)} events do not split into {steps} equal steps")
+    per = len(spans) // steps
+    cut = [spans[s * per:(s + 1) * per] for s in range(steps)]
+    names = [n for _, _, n in cut[0]]
+    if any([n for _, _, n in c] != names for c in cut[1:]):
+        raise ValueError("the steps launch different kernel sequences")
+    out = [{"name": n, "start": 0.0, "dur": 0.0, "idle": 0.0} for n in names]
+    for c in cut:
+        t0, reach = c[0][0], c[0][0]
+        for rec, (s, e, _) in zip(out, c, strict=True):
+            rec["start"] += (s - t0) / steps
+            rec["dur"] += (e - s) / steps
+            rec["idle"] += max(0.0, s - reach) / steps
+            reach = max(reach, e)
+    return out
+
+
+def compare(a: list[dict], b: list[dict], top: int = 12) -> dict:
+    """Line up two steps' positions (``step_positions``) over their common prefix of kernel
+    names: ``drift`` (the ``top`` positions where b's start minus a's grows most), ``by_kernel``
+    (that growth and the duration difference summed per name), ``common`` (the prefix's length),
+    ``drift_us`` (b's lag at the end of the prefix's last kernel)."""
+    common = 0
+    while common < min(len(a), len(b)) and a[common]["name"] == b[common]["name"]:
+        common += 1
+    rows, by_name, lag = [], {}, 0.0
+    for i in range(common):
+        d = b[i]["start"] - a[i]["start"]
+        grow = d - lag
+        lag = d
+        prev = a[i - 1]["name"] if i else None
+        rows.append({"pos": i, "name": a[i]["name"], "after": prev, "grow_us": round(grow, 2),
+                     "idle_diff_us": round(b[i]["idle"] - a[i]["idle"], 2),
+                     "dur_diff_us": round(b[i]["dur"] - a[i]["dur"], 2)})
+        k = by_name.setdefault(a[i]["name"], {"grow_us": 0.0, "dur_diff_us": 0.0, "count": 0})
+        k["grow_us"] += grow
+        k["dur_diff_us"] += b[i]["dur"] - a[i]["dur"]
+        k["count"] += 1
+    end_a = max((p["start"] + p["dur"] for p in a[:common]), default=0.0)
+    end_b = max((p["start"] + p["dur"] for p in b[:common]), default=0.0)
+    return {"common": common, "drift_us": round(end_b - end_a, 2),
+            "drift": sorted(rows, key=lambda r: -abs(r["grow_us"]))[:top],
+            "by_kernel": sorted(({"name": n, **{k: round(v, 2) if isinstance(v, float) else v
+                                                for k, v in r.items()}}
+                                 for n, r in by_name.items()), key=lambda r: -abs(r["grow_us"]))}
+
+
+def _period(events: list, steps: int) -> float:
+    starts = sorted(e.time_range.start for e in events)
+    per = len(starts) // steps
+    firsts = [starts[s * per] for s in range(steps)]
+    return (firsts[-1] - firsts[0]) / max(1, steps - 1)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run both modes, alternating; print and return the JSON records."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", required=True, help="checkpoint folder")
+    ap.add_argument("--ctx", type=int, default=4096, help="prompt length")
+    ap.add_argument("--kv", default="bf16", choices=["bf16", "int8"])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args(argv)
+    if min(args.steps, args.warmup, args.rounds) < 1:
+        ap.error("--steps, --warmup and --rounds must be >= 1")
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    cfg = EngineConfig(args.ckpt, ctx=args.ctx + 2 * args.rounds * (args.steps * 2 + 2 *
+                                                                   args.warmup) + 128,
+                       device=args.device, kv_cache=args.kv,
+                       attention="triton" if cuda else "reference", cuda_graphs=cuda)
+    mc = read_config(args.ckpt)
+    model = load_model(args.ckpt, device=dev, dtype=cfg.torch_dtype, config=mc)
+    limit = min(151669, mc.vocab_size)
+    eng = Engine(cfg, model=model, tokenizer=SimpleNamespace(stop_ids=set(), vocab_limit=limit))
+    rng = random.Random(0)
+    ids = [rng.randrange(limit) for _ in range(args.ctx)]
+    session = eng.new_session()
+    first = list(session.generate(ids, SamplingParams(temperature=0.0, max_new_tokens=1)))[0]
+    modes = {"greedy": SamplingParams(temperature=0.0),
+             "sampled": SamplingParams(seed=0, **QWEN3_SAMPLED)}
+    records = [{"what": "device", "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+                "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
+                "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps}]
+    pos: dict[str, list] = {}
+    for r in range(args.rounds):
+        for mode, sp in modes.items():
+            run = DecodeSteps(eng, session, first, sampling=sp)
+            run.run(args.warmup)
+            wall = step_wall_us(run, args.steps)
+            events = profiled_events(run, args.steps, cuda)
+            try:
+                p = step_positions(events, args.steps)
+            except ValueError as e:
+                print(json.dumps({"what": "error", "mode": mode, "round": r, "error": str(e)}))
+                return records
+            pos.setdefault(mode, []).append(p)
+            records.append({"what": "mode", "mode": mode, "round": r,
+                            "step_wall_us": round(wall, 2),
+                            "period_us": round(_period(events, args.steps), 2),
+                            "kernels_per_step": len(p),
+                            "busy_us": round(sum(q["dur"] for q in p), 2)})
+    for r in range(args.rounds):
+        c = compare(pos["greedy"][r], pos["sampled"][r])
+        g_end = max(q["start"] + q["dur"] for q in pos["greedy"][r])
+        s_end = max(q["start"] + q["dur"] for q in pos["sampled"][r])
+        records += [{"what": "drift", "round": r, **d} for d in c["drift"]]
+        records += [{"what": "by_kernel", "round": r, **k} for k in c["by_kernel"][:16]]
+        records.append({"what": "summary", "round": r, "common": c["common"],
+                        "drift_us": c["drift_us"], "span_greedy_us": round(g_end, 2),
+                        "span_sampled_us": round(s_end, 2)})
+    for rec in records:
+        print(json.dumps(rec), flush=True)
+    return records
+
+
+if __name__ == "__main__":
+    main()
