@@ -5,8 +5,9 @@ greedy one on the 0.6B at 4k, in separate processes, though only the last two ke
 This runs both on one engine in one process, alternating (``--rounds``), times each
 (``step_wall_us``, CUDA events, no profiler), profiles as many steps again, cuts each profile
 into steps (every step launches the same kernels in the same order) and lines the two up by
-position in the step. For each position: the mean start after the step's first kernel, the
-duration, and the idle time before it (after every earlier kernel of the step has ended).
+kernel name (``difflib``'s matching runs). For each position: the mean start after the step's
+first kernel, the duration, and the idle time before it (after every earlier kernel of the step
+has ended).
 
 JSON lines (``what``):
 
@@ -15,7 +16,8 @@ JSON lines (``what``):
 - ``drift``: the positions where the second mode's start, relative to the first's, grows the
   most (``grow_us``), with the kernel there and the duration/idle differences that make it;
 - ``by_kernel``: the growth summed per kernel name, and the duration difference per name;
-- ``summary``: the drift at the last common position, the tail after it, the period difference.
+- ``summary``: how many positions line up, the kernels of one mode only, the drift at the last
+  matched kernel and each step's span.
 
     PYTHONPATH=. python3 benchmarks/step_timeline.py --ckpt /tmp/q0.6b --ctx 4096 --kv bf16
 """
@@ -23,6 +25,7 @@ JSON lines (``what``):
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import random
@@ -68,29 +71,39 @@ def step_positions(events: list, steps: int) -> list[dict]:
 
 
 def compare(a: list[dict], b: list[dict], top: int = 12) -> dict:
-    """Line up two steps' positions (``step_positions``) over their common prefix of kernel
-    names: ``drift`` (the ``top`` positions where b's start minus a's grows most), ``by_kernel``
-    (that growth and the duration difference summed per name), ``common`` (the prefix's length),
-    ``drift_us`` (b's lag at the end of the prefix's last kernel)."""
-    common = 0
-    while common < min(len(a), len(b)) and a[common]["name"] == b[common]["name"]:
-        common += 1
-    rows, by_name, lag = [], {}, 0.0
-    for i in range(common):
-        d = b[i]["start"] - a[i]["start"]
-        grow = d - lag
-        lag = d
-        prev = a[i - 1]["name"] if i else None
-        rows.append({"pos": i, "name": a[i]["name"], "after": prev, "grow_us": round(grow, 2),
-                     "idle_diff_us": round(b[i]["idle"] - a[i]["idle"], 2),
-                     "dur_diff_us": round(b[i]["dur"] - a[i]["dur"], 2)})
+    """Line up two steps' positions (``step_positions``) by kernel name (the longest matching
+    runs, ``difflib``): ``drift`` (the ``top`` matched positions where b's start minus a's
+    grows most), ``by_kernel`` (that growth and the duration difference summed per name),
+    ``matched`` (how many positions line up), ``only_a`` / ``only_b`` (the unmatched kernels:
+    name, start, duration), ``drift_us`` (b's lag at the end of the last matched kernel)."""
+    pairs = [(blk.a + k, blk.b + k) for blk in
+             difflib.SequenceMatcher(None, [p["name"] for p in a], [p["name"] for p in b],
+                                     autojunk=False).get_matching_blocks()
+             for k in range(blk.size)]
+    rows, by_name, lag, prev = [], {}, 0.0, None
+    for i, j in pairs:
+        d = b[j]["start"] - a[i]["start"]
+        grow, lag = d - lag, d
+        rows.append({"pos_a": i, "pos_b": j, "name": a[i]["name"], "after": prev,
+                     "grow_us": round(grow, 2),
+                     "idle_diff_us": round(b[j]["idle"] - a[i]["idle"], 2),
+                     "dur_diff_us": round(b[j]["dur"] - a[i]["dur"], 2)})
+        prev = a[i]["name"]
         k = by_name.setdefault(a[i]["name"], {"grow_us": 0.0, "dur_diff_us": 0.0, "count": 0})
         k["grow_us"] += grow
-        k["dur_diff_us"] += b[i]["dur"] - a[i]["dur"]
+        k["dur_diff_us"] += b[j]["dur"] - a[i]["dur"]
         k["count"] += 1
-    end_a = max((p["start"] + p["dur"] for p in a[:common]), default=0.0)
-    end_b = max((p["start"] + p["dur"] for p in b[:common]), default=0.0)
-    return {"common": common, "drift_us": round(end_b - end_a, 2),
+    matched_a = {i for i, _ in pairs}
+    matched_b = {j for _, j in pairs}
+
+    def only(x, matched):
+        return [{"pos": n, "name": p["name"], "start": round(p["start"], 2),
+                 "dur": round(p["dur"], 2)} for n, p in enumerate(x) if n not in matched]
+
+    end_a = max((a[i]["start"] + a[i]["dur"] for i, _ in pairs), default=0.0)
+    end_b = max((b[j]["start"] + b[j]["dur"] for _, j in pairs), default=0.0)
+    return {"matched": len(pairs), "drift_us": round(end_b - end_a, 2),
+            "only_a": only(a, matched_a), "only_b": only(b, matched_b),
             "drift": sorted(rows, key=lambda r: -abs(r["grow_us"]))[:top],
             "by_kernel": sorted(({"name": n, **{k: round(v, 2) if isinstance(v, float) else v
                                                 for k, v in r.items()}}
@@ -114,6 +127,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dump", help="also write every position of every mode and round here "
+                    "(JSON)")
     args = ap.parse_args(argv)
     if min(args.steps, args.warmup, args.rounds) < 1:
         ap.error("--steps, --warmup and --rounds must be >= 1")
@@ -160,9 +175,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         s_end = max(q["start"] + q["dur"] for q in pos["sampled"][r])
         records += [{"what": "drift", "round": r, **d} for d in c["drift"]]
         records += [{"what": "by_kernel", "round": r, **k} for k in c["by_kernel"][:16]]
-        records.append({"what": "summary", "round": r, "common": c["common"],
+        records.append({"what": "summary", "round": r, "matched": c["matched"],
+                        "only_greedy": c["only_a"], "only_sampled": c["only_b"],
                         "drift_us": c["drift_us"], "span_greedy_us": round(g_end, 2),
                         "span_sampled_us": round(s_end, 2)})
+    if args.dump:
+        with open(args.dump, "w") as f:
+            json.dump(pos, f)
     for rec in records:
         print(json.dumps(rec), flush=True)
     return records

@@ -57,13 +57,26 @@ def test_compare_finds_where_the_second_falls_behind():
     b = step_positions(_steps([("emb", 0, 2), ("gemv", 1, 5), ("attn", 4, 6),
                                ("draw", 0, 3)]), 2)
     c = compare(a, b)
-    assert c["common"] == 3  # the last kernels differ
+    assert c["matched"] == 3  # the last kernels differ
+    assert [x["name"] for x in c["only_a"]] == ["pick"]
+    assert [x["name"] for x in c["only_b"]] == ["draw"]
     top = c["drift"][0]
     assert (top["name"], top["after"], top["grow_us"], top["idle_diff_us"]) == \
         ("attn", "gemv", 3.0, 3.0)
     assert c["drift_us"] == pytest.approx(5.0)  # 3 us later, 2 us longer
     by = {k["name"]: k for k in c["by_kernel"]}
     assert by["attn"]["dur_diff_us"] == pytest.approx(2.0) and by["emb"]["grow_us"] == 0
+
+
+def test_compare_lines_up_kernels_past_an_extra_one_at_the_start():
+    # the sampled step starts with copies the greedy one has not: its layers still line up
+    a = step_positions(_steps([("emb", 0, 2), ("gemv", 0, 5), ("attn", 0, 4)]), 2)
+    b = step_positions(_steps([("fill", 0, 1), ("fill", 0, 1), ("emb", 0, 2), ("gemv", 0, 5),
+                               ("attn", 1, 4)]), 2)
+    c = compare(a, b)
+    assert c["matched"] == 3 and [x["name"] for x in c["only_b"]] == ["fill", "fill"]
+    grows = {r["name"]: r["grow_us"] for r in c["drift"]}
+    assert grows == {"emb": 2.0, "gemv": 0.0, "attn": 1.0}
 
 
 def test_step_timeline_runs_on_the_cpu(tiny_ckpt_factory, capsys):
@@ -75,4 +88,4 @@ def test_step_timeline_runs_on_the_cpu(tiny_ckpt_factory, capsys):
     assert set(modes) == {"greedy", "sampled"}
     assert all(m["step_wall_us"] > 0 and m["kernels_per_step"] > 2 for m in modes.values())
     (summary,) = [r for r in records if r["what"] == "summary"]
-    assert summary["common"] > 2  # the layers' ops line up before the picks differ
+    assert summary["matched"] > 2  # the layers' ops line up; the picks differ
