@@ -1,0 +1,118 @@
+"""One greedy decode graph timed before and after other work on the same engine: what slows it.
+
+Issue 16: a sampled decode step measured ~60 us slower than a greedy one on the 0.6B at 4k.
+``benchmarks/step_timeline.py`` lines the two up kernel by kernel; this script found the larger
+part of that difference to be a slowdown of *every* graph replayed after a sampled step's graph
+was captured (BENCHMARKS.md). It runs ``--order``'s items in turn on one engine and one
+prefilled prompt, and times each decode item (``step_wall_us``: ``--steps`` steps back to back,
+CUDA events, no profiler):
+
+- ``greedy``, ``sampled`` (Qwen3's temperature 0.6 / top-k 20 / top-p 0.95, the fused draw),
+  ``torch_sampled`` (temperature 0.6, top-p 0.95, no top-k: torch's ops draw): decode steps
+  through the engine's graph runner (its graph captured on first use);
+- ``rows2``: greedy steps of two rows (another greedy graph, of bucket 2);
+- ``capture:MODE``: capture MODE's graph only, replay nothing;
+- ``eager:MODE``: draw once from random logits with MODE's parameters, outside any graph (the
+  kernels and generators used, nothing captured).
+
+JSON lines: a ``device`` line, then one per item (``what``, ``step_wall_us`` for decode items,
+``captures``: graphs captured so far). CUDA only.
+
+    PYTHONPATH=. python3 benchmarks/graph_order.py --ckpt /tmp/q0.6b --ctx 4096
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+from types import SimpleNamespace
+
+import torch
+
+from benchmarks.profile_decode import DecodeSteps, step_wall_us
+from infer import Engine, EngineConfig, SamplingParams
+from infer.sampling import sample
+from models.loader import load_model, read_config
+
+MODES = {"greedy": SamplingParams(temperature=0.0),
+         "sampled": SamplingParams(seed=0, temperature=0.6, top_k=20, top_p=0.95),
+         "torch_sampled": SamplingParams(seed=0, temperature=0.6, top_k=0, top_p=0.95)}
+DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,greedy,"
+                 "capture:torch_sampled,greedy,capture:sampled,greedy,sampled,greedy")
+
+
+def parse_order(text: str) -> list[tuple[str, str]]:
+    """``--order`` as ``[(kind, mode)]``: kind ``decode``, ``rows2``, ``capture`` or ``eager``.
+
+    Raises:
+        ValueError: an unknown item (the message names it and the known ones).
+    """
+    out = []
+    for item in (x.strip() for x in text.split(",")):
+        kind, _, mode = item.rpartition(":")
+        if item == "rows2":
+            out.append(("rows2", "greedy"))
+        elif kind in ("", "capture", "eager") and mode in MODES:
+            out.append((kind or "decode", mode))
+        else:
+            raise ValueError(f"unknown --order item {item!r}: use {', '.join(MODES)}, rows2, "
+                             "capture:MODE or eager:MODE")
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run ``--order``; print and return the JSON records."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ckpt", required=True, help="checkpoint folder")
+    ap.add_argument("--ctx", type=int, default=4096, help="prompt length")
+    ap.add_argument("--kv", default="bf16", choices=["bf16", "int8"])
+    ap.add_argument("--steps", type=int, default=200, help="steps timed per decode item")
+    ap.add_argument("--order", default=DEFAULT_ORDER, help="comma-separated items (module notes)")
+    args = ap.parse_args(argv)
+    try:
+        order = parse_order(args.order)
+    except ValueError as e:
+        ap.error(str(e))
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA GPU: it times captured CUDA graphs")
+    cfg = EngineConfig(args.ckpt, ctx=args.ctx + 2 * args.steps + 128, device="cuda",
+                       kv_cache=args.kv, attention="triton", cuda_graphs=True)
+    mc = read_config(args.ckpt)
+    model = load_model(args.ckpt, device=torch.device("cuda"), dtype=cfg.torch_dtype, config=mc)
+    limit = min(151669, mc.vocab_size)
+    eng = Engine(cfg, model=model, tokenizer=SimpleNamespace(stop_ids=set(), vocab_limit=limit))
+    rng = random.Random(0)
+    session = eng.new_session()
+    first = list(session.generate([rng.randrange(limit) for _ in range(args.ctx)],
+                                  SamplingParams(temperature=0.0, max_new_tokens=1)))[0]
+    records = [{"what": "device", "device": torch.cuda.get_device_name(),
+                "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
+                "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps}]
+    print(json.dumps(records[0]), flush=True)
+    for kind, mode in order:
+        rec = {"what": {"decode": mode, "rows2": "rows2"}.get(kind, f"{kind}:{mode}")}
+        if kind == "eager":
+            runner = eng.graph_runner()
+            sample(torch.randn(1, mc.vocab_size, device="cuda"), MODES[mode], runner.generator)
+            torch.cuda.synchronize()
+        else:
+            run = DecodeSteps(eng, session, first, rows=2 if kind == "rows2" else 1,
+                              sampling=MODES[mode])
+            if kind == "capture":
+                run.runner._graph(1, False)  # the runner's capture of a 1-row step, no replay
+                torch.cuda.synchronize()
+            else:
+                run.run(3)  # capture if new, warm up
+                rec["step_wall_us"] = round(step_wall_us(run, args.steps), 2)
+            rec["captures"] = run.runner.captures
+        print(json.dumps(rec), flush=True)
+        records.append(rec)
+    return records
+
+
+if __name__ == "__main__":
+    main()
