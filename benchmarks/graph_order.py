@@ -12,6 +12,10 @@ CUDA events, no profiler):
   through the engine's graph runner (its graph captured on first use);
 - ``rows2``: greedy steps of two rows (another greedy graph, of bucket 2);
 - ``capture:MODE``: capture MODE's graph only, replay nothing;
+- ``gencapture:MODE``: capture MODE's step (a greedy one too) with the runner's generator
+  registered with the graph, into the shared pool, and keep it (replayed never);
+- ``ownpool:MODE``: capture MODE's step (generator registered when sampled) into a pool of its
+  own, and keep it;
 - ``eager:MODE``: draw once from random logits with MODE's parameters, outside any graph (the
   kernels and generators used, nothing captured).
 
@@ -41,10 +45,14 @@ MODES = {"greedy": SamplingParams(temperature=0.0),
          "torch_sampled": SamplingParams(seed=0, temperature=0.6, top_k=0, top_p=0.95)}
 DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,greedy,"
                  "capture:torch_sampled,greedy,capture:sampled,greedy,sampled,greedy")
+# one process each: which part of a sampled capture slows the greedy graph (BENCHMARKS.md)
+NEXT_ORDERS = ("greedy,greedy,gencapture:greedy,greedy,greedy",
+               "greedy,greedy,ownpool:sampled,greedy,greedy")
 
 
 def parse_order(text: str) -> list[tuple[str, str]]:
-    """``--order`` as ``[(kind, mode)]``: kind ``decode``, ``rows2``, ``capture`` or ``eager``.
+    """``--order`` as ``[(kind, mode)]``: kind ``decode``, ``rows2``, ``capture``, ``gencapture``,
+    ``ownpool`` or ``eager``.
 
     Raises:
         ValueError: an unknown item (the message names it and the known ones).
@@ -54,11 +62,11 @@ def parse_order(text: str) -> list[tuple[str, str]]:
         kind, _, mode = item.rpartition(":")
         if item == "rows2":
             out.append(("rows2", "greedy"))
-        elif kind in ("", "capture", "eager") and mode in MODES:
+        elif kind in ("", "capture", "eager", "gencapture", "ownpool") and mode in MODES:
             out.append((kind or "decode", mode))
         else:
             raise ValueError(f"unknown --order item {item!r}: use {', '.join(MODES)}, rows2, "
-                             "capture:MODE or eager:MODE")
+                             "capture:MODE, gencapture:MODE, ownpool:MODE or eager:MODE")
     return out
 
 
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
                 "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps}]
     print(json.dumps(records[0]), flush=True)
+    kept = []  # the graphs captured outside the runner
     for kind, mode in order:
         rec = {"what": {"decode": mode, "rows2": "rows2"}.get(kind, f"{kind}:{mode}")}
         if kind == "eager":
@@ -102,7 +111,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         else:
             run = DecodeSteps(eng, session, first, rows=2 if kind == "rows2" else 1,
                               sampling=MODES[mode])
-            if kind == "capture":
+            if kind in ("gencapture", "ownpool"):
+                kept.append(_capture_outside(run.runner, MODES[mode], kind))
+            elif kind == "capture":
                 run.runner._graph(1, False)  # the runner's capture of a 1-row step, no replay
                 torch.cuda.synchronize()
             else:
@@ -112,6 +123,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(json.dumps(rec), flush=True)
         records.append(rec)
     return records
+
+
+def _capture_outside(runner, params: SamplingParams, kind: str):
+    """A 1-row step of ``params`` captured by ``infer.graph_capture.capture_step`` beside the
+    runner's own graphs: ``gencapture`` registers the runner's generator even for a greedy step
+    and uses the shared pool; ``ownpool`` a new pool (the generator only when sampling)."""
+    from infer.graph_capture import capture_step
+
+    gen = runner.generator if kind == "gencapture" or not params.greedy else None
+    pool = runner._graphs._pool if kind == "gencapture" else torch.cuda.graph_pool_handle()
+    stream = torch.cuda.Stream()
+    runner.bufs.pad_all()
+    cap = capture_step(lambda: runner._run(1, params, gen, False), stream=stream, pool=pool,
+                       generator=gen)
+    torch.cuda.synchronize()
+    return cap
 
 
 if __name__ == "__main__":

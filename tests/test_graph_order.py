@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.graph_order import DEFAULT_ORDER, main, parse_order
+from benchmarks.graph_order import DEFAULT_ORDER, NEXT_ORDERS, main, parse_order
 
 
 def test_parse_order():
@@ -14,7 +14,9 @@ def test_parse_order():
         ("decode", "greedy"), ("rows2", "greedy"), ("capture", "sampled"),
         ("eager", "torch_sampled"), ("decode", "sampled")]
     assert len(parse_order(DEFAULT_ORDER)) == DEFAULT_ORDER.count(",") + 1
-    for bad in ("greedy,fast", "capture:rows2", "replay:greedy", ""):
+    assert [parse_order(o)[2] for o in NEXT_ORDERS] == [("gencapture", "greedy"),
+                                                       ("ownpool", "sampled")]
+    for bad in ("greedy,fast", "capture:rows2", "replay:greedy", "ownpool:", ""):
         with pytest.raises(ValueError, match="unknown --order item"):
             parse_order(bad)
 
