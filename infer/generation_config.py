@@ -15,12 +15,16 @@ def read_sampling_defaults(path: Path) -> dict:
     temperature 0; ``{}`` when there is no such file.
 
     Raises:
-        ValueError: the file is not valid JSON or not a JSON object (the message names it).
+        ValueError: the file is not valid JSON or not a JSON object, or its ``do_sample`` is
+            neither true, false nor null (a string ``"false"`` would otherwise read as sampling
+            on); the message names the file.
     """
     if not path.is_file():
         return {}
     gen = read_json_object(path)
     values = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
+    if not isinstance(gen.get("do_sample", False), bool | None):
+        raise ValueError(f"{path}: do_sample must be true or false, got {gen['do_sample']!r}")
     if gen.get("do_sample") is False:
         values["temperature"] = 0.0
     return values

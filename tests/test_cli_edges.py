@@ -292,3 +292,15 @@ def test_speculate_on_with_the_files_presence_penalty_says_it_is_off(tiny_ckpt, 
     for flags in (["--presence-penalty", "0"], ["--speculate", "auto"]):
         quiet = invoke("generate", str(folder), "hi", *FAST, "--speculate", "on", *flags)
         assert quiet.exit_code == 0 and "presence" not in quiet.stderr, quiet.stderr
+
+
+def test_a_string_do_sample_in_generation_config_is_a_one_line_error(tiny_ckpt, tmp_path):
+    """``"do_sample": "false"`` (a string) would read as sampling on: refused, naming the file."""
+    folder = tmp_path / "stringly"
+    folder.mkdir()
+    for f in Path(tiny_ckpt).iterdir():
+        (folder / f.name).symlink_to(f.resolve())
+    (folder / "generation_config.json").unlink()
+    (folder / "generation_config.json").write_text('{"do_sample": "false", "temperature": 0.6}')
+    result = invoke("generate", str(folder), "hi", *FAST)
+    assert_one_line_error(result, 2, "generation_config.json: do_sample must be true or false")
