@@ -41,6 +41,19 @@ def test_summarize_file(plain_summary, tok):
     assert plain_summary["command"] == "summarize"
 
 
+def test_summarize_batch_on_a_text_that_fits_says_it_does_nothing(tiny_ckpt, tmp_path,
+                                                                  plain_summary):
+    """``--batch`` sets how many parts decode together; a text that fits makes no parts: a note,
+    and the same reply as without it."""
+    path = tmp_path / "story.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    result = invoke("summarize", path, "--model", tiny_ckpt, *FAST, "--json", "--batch", "4")
+    assert result.exit_code == 0, result.output
+    assert "note: --batch 4 does nothing: the text fits in the context of 1,024 tokens" in \
+        result.stderr
+    assert json.loads(result.stdout)["text"] == plain_summary["text"]
+
+
 @pytest.mark.parametrize("raw", [
     pytest.param(codecs.BOM_UTF8 + TEXT.encode(), id="utf8-bom"),
     pytest.param(TEXT.encode("utf-16"), id="utf16"),

@@ -47,6 +47,9 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     # parts help when the text is too long, not when the prompt fits and the reply budget is
     # what does not (check_fits then says so)
     if no_split or len(ids) + 1 <= cfg.ctx:
+        if batch is not None:  # (with --no-split the command refused it already)
+            ui.note(f"--batch {batch} does nothing: the text fits in the context of "
+                    f"{cfg.ctx:,} tokens, so it is summarized in one reply, not in parts")
         fixed = template_tokens(tok, None, ui.opts.think, SUMMARY_PROMPT)
         one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, fixed=fixed, **extra,
                  split=False)
