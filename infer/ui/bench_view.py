@@ -78,7 +78,8 @@ def measure(ui: UI, engine, lengths: list[int], tokens: int, speculate: bool = F
 
 def show(ui: UI, engine, load_s: float, results: list[BenchResult], interrupted: bool) -> None:
     """The JSON object on stdout with ``--json``; else the table on stdout (if any length was
-    measured). Either way, a length whose speculative tokens differ is named on stderr."""
+    measured), and on the CPU a note on stderr of why the ceiling columns are empty. Either
+    way, a length whose speculative tokens differ is named on stderr."""
     differ = [r.prompt_tokens for r in results if r.identical is False]
     if differ:
         ui.warn(f"speculation changed the greedy tokens at "
@@ -89,6 +90,9 @@ def show(ui: UI, engine, load_s: float, results: list[BenchResult], interrupted:
         table = results_table(results, f"{engine.config.model}: {cache_label(engine)}, "
                                        f"{engine.attention_kind} attention on {engine.device}")
         print_unclipped(ui.out, table)
+        if all(r.ceiling_tokens_per_s is None for r in results):
+            ui.note(f"no ceiling on {engine.device.type}: it is a GPU's measured read "
+                    "bandwidth over the bytes each decode step reads")
 
 
 def print_unclipped(console, table: Table) -> None:
