@@ -276,14 +276,19 @@ def test_speculate_on_with_a_presence_penalty_says_it_is_off(tiny_ckpt):
     assert "presence" not in quiet.stderr
 
 
+def _with_generation_config(ckpt, folder: Path, text: str) -> Path:
+    """``folder``: ``ckpt``'s files linked, with ``text`` as its generation_config.json."""
+    folder.mkdir()
+    for f in Path(ckpt).iterdir():
+        if f.name != "generation_config.json":
+            (folder / f.name).symlink_to(f.resolve())
+    (folder / "generation_config.json").write_text(text)
+    return folder
+
+
 def test_speculate_on_with_the_files_presence_penalty_says_it_is_off(tiny_ckpt, tmp_path):
     """The penalty from generation_config.json (no flag) turns speculation off too: said."""
-    folder = tmp_path / "penalized"
-    folder.mkdir()
-    for f in Path(tiny_ckpt).iterdir():
-        (folder / f.name).symlink_to(f.resolve())
-    (folder / "generation_config.json").unlink()
-    (folder / "generation_config.json").write_text('{"presence_penalty": 1.5}')
+    folder = _with_generation_config(tiny_ckpt, tmp_path / "penalized", '{"presence_penalty": 1.5}')
     result = invoke("generate", str(folder), "hi", *FAST, "--speculate", "on")
     assert result.exit_code == 0, result.output
     assert ("note: --speculate on does nothing with the presence penalty of "
@@ -296,11 +301,7 @@ def test_speculate_on_with_the_files_presence_penalty_says_it_is_off(tiny_ckpt, 
 
 def test_a_string_do_sample_in_generation_config_is_a_one_line_error(tiny_ckpt, tmp_path):
     """``"do_sample": "false"`` (a string) would read as sampling on: refused, naming the file."""
-    folder = tmp_path / "stringly"
-    folder.mkdir()
-    for f in Path(tiny_ckpt).iterdir():
-        (folder / f.name).symlink_to(f.resolve())
-    (folder / "generation_config.json").unlink()
-    (folder / "generation_config.json").write_text('{"do_sample": "false", "temperature": 0.6}')
+    folder = _with_generation_config(tiny_ckpt, tmp_path / "stringly",
+                                     '{"do_sample": "false", "temperature": 0.6}')
     result = invoke("generate", str(folder), "hi", *FAST)
     assert_one_line_error(result, 2, "generation_config.json: do_sample must be true or false")
