@@ -19,6 +19,9 @@ CUDA events, no profiler):
 - ``eager:MODE``: draw once from random logits with MODE's parameters, outside any graph (the
   kernels and generators used, nothing captured).
 
+``--default-generator`` samples with the device's default CUDA generator, which torch registers
+with every graph anyway (``infer.graphs.DEFAULT_GENERATOR``), instead of the runner's own.
+
 JSON lines: a ``device`` line, then one per item (``what``, ``step_wall_us`` for decode items,
 ``captures``: graphs captured so far). CUDA only.
 
@@ -35,6 +38,7 @@ from types import SimpleNamespace
 
 import torch
 
+import infer.graphs
 from benchmarks.profile_decode import DecodeSteps, step_wall_us
 from infer import Engine, EngineConfig, SamplingParams
 from infer.sampling import sample
@@ -45,8 +49,10 @@ MODES = {"greedy": SamplingParams(temperature=0.0),
          "torch_sampled": SamplingParams(seed=0, temperature=0.6, top_k=0, top_p=0.95)}
 DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,greedy,"
                  "capture:torch_sampled,greedy,capture:sampled,greedy,sampled,greedy")
-# one process each: which part of a sampled capture slows the greedy graph (BENCHMARKS.md)
-NEXT_ORDERS = ("greedy,greedy,gencapture:greedy,greedy,greedy",
+# one process each: which part of a sampled capture slows the greedy graph (BENCHMARKS.md);
+# the first one also with --default-generator
+NEXT_ORDERS = ("greedy,greedy,capture:sampled,greedy,greedy,sampled",
+               "greedy,greedy,gencapture:greedy,greedy,greedy",
                "greedy,greedy,ownpool:sampled,greedy,greedy")
 
 
@@ -78,6 +84,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--kv", default="bf16", choices=["bf16", "int8"])
     ap.add_argument("--steps", type=int, default=200, help="steps timed per decode item")
     ap.add_argument("--order", default=DEFAULT_ORDER, help="comma-separated items (module notes)")
+    ap.add_argument("--default-generator", action="store_true",
+                    help="sample with the device's default CUDA generator "
+                    "(infer.graphs.DEFAULT_GENERATOR)")
     args = ap.parse_args(argv)
     try:
         order = parse_order(args.order)
@@ -87,6 +96,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ap.error("--steps must be >= 1")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU: it times captured CUDA graphs")
+    infer.graphs.DEFAULT_GENERATOR = args.default_generator
     cfg = EngineConfig(args.ckpt, ctx=args.ctx + 2 * args.steps + 128, device="cuda",
                        kv_cache=args.kv, attention="triton", cuda_graphs=True)
     mc = read_config(args.ckpt)
@@ -99,7 +109,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                   SamplingParams(temperature=0.0, max_new_tokens=1)))[0]
     records = [{"what": "device", "device": torch.cuda.get_device_name(),
                 "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
-                "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps}]
+                "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps,
+                "default_generator": args.default_generator}]
     print(json.dumps(records[0]), flush=True)
     kept = []  # the graphs captured outside the runner
     for kind, mode in order:

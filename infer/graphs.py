@@ -25,7 +25,8 @@ for up to 16 rows, and the split count is fixed per engine, so a sequence's toke
 bit for bit whatever the batch it decodes in). A fed id of -1 (``sampling.NON_FINITE``: the
 previous step's logits were not finite) is clamped to 0 on the device; the host raises on it.
 
-Randomness: the runner owns one ``torch.Generator``, registered with every graph
+Randomness: the runner owns one ``torch.Generator`` (or, with ``DEFAULT_GENERATOR``, uses the
+device's default one), registered with every graph that samples
 (``CUDAGraph.register_generator_state``); torch feeds each replay the generator's current Philox
 seed and offset and advances it as the same ops would eagerly (torch's note "CUDA Graph-safe RNG
 states"). The first token of a reply is sampled eagerly with the same generator, reseeded per
@@ -48,6 +49,15 @@ from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
 
 __all__ = ["MAX_GRAPHS", "GraphRunner"]  # MAX_GRAPHS: infer/graph_capture.py's, re-exported
+
+# Whether a CUDA runner samples with the device's default CUDA generator (which torch registers
+# with every graph it captures) instead of a generator of its own. On an H100, capturing a graph
+# that registers a generator of its own slowed every decode graph replayed after it by ~43 us a
+# step (the 0.6B at 4k, ``benchmarks/graph_order.py``; BENCHMARKS.md); whether the registration
+# or the noise kernel in the graph does that is not measured yet, so this is OFF until an A/B
+# (``benchmarks/decode_e2e.py --temperature 0.6 --top-k 20 --top-p 0.95 --variants
+# default,default+default_generator``) says. A seeded reply then reseeds the default generator.
+DEFAULT_GENERATOR = False
 
 
 class GraphRunner:
@@ -109,7 +119,9 @@ class GraphRunner:
         with torch.inference_mode(False):  # plain tensors: writable in and out of it
             self.bufs = StaticBuffers.allocate(max_rows, vocab_size, max_pages, self.device)
         self._metas = {b: self.bufs.meta(b, page_size) for b in self.buckets}
-        self.generator = torch.Generator(device=self.device)
+        self.generator = (_default_cuda_generator(self.device)
+                          if DEFAULT_GENERATOR and self.device.type == "cuda"
+                          else torch.Generator(device=self.device))
         self.io = StepIO(self.bufs, page_size, getattr(attn, "slab_tokens", 1),
                          getattr(attn, "slab_block_n", 1))
         self._graphs = StepGraphs(self.bufs, self.device) if capture else None
@@ -290,3 +302,10 @@ class GraphRunner:
             b.next_token[:bucket].copy_(sample(logits, params, gen, presence=presence,
                                                vocab_limit=self.vocab_limit))
         return hidden, logits
+
+
+def _default_cuda_generator(device: torch.device) -> torch.Generator:
+    """The default CUDA generator of ``device`` (of the current device when it has no index)."""
+    torch.cuda.init()  # default_generators is filled at CUDA's lazy initialization
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.cuda.default_generators[index]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from mock_engine import (
     GREEDY,
     NO_STOP,
@@ -57,6 +58,18 @@ def test_config_cuda_graphs_resolution_and_errors():
 def test_runner_capture_needs_cuda():
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         GraphRunner(SumModel(), None, vocab_size=8, page_size=16, max_pages=2, device="cpu")
+
+
+def test_runner_off_cuda_keeps_its_own_generator_with_default_generator_on(monkeypatch):
+    """``infer.graphs.DEFAULT_GENERATOR`` acts on CUDA runners only: a CPU runner samples with a
+    generator of its own, on the CPU."""
+    import infer.graphs as graphs
+
+    monkeypatch.setattr(graphs, "DEFAULT_GENERATOR", True)
+    runner = GraphRunner(SumModel(), None, vocab_size=8, page_size=16, max_pages=2, device="cpu",
+                         capture=False)
+    assert runner.generator.device.type == "cpu"
+    assert runner.generator is not torch.default_generator
 
 
 def test_cli_cuda_graphs_flag(tiny_ckpt):

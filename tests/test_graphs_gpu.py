@@ -79,8 +79,14 @@ def test_gpu_replay_is_bit_exact(gpu_bf16_model, kv_cache):
 
 
 @pytest.mark.gpu
-def test_gpu_seeded_sampling_reproducible(gpu_bf16_model):
+@pytest.mark.parametrize("default_generator", [False, True], ids=["own", "default-generator"])
+def test_gpu_seeded_sampling_reproducible(gpu_bf16_model, default_generator, monkeypatch):
+    """Also with ``infer.graphs.DEFAULT_GENERATOR`` (the device's default CUDA generator)."""
+    import infer.graphs as graphs
+
+    monkeypatch.setattr(graphs, "DEFAULT_GENERATOR", default_generator)
     eng = gpu_engine(gpu_bf16_model, "bf16", True)
+    assert (eng.graph_runner().generator is torch.cuda.default_generators[0]) is default_generator
     p = random_ids(30, seed=1)
 
     def run(seed):
@@ -93,9 +99,14 @@ def test_gpu_seeded_sampling_reproducible(gpu_bf16_model):
 
 
 @pytest.mark.gpu
-def test_gpu_seeded_sampling_graph_equals_eager(gpu_bf16_model):
+@pytest.mark.parametrize("default_generator", [False, True], ids=["own", "default-generator"])
+def test_gpu_seeded_sampling_graph_equals_eager(gpu_bf16_model, default_generator, monkeypatch):
     """torch replays a registered generator's Philox offsets exactly as eager ops consume them,
-    so with bit-exact logits the sampled reply is the same with and without graphs."""
+    so with bit-exact logits the sampled reply is the same with and without graphs (also with
+    the device's default generator, ``infer.graphs.DEFAULT_GENERATOR``)."""
+    import infer.graphs as graphs
+
+    monkeypatch.setattr(graphs, "DEFAULT_GENERATOR", default_generator)
     p = random_ids(30, seed=2)
     sp = SAMPLED.replace(seed=11, max_new_tokens=48)
     eager = list(gpu_engine(gpu_bf16_model, "bf16", False).new_session().generate(p, sp))
