@@ -56,6 +56,12 @@
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
 #              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8; PROFILE_ARGS adds
 #              flags (a sampled step: "--temperature 0.6 --top-k 20 --top-p 0.95")
+#   graphorder which part of a sampling step's capture slows the graphs replayed after it: the
+#              orders of benchmarks/graph_order.py's NEXT_ORDERS, one process each (the first
+#              also with --default-generator), then the sampled 0.6B at 4k with and without
+#              infer.graphs.DEFAULT_GENERATOR, in alternating processes, 2 rounds
+#   stage1     decode attention at 4k (where stage 1 runs at ~40 % of the read bandwidth inside a
+#              step): benchmarks/sweep_decode.py over splits, key blocks and stages, BF16
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -209,6 +215,28 @@ print(json.dumps({"what": "startup", "run": int(sys.argv[2]), "staged": sys.argv
 PY
         done
       done ;;
+    graphorder)
+      ck=/tmp/qwen3-0.6b-random
+      [ -f "$ck/config.json" ] || python3 -m models.random_checkpoint --size 0.6b --out "$ck" \
+          --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
+      orders=$(python3 -c "from benchmarks.graph_order import NEXT_ORDERS; print(' '.join(NEXT_ORDERS))")
+      first=1
+      for order in $orders; do
+        for flag in "" ${first:+--default-generator}; do
+          python3 benchmarks/graph_order.py --ckpt "$ck" --order "$order" $flag 2>&1 \
+              | tee -a "$OUT/graph_order.jsonl"
+        done; first=
+      done
+      sampled="--temperature 0.6 --top-k 20 --top-p 0.95"
+      for r in 1 2; do for v in default default+default_generator; do
+        python3 benchmarks/decode_e2e.py --model "$ck" --size 0.6b --lengths 4096 --kv bf16 \
+            --eager-tokens 0 --variants "$v" $sampled 2>&1 | grep tokens_per_s \
+            | tee -a "$OUT/default_generator.jsonl"
+      done; done ;;
+    stage1)
+      python3 benchmarks/sweep_decode.py --seq-lens 4096 --dtypes bf16 --block-n 64 128 \
+          --splits 0 16 33 66 132 --stages 1 2 3 --split-timing ${STAGE1_ARGS:-} \
+          > "$OUT/stage1_4k.jsonl" 2>&1; tail -n 1 "$OUT/stage1_4k.jsonl" ;;
     profile)
       for size in 8b 0.6b; do
         ck=/tmp/qwen3-$size-random; [ "$size" = 8b ] && ck=$CKPT
