@@ -60,8 +60,10 @@
 #              orders of benchmarks/graph_order.py's NEXT_ORDERS, one process each (the first
 #              also with --default-generator), then the sampled 0.6B at 4k with and without
 #              infer.graphs.DEFAULT_GENERATOR, in alternating processes, 2 rounds
-#   stage1     decode attention at 4k (where stage 1 runs at ~40 % of the read bandwidth inside a
-#              step): benchmarks/sweep_decode.py over splits, key blocks and stages, BF16
+#   stage1     decode attention at 4k (inside a step, stage 1 read the 0.6B's 17 MB of a layer's
+#              cache in ~13 us, ~45 % of the read bandwidth: BENCHMARKS.md):
+#              benchmarks/sweep_decode.py over splits, key blocks and stages, BF16, at the 8B's
+#              head shape (group 4; the 0.6B's is 2)
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -230,7 +232,7 @@ PY
       sampled="--temperature 0.6 --top-k 20 --top-p 0.95"
       for r in 1 2; do for v in default default+default_generator; do
         python3 benchmarks/decode_e2e.py --model "$ck" --size 0.6b --lengths 4096 --kv bf16 \
-            --eager-tokens 0 --variants "$v" $sampled 2>&1 | grep tokens_per_s \
+            --eager-tokens 0 --variants "$v" $sampled 2>&1 | grep -E "tokens_per_s|rror" \
             | tee -a "$OUT/default_generator.jsonl"
       done; done ;;
     stage1)

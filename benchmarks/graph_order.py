@@ -1,11 +1,12 @@
 """One greedy decode graph timed before and after other work on the same engine: what slows it.
 
 Issue 16: a sampled decode step measured ~60 us slower than a greedy one on the 0.6B at 4k.
-``benchmarks/step_timeline.py`` lines the two up kernel by kernel; this script found the larger
-part of that difference to be a slowdown of *every* graph replayed after a sampled step's graph
-was captured (BENCHMARKS.md). It runs ``--order``'s items in turn on one engine and one
-prefilled prompt, and times each decode item (``step_wall_us``: ``--steps`` steps back to back,
-CUDA events, no profiler):
+``benchmarks/step_timeline.py`` lines the two up kernel by kernel; experiments of the same kind
+as this script (run as a one-off before it was written; this script itself has not run on a GPU
+yet) found the larger part of that difference to be a slowdown of *every* graph replayed after
+a sampled step's graph was captured (BENCHMARKS.md). It runs ``--order``'s items in turn on
+one engine and one prefilled prompt, and times each decode item (``step_wall_us``: ``--steps``
+steps back to back, CUDA events, no profiler):
 
 - ``greedy``, ``sampled`` (Qwen3's temperature 0.6 / top-k 20 / top-p 0.95, the fused draw),
   ``torch_sampled`` (temperature 0.6, top-p 0.95, no top-k: torch's ops draw): decode steps
@@ -23,7 +24,8 @@ CUDA events, no profiler):
 with every graph anyway (``infer.graphs.DEFAULT_GENERATOR``), instead of the runner's own.
 
 JSON lines: a ``device`` line, then one per item (``what``, ``step_wall_us`` for decode items,
-``captures``: graphs captured so far). CUDA only.
+``captures``: the runner's graphs captured so far, not counting ``gencapture`` / ``ownpool``
+ones). CUDA only.
 
     PYTHONPATH=. python3 benchmarks/graph_order.py --ckpt /tmp/q0.6b --ctx 4096
 """
@@ -119,12 +121,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
             runner = eng.graph_runner()
             sample(torch.randn(1, mc.vocab_size, device="cuda"), MODES[mode], runner.generator)
             torch.cuda.synchronize()
+        elif kind in ("gencapture", "ownpool"):  # no begin: it would capture the runner's own
+            runner = eng.graph_runner()
+            kept.append(_capture_outside(runner, MODES[mode], kind))
+            rec["captures"] = runner.captures
         else:
             run = DecodeSteps(eng, session, first, rows=2 if kind == "rows2" else 1,
                               sampling=MODES[mode])
-            if kind in ("gencapture", "ownpool"):
-                kept.append(_capture_outside(run.runner, MODES[mode], kind))
-            elif kind == "capture":
+            if kind == "capture":
                 run.runner._graph(1, False)  # the runner's capture of a 1-row step, no replay
                 torch.cuda.synchronize()
             else:
@@ -144,10 +148,10 @@ def _capture_outside(runner, params: SamplingParams, kind: str):
 
     gen = runner.generator if kind == "gencapture" or not params.greedy else None
     pool = runner._graphs._pool if kind == "gencapture" else torch.cuda.graph_pool_handle()
-    stream = torch.cuda.Stream()
-    runner.bufs.pad_all()
-    cap = capture_step(lambda: runner._run(1, params, gen, False), stream=stream, pool=pool,
-                       generator=gen)
+    with torch.cuda.device(runner.device), torch.inference_mode():  # as StepGraphs.capture
+        runner.bufs.pad_all()
+        cap = capture_step(lambda: runner._run(1, params, gen, False),
+                           stream=torch.cuda.Stream(), pool=pool, generator=gen)
     torch.cuda.synchronize()
     return cap
 

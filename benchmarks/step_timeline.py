@@ -2,8 +2,9 @@
 
 Issue 16: a sampled step (Qwen3's temperature 0.6, top-k 20, top-p 0.95) ran ~60 us longer than a
 greedy one on the 0.6B at 4k, in separate processes, though only the last two kernels differ.
-This runs both on one engine in one process, alternating (``--rounds``), times each
-(``step_wall_us``, CUDA events, no profiler), profiles as many steps again, cuts each profile
+This runs both on one engine in one process, alternating (``--rounds``; both graphs are
+captured before the first round, as a capture that samples slows every replay after it), times
+each (``step_wall_us``, CUDA events, no profiler), profiles as many steps again, cuts each profile
 into steps (every step launches the same kernels in the same order) and lines the two up by
 kernel name (``difflib``'s matching runs). For each position: the mean start after the step's
 first kernel, the duration, and the idle time before it (after every earlier kernel of the step
@@ -12,7 +13,8 @@ has ended).
 JSON lines (``what``):
 
 - ``mode``: a mode's round: ``step_wall_us``, ``period_us`` (the mean start-to-start of steps
-  in the profile), ``kernels_per_step``, ``busy_us``;
+  in the profile), ``kernels_per_step``, ``kernel_sum_us`` (the kernels' durations added up:
+  kernels that overlap on the PDL chain count twice);
 - ``drift``: the positions where the second mode's start, relative to the first's, grows the
   most (``grow_us``), with the kernel there and the duration/idle differences that make it;
 - ``by_kernel``: the growth summed per kernel name, and the duration difference per name;
@@ -152,6 +154,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
                 "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps}]
     pos: dict[str, list] = {}
+    for sp in modes.values():  # both graphs first: a capture that samples slows every later
+        DecodeSteps(eng, session, first, sampling=sp).run(args.warmup)  # replay (BENCHMARKS.md)
     for r in range(args.rounds):
         for mode, sp in modes.items():
             run = DecodeSteps(eng, session, first, sampling=sp)
@@ -168,7 +172,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                             "step_wall_us": round(wall, 2),
                             "period_us": round(_period(events, args.steps), 2),
                             "kernels_per_step": len(p),
-                            "busy_us": round(sum(q["dur"] for q in p), 2)})
+                            "kernel_sum_us": round(sum(q["dur"] for q in p), 2)})
     for r in range(args.rounds):
         c = compare(pos["greedy"][r], pos["sampled"][r])
         g_end = max(q["start"] + q["dur"] for q in pos["greedy"][r])

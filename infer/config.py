@@ -303,8 +303,9 @@ class SamplingParams:
 
         Raises:
             ValueError: if the file is not valid JSON or holds a value out of range that no
-                override replaces (the message names the file), an override names no field, or
-                an override is out of range.
+                override replaces (a ``do_sample`` that is not a boolean: unless the temperature
+                is given; the message names the file), an override names no field, or an
+                override is out of range.
         """
         names = {f.name for f in fields(cls)}
         unknown = set(overrides) - names
@@ -313,6 +314,9 @@ class SamplingParams:
         path = Path(folder) / "generation_config.json" if folder is not None else None
         values = read_sampling_defaults(path) if path is not None else {}
         given = {k: v for k, v in overrides.items() if v is not None}
+        do_sample = values.pop("do_sample", None)  # there only when not a boolean
+        if do_sample is not None and "temperature" not in given:
+            raise ValueError(f"{path}: do_sample must be true or false, got {do_sample!r}")
         try:  # a bad value in the file that no override replaces: say which file
             cls(**{k: v for k, v in values.items() if k not in given})
         except ValueError as e:

@@ -50,13 +50,15 @@ from infer.step_io import Row, StepIO
 
 __all__ = ["MAX_GRAPHS", "GraphRunner"]  # MAX_GRAPHS: infer/graph_capture.py's, re-exported
 
-# Whether a CUDA runner samples with the device's default CUDA generator (which torch registers
-# with every graph it captures) instead of a generator of its own. On an H100, capturing a graph
-# that registers a generator of its own slowed every decode graph replayed after it by ~43 us a
-# step (the 0.6B at 4k, ``benchmarks/graph_order.py``; BENCHMARKS.md); whether the registration
-# or the noise kernel in the graph does that is not measured yet, so this is OFF until an A/B
-# (``benchmarks/decode_e2e.py --temperature 0.6 --top-k 20 --top-p 0.95 --variants
-# default,default+default_generator``) says. A seeded reply then reseeds the default generator.
+# Whether a CUDA runner samples with the device's default CUDA generator instead of a generator
+# of its own (by torch's source up to its per-capture RNG rework, which 2.11 likely predates,
+# the default one is registered with every graph captured anyway). On an H100, capturing a
+# graph that samples slowed every decode graph replayed after it by ~43 us a step (the 0.6B at
+# 4k; BENCHMARKS.md). Whether registering the runner's generator or the noise kernel in the
+# graph does that is not measured, so this is OFF until an A/B says: ``benchmarks/gpu_check.sh
+# graphorder`` runs ``decode_e2e.py --variants default`` and ``default+default_generator``,
+# sampled, in separate processes (in one, the first capture would slow the second variant). A
+# seeded reply then reseeds the default generator.
 DEFAULT_GENERATOR = False
 
 

@@ -300,8 +300,11 @@ def test_speculate_on_with_the_files_presence_penalty_says_it_is_off(tiny_ckpt, 
 
 
 def test_a_string_do_sample_in_generation_config_is_a_one_line_error(tiny_ckpt, tmp_path):
-    """``"do_sample": "false"`` (a string) would read as sampling on: refused, naming the file."""
+    """``"do_sample": "false"`` (a string) would read as sampling on: refused, naming the file;
+    with ``--temperature`` (which replaces what it decides) the reply runs."""
     folder = _with_generation_config(tiny_ckpt, tmp_path / "stringly",
                                      '{"do_sample": "false", "temperature": 0.6}')
-    result = invoke("generate", str(folder), "hi", *FAST)
+    no_temperature = [a for a in FAST if a not in ("--temperature", "1")]
+    result = invoke("generate", str(folder), "hi", *no_temperature)
     assert_one_line_error(result, 2, "generation_config.json: do_sample must be true or false")
+    assert invoke("generate", str(folder), "hi", *FAST).exit_code == 0

@@ -105,13 +105,15 @@ def test_json_booleans_are_not_numbers(field, tmp_path):
 
 @pytest.mark.parametrize("value", ["false", 0, 1, [False]])
 def test_generation_config_do_sample_must_be_a_boolean(tmp_path, value):
-    """A string "false" (or a number) is not read as sampling on: a one-line error naming the
-    file; true, false and null are read (false: greedy)."""
+    """A string "false" (or a number) is not read as sampling on: an error naming the file,
+    unless the temperature is given; true, false and null are read (false: greedy)."""
     (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": value,
                                                                  "temperature": 0.6}))
     with pytest.raises(ValueError, match=r"generation_config\.json: do_sample must be true or "
                                          r"false, got"):
         SamplingParams.from_generation_config(tmp_path)
+    # a flag that replaces what it decides (the temperature) makes it no error
+    assert SamplingParams.from_generation_config(tmp_path, temperature=0.7).temperature == 0.7
     for ok, greedy in ((True, False), (False, True), (None, False)):
         (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": ok,
                                                                      "temperature": 0.6}))

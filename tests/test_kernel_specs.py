@@ -8,8 +8,8 @@ configuration and row class (Triton specializes ``M``: 1, divisible by 16, other
 ``do_not_specialize`` M, branch ``cold-specs-gemv``, would make it once per tile, which waits
 for a GPU measurement of the decode step's speed); RMSNorm twice
 (with and without the residual add); q/k-norm + RoPE and the KV store never with a 16-bit
-pool (stage 1 does both: ``models.qwen3_fused.ATTENTION_PROLOGUE``), once each with INT8; stage
-1 and the
+pool (stage 1 does both: ``models.qwen3_fused.ATTENTION_PROLOGUE``), their fused kernel once
+with INT8; stage 1 and the
 combine once for the prompt's ``NUM_QUERIES`` and once for the decode step (a 1-token prompt
 shares the decode step's combine; stage 1's decode step has slabs, the prompt's has not).
 Speculative verify steps add nothing, and a short prompt after a history shares the stage 1 of
@@ -43,7 +43,7 @@ def test_reply_compiles_each_kernel_as_often_as_intended(size, prompt_len):
     # (M == 1 only), on the 8B in the first qkv's tile, on the tiny model in one of its own.
     # One RMSNorm (no residual: the first layer's input and the final norm). The greedy pick's
     # two kernels once each (no argument of theirs varies with the rows). A BF16 pool: no
-    # q/k-norm + RoPE or KV store launch (stage 1's prologue); INT8: one each (the fused one).
+    # q/k-norm + RoPE or KV store launch (stage 1's prologue); INT8: their one fused kernel.
     one_row = {"8b": 4, "tiny": 5}[size]
     expect = {
         "_gemv_kernel": one_row + (0 if prompt_len == 1 else 4), "_rmsnorm_kernel": 1,
