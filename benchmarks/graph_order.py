@@ -18,7 +18,10 @@ steps back to back, CUDA events, no profiler):
 - ``ownpool:MODE``: capture MODE's step (generator registered when sampled) into a pool of its
   own, and keep it;
 - ``eager:MODE``: draw once from random logits with MODE's parameters, outside any graph (the
-  kernels and generators used, nothing captured).
+  kernels and generators used, nothing captured);
+- ``register``: register the runner's generator with a new, never captured ``CUDAGraph`` (torch
+  allocates the generator's graph seed and offset tensors then), and keep it;
+- ``alloc``: keep a new 64 MiB CUDA tensor (a new segment of the caching allocator).
 
 ``--default-generator`` samples with the device's default CUDA generator, which torch registers
 with every graph anyway (``infer.graphs.DEFAULT_GENERATOR``), instead of the runner's own.
@@ -55,12 +58,14 @@ DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,g
 # the first one also with --default-generator
 NEXT_ORDERS = ("greedy,greedy,capture:sampled,greedy,greedy,sampled",
                "greedy,greedy,gencapture:greedy,greedy,greedy",
-               "greedy,greedy,ownpool:sampled,greedy,greedy")
+               "greedy,greedy,ownpool:sampled,greedy,greedy",
+               "greedy,greedy,alloc,greedy,register,greedy,greedy")
 
 
 def parse_order(text: str) -> list[tuple[str, str]]:
     """``--order`` as ``[(kind, mode)]``: kind ``decode``, ``rows2``, ``capture``, ``gencapture``,
-    ``ownpool`` or ``eager``.
+    ``ownpool``, ``eager``, ``register`` or ``alloc`` (the last two with mode ``greedy``,
+    unused).
 
     Raises:
         ValueError: an unknown item (the message names it and the known ones).
@@ -68,13 +73,14 @@ def parse_order(text: str) -> list[tuple[str, str]]:
     out = []
     for item in (x.strip() for x in text.split(",")):
         kind, _, mode = item.rpartition(":")
-        if item == "rows2":
-            out.append(("rows2", "greedy"))
+        if item in ("rows2", "register", "alloc"):
+            out.append((item, "greedy"))
         elif kind in ("", "capture", "eager", "gencapture", "ownpool") and mode in MODES:
             out.append((kind or "decode", mode))
         else:
             raise ValueError(f"unknown --order item {item!r}: use {', '.join(MODES)}, rows2, "
-                             "capture:MODE, gencapture:MODE, ownpool:MODE or eager:MODE")
+                             "register, alloc, capture:MODE, gencapture:MODE, ownpool:MODE or "
+                             "eager:MODE")
     return out
 
 
@@ -114,10 +120,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps,
                 "default_generator": args.default_generator}]
     print(json.dumps(records[0]), flush=True)
-    kept = []  # the graphs captured outside the runner
+    kept = []  # what the items made outside the runner (graphs, a tensor), alive to the end
     for kind, mode in order:
-        rec = {"what": {"decode": mode, "rows2": "rows2"}.get(kind, f"{kind}:{mode}")}
-        if kind == "eager":
+        bare = kind in ("rows2", "register", "alloc")  # items without a mode
+        rec = {"what": mode if kind == "decode" else kind if bare else f"{kind}:{mode}"}
+        if kind == "register":
+            graph = torch.cuda.CUDAGraph()
+            graph.register_generator_state(eng.graph_runner().generator)
+            kept.append(graph)
+            torch.cuda.synchronize()
+        elif kind == "alloc":
+            kept.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+            torch.cuda.synchronize()
+        elif kind == "eager":
             runner = eng.graph_runner()
             sample(torch.randn(1, mc.vocab_size, device="cuda"), MODES[mode], runner.generator)
             torch.cuda.synchronize()

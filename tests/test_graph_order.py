@@ -15,8 +15,11 @@ def test_parse_order():
         ("eager", "torch_sampled"), ("decode", "sampled")]
     assert len(parse_order(DEFAULT_ORDER)) == DEFAULT_ORDER.count(",") + 1
     assert [parse_order(o)[2] for o in NEXT_ORDERS] == [
-        ("capture", "sampled"), ("gencapture", "greedy"), ("ownpool", "sampled")]
-    for bad in ("greedy,fast", "capture:rows2", "replay:greedy", "ownpool:", ""):
+        ("capture", "sampled"), ("gencapture", "greedy"), ("ownpool", "sampled"),
+        ("alloc", "greedy")]
+    assert parse_order("register,alloc") == [("register", "greedy"), ("alloc", "greedy")]
+    for bad in ("greedy,fast", "capture:rows2", "replay:greedy", "ownpool:", "register:greedy",
+                ""):
         with pytest.raises(ValueError, match="unknown --order item"):
             parse_order(bad)
 
