@@ -38,19 +38,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-from types import SimpleNamespace
 
 import torch
 
 import infer.graphs
 from benchmarks.profile_decode import DecodeSteps, step_wall_us
-from infer import Engine, EngineConfig, SamplingParams
+from benchmarks.step_timeline import QWEN3_SAMPLED, prefilled
+from infer import SamplingParams
 from infer.sampling import sample
-from models.loader import load_model, read_config
 
 MODES = {"greedy": SamplingParams(temperature=0.0),
-         "sampled": SamplingParams(seed=0, temperature=0.6, top_k=20, top_p=0.95),
+         "sampled": SamplingParams(seed=0, **QWEN3_SAMPLED),
          "torch_sampled": SamplingParams(seed=0, temperature=0.6, top_k=0, top_p=0.95)}
 DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,greedy,"
                  "capture:torch_sampled,greedy,capture:sampled,greedy,sampled,greedy")
@@ -105,16 +103,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU: it times captured CUDA graphs")
     infer.graphs.DEFAULT_GENERATOR = args.default_generator
-    cfg = EngineConfig(args.ckpt, ctx=args.ctx + 2 * args.steps + 128, device="cuda",
-                       kv_cache=args.kv, attention="triton", cuda_graphs=True)
-    mc = read_config(args.ckpt)
-    model = load_model(args.ckpt, device=torch.device("cuda"), dtype=cfg.torch_dtype, config=mc)
-    limit = min(151669, mc.vocab_size)
-    eng = Engine(cfg, model=model, tokenizer=SimpleNamespace(stop_ids=set(), vocab_limit=limit))
-    rng = random.Random(0)
-    session = eng.new_session()
-    first = list(session.generate([rng.randrange(limit) for _ in range(args.ctx)],
-                                  SamplingParams(temperature=0.0, max_new_tokens=1)))[0]
+    eng, session, first = prefilled(args.ckpt, args.ctx, args.kv, torch.device("cuda"),
+                                    2 * args.steps + 128)
     records = [{"what": "device", "device": torch.cuda.get_device_name(),
                 "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
                 "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps,
@@ -134,7 +124,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             torch.cuda.synchronize()
         elif kind == "eager":
             runner = eng.graph_runner()
-            sample(torch.randn(1, mc.vocab_size, device="cuda"), MODES[mode], runner.generator)
+            sample(torch.randn(1, eng.model_config.vocab_size, device="cuda"), MODES[mode],
+                   runner.generator)
             torch.cuda.synchronize()
         elif kind in ("gencapture", "ownpool"):  # no begin: it would capture the runner's own
             runner = eng.graph_runner()

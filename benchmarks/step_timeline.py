@@ -35,7 +35,7 @@ from types import SimpleNamespace
 
 import torch
 
-from benchmarks.profile_decode import DecodeSteps, profiled_events, step_wall_us
+from benchmarks.profile_decode import VOCAB_LIMIT, DecodeSteps, profiled_events, step_wall_us
 from infer import Engine, EngineConfig, SamplingParams
 from models.loader import load_model, read_config
 
@@ -112,6 +112,25 @@ def compare(a: list[dict], b: list[dict], top: int = 12) -> dict:
                                  for n, r in by_name.items()), key=lambda r: -abs(r["grow_us"]))}
 
 
+def prefilled(ckpt: str, ctx: int, kv: str, device: torch.device, room: int):
+    """``(engine, session, first token)``: the checkpoint loaded on ``device`` (Triton attention
+    and CUDA graphs on CUDA, the reference attention eagerly elsewhere), a context of ``ctx`` +
+    ``room`` positions, and a session holding a random ``ctx``-token prompt (seed 0), prefilled
+    and its first token picked greedily."""
+    cuda = device.type == "cuda"
+    cfg = EngineConfig(ckpt, ctx=ctx + room, device=str(device), kv_cache=kv,
+                       attention="triton" if cuda else "reference", cuda_graphs=cuda)
+    mc = read_config(ckpt)
+    model = load_model(ckpt, device=device, dtype=cfg.torch_dtype, config=mc)
+    limit = min(VOCAB_LIMIT, mc.vocab_size)
+    eng = Engine(cfg, model=model, tokenizer=SimpleNamespace(stop_ids=set(), vocab_limit=limit))
+    rng = random.Random(0)
+    session = eng.new_session()
+    first = list(session.generate([rng.randrange(limit) for _ in range(ctx)],
+                                  SamplingParams(temperature=0.0, max_new_tokens=1)))[0]
+    return eng, session, first
+
+
 def _period(events: list, steps: int) -> float:
     starts = sorted(e.time_range.start for e in events)
     per = len(starts) // steps
@@ -136,18 +155,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ap.error("--steps, --warmup and --rounds must be >= 1")
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    cfg = EngineConfig(args.ckpt, ctx=args.ctx + 2 * args.rounds * (args.steps * 2 + 2 *
-                                                                   args.warmup) + 128,
-                       device=args.device, kv_cache=args.kv,
-                       attention="triton" if cuda else "reference", cuda_graphs=cuda)
-    mc = read_config(args.ckpt)
-    model = load_model(args.ckpt, device=dev, dtype=cfg.torch_dtype, config=mc)
-    limit = min(151669, mc.vocab_size)
-    eng = Engine(cfg, model=model, tokenizer=SimpleNamespace(stop_ids=set(), vocab_limit=limit))
-    rng = random.Random(0)
-    ids = [rng.randrange(limit) for _ in range(args.ctx)]
-    session = eng.new_session()
-    first = list(session.generate(ids, SamplingParams(temperature=0.0, max_new_tokens=1)))[0]
+    room = 2 * args.rounds * (args.steps * 2 + 2 * args.warmup) + 128
+    eng, session, first = prefilled(args.ckpt, args.ctx, args.kv, dev, room)
     modes = {"greedy": SamplingParams(temperature=0.0),
              "sampled": SamplingParams(seed=0, **QWEN3_SAMPLED)}
     records = [{"what": "device", "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
