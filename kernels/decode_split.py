@@ -82,6 +82,7 @@ import triton
 import triton.language as tl
 
 from kernels.decode_block import _attend_block
+from kernels.kv_prefetch import prefetch_kv_pages
 from kernels.decode_prologue import norm_rope_rows, rope_cos_sin, store_new_kv, store_read_keys
 
 _LN2 = tl.constexpr(0.6931471805599453)
@@ -129,6 +130,7 @@ def _decode_split_kernel(
     LAZY_RESCALE: tl.constexpr,
     PROLOGUE: tl.constexpr = False,  # q/k-norm + RoPE and the step's K/V store (16-bit pools)
     PRECISE_TRIG: tl.constexpr = False,  # PROLOGUE: libdevice cos/sin (GPU), else tl.cos/sin
+    L2_PREFETCH_PAGES: tl.constexpr = 0,  # GPU: pages prefetched before the wait (0: none)
 ):
     if USE_PDL:
         # our dependent (the combine) may launch now; it waits for us in turn
@@ -163,6 +165,22 @@ def _decode_split_kernel(
         out_row = b * stride_ob + rows * stride_or
         lse_row = b * stride_lb + rows
     q_off = q_row * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
+    n_blocks = tl.cdiv(seq_len, BLOCK_N)
+    start = split * n_blocks // NUM_SPLITS
+    end = (split + 1) * n_blocks // NUM_SPLITS
+    # blocks whose keys all precede the first query (keys of earlier steps): no mask needed
+    n_old = tl.maximum(first, 0) // BLOCK_N
+
+    pt_row_ptr = page_table_ptr + b * stride_pt
+    k_head_ptr = k_ptr + h * (PAGE_SIZE * HEAD_DIM)
+    v_head_ptr = v_ptr + h * (PAGE_SIZE * HEAD_DIM)
+    ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
+    vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
+    if L2_PREFETCH_PAGES > 0:
+        # the first pages of this split's keys into L2 before any wait (kernels/kv_prefetch.py)
+        prefetch_kv_pages(pt_row_ptr, start * BLOCK_N, end * BLOCK_N, seq_len, k_head_ptr,
+                          v_head_ptr, ks_head_ptr, vs_head_ptr, NUM_KV_HEADS, HEAD_DIM,
+                          PAGE_SIZE, L2_PREFETCH_PAGES, IS_INT8)
     if PROLOGUE:
         # the step's tokens of this program: tok0 .. tok0 + n_tok - 1 (kernels/decode_prologue)
         if SLAB > 1:
@@ -193,17 +211,6 @@ def _decode_split_kernel(
     if IS_INT8 and INT8_MAGIC != 0 and q.dtype != tl.float32:
         q = q.to(tl.float16)  # the codes become exact float16: dot in float16
 
-    n_blocks = tl.cdiv(seq_len, BLOCK_N)
-    start = split * n_blocks // NUM_SPLITS
-    end = (split + 1) * n_blocks // NUM_SPLITS
-    # blocks whose keys all precede the first query (keys of earlier steps): no mask needed
-    n_old = tl.maximum(first, 0) // BLOCK_N
-
-    pt_row_ptr = page_table_ptr + b * stride_pt
-    k_head_ptr = k_ptr + h * (PAGE_SIZE * HEAD_DIM)
-    v_head_ptr = v_ptr + h * (PAGE_SIZE * HEAD_DIM)
-    ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
-    vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
     if PROLOGUE:
         # the step's keys and values this program reads, into the pool before its blocks are
         # read: one-token rows may be one sequence's (a verify step), so every row is checked
