@@ -29,8 +29,8 @@ from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's pu
 )
 from kernels.decode_prologue import DecodePrologue, prologue_args
 from kernels.decode_split import _decode_split_kernel
-from kernels.kv_prefetch import prefetch_pages
 from kernels.device import supports_pdl
+from kernels.kv_prefetch import prefetch_pages
 from kernels.tiles import DecodeTiles, decode_tiles
 
 _LOG2E = 1.4426950408889634

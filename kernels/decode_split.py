@@ -82,8 +82,8 @@ import triton
 import triton.language as tl
 
 from kernels.decode_block import _attend_block
-from kernels.kv_prefetch import prefetch_kv_pages
 from kernels.decode_prologue import norm_rope_rows, rope_cos_sin, store_new_kv, store_read_keys
+from kernels.kv_prefetch import prefetch_kv_pages
 
 _LN2 = tl.constexpr(0.6931471805599453)
 

@@ -203,6 +203,10 @@ class GemvTiles:
             when ``GEMV_SPLIT_K`` is set.
         pdl: run on the PDL chain (``kernels/pdl_chain.py``; sm_90+ only, ignored elsewhere;
             results unchanged); ``gemv_tiles`` sets it from ``kernels.pdl_chain.ENABLED``.
+        early_signal: with ``pdl``, let the successor launch when each program starts rather
+            than after its weight stream, so that the successor's work before its wait (decode
+            stage 1's K/V prefetch: ``kernels/kv_prefetch.py``) overlaps the stream; its
+            programs then hold SM resources during it. Results unchanged.
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -214,6 +218,7 @@ class GemvTiles:
     num_warps: int = 4
     split_k: int = 1
     pdl: bool = False
+    early_signal: bool = False
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)

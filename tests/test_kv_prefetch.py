@@ -17,6 +17,7 @@ import torch
 from decode_case import Case
 from prologue_case import Step
 
+import kernels.gemv
 import kernels.tiles
 from kernels.kv_prefetch import prefetch_pages
 from kernels.tiles import DecodeTiles, decode_tiles
@@ -90,3 +91,29 @@ def test_gpu_engine_tokens_unchanged(gpu_qwen3_4l, monkeypatch, kv):
 def test_replace_keeps_the_other_fields():
     base = decode_tiles("cpu", torch.bfloat16)
     assert dataclasses.replace(base, l2_prefetch_blocks=2).block_n == base.block_n
+
+
+def test_qkv_tiles_signal_early_only_when_switched_on(monkeypatch):
+    import kernels.pdl_chain
+    from models.qwen3_fused import qkv_tiles
+
+    x, w = torch.zeros(1, 64), torch.zeros(96, 64)
+    assert qkv_tiles(x, w) is None
+    monkeypatch.setattr(kernels.pdl_chain, "QKV_EARLY_SIGNAL", True)
+    tiles = qkv_tiles(x, w)
+    assert tiles.early_signal and tiles.block_n == kernels.gemv.gemv_tiles(
+        x.device, x.dtype, 96, 64, swiglu=False).block_n
+    assert qkv_tiles(torch.zeros(17, 64), w) is None  # a prefill chunk: cuBLAS, no tiles
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv", ["bf16", "int8"])
+def test_gpu_engine_tokens_unchanged_with_early_signal(gpu_qwen3_4l, monkeypatch, kv):
+    from mock_engine import greedy_by_flag
+
+    import kernels.pdl_chain
+
+    monkeypatch.setattr(kernels.tiles, "DECODE_L2_PREFETCH", True)
+    out = greedy_by_flag(gpu_qwen3_4l, kv, monkeypatch, kernels.pdl_chain, "QKV_EARLY_SIGNAL")
+    assert len(out[True, True]) == 40
+    assert out[True, True] == out[False, True] == out[True, False] == out[False, False]
