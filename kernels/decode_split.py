@@ -165,22 +165,15 @@ def _decode_split_kernel(
         out_row = b * stride_ob + rows * stride_or
         lse_row = b * stride_lb + rows
     q_off = q_row * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
-    n_blocks = tl.cdiv(seq_len, BLOCK_N)
-    start = split * n_blocks // NUM_SPLITS
-    end = (split + 1) * n_blocks // NUM_SPLITS
-    # blocks whose keys all precede the first query (keys of earlier steps): no mask needed
-    n_old = tl.maximum(first, 0) // BLOCK_N
-
-    pt_row_ptr = page_table_ptr + b * stride_pt
-    k_head_ptr = k_ptr + h * (PAGE_SIZE * HEAD_DIM)
-    v_head_ptr = v_ptr + h * (PAGE_SIZE * HEAD_DIM)
-    ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
-    vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
     if L2_PREFETCH_PAGES > 0:
         # the first pages of this split's keys into L2 before any wait (kernels/kv_prefetch.py)
-        prefetch_kv_pages(pt_row_ptr, start * BLOCK_N, end * BLOCK_N, seq_len, k_head_ptr,
-                          v_head_ptr, ks_head_ptr, vs_head_ptr, NUM_KV_HEADS, HEAD_DIM,
-                          PAGE_SIZE, L2_PREFETCH_PAGES, IS_INT8)
+        pf_blocks = tl.cdiv(seq_len, BLOCK_N)
+        prefetch_kv_pages(page_table_ptr + b * stride_pt,
+                          split * pf_blocks // NUM_SPLITS * BLOCK_N,
+                          (split + 1) * pf_blocks // NUM_SPLITS * BLOCK_N, seq_len,
+                          k_ptr + h * (PAGE_SIZE * HEAD_DIM), v_ptr + h * (PAGE_SIZE * HEAD_DIM),
+                          k_scale_ptr + h * PAGE_SIZE, v_scale_ptr + h * PAGE_SIZE,
+                          NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, L2_PREFETCH_PAGES, IS_INT8)
     if PROLOGUE:
         # the step's tokens of this program: tok0 .. tok0 + n_tok - 1 (kernels/decode_prologue)
         if SLAB > 1:
@@ -211,6 +204,17 @@ def _decode_split_kernel(
     if IS_INT8 and INT8_MAGIC != 0 and q.dtype != tl.float32:
         q = q.to(tl.float16)  # the codes become exact float16: dot in float16
 
+    n_blocks = tl.cdiv(seq_len, BLOCK_N)
+    start = split * n_blocks // NUM_SPLITS
+    end = (split + 1) * n_blocks // NUM_SPLITS
+    # blocks whose keys all precede the first query (keys of earlier steps): no mask needed
+    n_old = tl.maximum(first, 0) // BLOCK_N
+
+    pt_row_ptr = page_table_ptr + b * stride_pt
+    k_head_ptr = k_ptr + h * (PAGE_SIZE * HEAD_DIM)
+    v_head_ptr = v_ptr + h * (PAGE_SIZE * HEAD_DIM)
+    ks_head_ptr = k_scale_ptr + h * PAGE_SIZE
+    vs_head_ptr = v_scale_ptr + h * PAGE_SIZE
     if PROLOGUE:
         # the step's keys and values this program reads, into the pool before its blocks are
         # read: one-token rows may be one sequence's (a verify step), so every row is checked
