@@ -31,10 +31,7 @@ only with ``--temperature`` > 0 and ``--top-k`` 1..64), ``attention_prologue`` w
 step's q/k-norm + RoPE and KV store inside decode stage 1
 (``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``),
 ``default_generator`` with sampling from the device's default CUDA generator
-(``infer.graphs.DEFAULT_GENERATOR``; off), ``kv_prefetch`` with each decode program's first key
-block prefetched into L2 before its wait (``kernels.tiles.DECODE_L2_PREFETCH``; off),
-``qkv_early_signal`` with the qkv GEMV letting its successor launch at its start
-(``kernels.pdl_chain.QKV_EARLY_SIGNAL``; off): ``split_k+pdl_chain+reduce_in_norm+fused_store_int8+
+(``infer.graphs.DEFAULT_GENERATOR``; off): ``split_k+pdl_chain+reduce_in_norm+fused_store_int8+
 norm_in_gemv+fused_greedy+fused_topk+attention_prologue`` is what ships; ``+`` joins them
 (``default+X``: as shipped, with X on as well). Each JSON line names its variant and round.
 Decoding is greedy unless ``--temperature`` is above 0 (a real Qwen3's ``generation_config``:
@@ -84,9 +81,7 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_greedy": (infer.sampling, "FUSED_GREEDY"),
          "fused_topk": (infer.sampling, "FUSED_TOPK"),
          "attention_prologue": (models.qwen3_fused, "ATTENTION_PROLOGUE"),
-         "default_generator": (infer.graphs, "DEFAULT_GENERATOR"),
-         "kv_prefetch": (kernels.tiles, "DECODE_L2_PREFETCH"),
-         "qkv_early_signal": (kernels.pdl_chain, "QKV_EARLY_SIGNAL")}
+         "default_generator": (infer.graphs, "DEFAULT_GENERATOR")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -30,7 +30,6 @@ from kernels.decode_plan import (  # noqa: F401  (re-exported: the launcher's pu
 from kernels.decode_prologue import DecodePrologue, prologue_args
 from kernels.decode_split import _decode_split_kernel
 from kernels.device import supports_pdl
-from kernels.kv_prefetch import prefetch_pages
 from kernels.tiles import DecodeTiles, decode_tiles
 
 _LOG2E = 1.4426950408889634
@@ -223,8 +222,6 @@ def _stage1(q, k_cache, v_cache, seq_lens, page_table, *, num_queries=1, sm_scal
         DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32", USE_PDL=use_pdl,
         Q_AFTER_WAIT=use_pdl and bool(q_from_predecessor),
         LAZY_RESCALE=bool(tiles.lazy_rescale), **extra,
-        L2_PREFETCH_PAGES=prefetch_pages(tiles.l2_prefetch_blocks, block_n, page_size)
-        if supports_pdl(q.device) else 0,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         **({"launch_pdl": True} if use_pdl else {}),

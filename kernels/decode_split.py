@@ -83,7 +83,6 @@ import triton.language as tl
 
 from kernels.decode_block import _attend_block
 from kernels.decode_prologue import norm_rope_rows, rope_cos_sin, store_new_kv, store_read_keys
-from kernels.kv_prefetch import prefetch_kv_pages
 
 _LN2 = tl.constexpr(0.6931471805599453)
 
@@ -130,7 +129,6 @@ def _decode_split_kernel(
     LAZY_RESCALE: tl.constexpr,
     PROLOGUE: tl.constexpr = False,  # q/k-norm + RoPE and the step's K/V store (16-bit pools)
     PRECISE_TRIG: tl.constexpr = False,  # PROLOGUE: libdevice cos/sin (GPU), else tl.cos/sin
-    L2_PREFETCH_PAGES: tl.constexpr = 0,  # GPU: pages prefetched before the wait (0: none)
 ):
     if USE_PDL:
         # our dependent (the combine) may launch now; it waits for us in turn
@@ -165,15 +163,6 @@ def _decode_split_kernel(
         out_row = b * stride_ob + rows * stride_or
         lse_row = b * stride_lb + rows
     q_off = q_row * stride_qt + (h * GROUP + rows % GROUP) * stride_qh
-    if L2_PREFETCH_PAGES > 0:
-        # the first pages of this split's keys into L2 before any wait (kernels/kv_prefetch.py)
-        pf_blocks = tl.cdiv(seq_len, BLOCK_N)
-        prefetch_kv_pages(page_table_ptr + b * stride_pt,
-                          split * pf_blocks // NUM_SPLITS * BLOCK_N,
-                          (split + 1) * pf_blocks // NUM_SPLITS * BLOCK_N, seq_len,
-                          k_ptr + h * (PAGE_SIZE * HEAD_DIM), v_ptr + h * (PAGE_SIZE * HEAD_DIM),
-                          k_scale_ptr + h * PAGE_SIZE, v_scale_ptr + h * PAGE_SIZE,
-                          NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, L2_PREFETCH_PAGES, IS_INT8)
     if PROLOGUE:
         # the step's tokens of this program: tok0 .. tok0 + n_tok - 1 (kernels/decode_prologue)
         if SLAB > 1:

@@ -78,7 +78,6 @@ def _gemv_kernel(
     SPLIT_K: tl.constexpr = 1,  # > 1: y_ptr is the float32 [SPLIT_K, BLOCK_M, N] workspace
     K_PER_SPLIT: tl.constexpr = 0,  # columns per split, a multiple of BLOCK_K (SPLIT_K > 1)
     USE_PDL: tl.constexpr = False,  # PDL chain (module notes): wait, stream, signal
-    EARLY_SIGNAL: tl.constexpr = False,  # USE_PDL: signal at the start instead (GemvTiles)
     # The RMSNorm around the GEMV (``kernels/gemv_norm.py``); None / False: unused.
     res_ptr=None,  # RESIDUAL_OUT: [M, N] residual stream in, model dtype
     g_ptr=None,  # RESIDUAL_OUT: [N] the next RMSNorm's weight, model dtype
@@ -91,8 +90,6 @@ def _gemv_kernel(
     RSTD_IN: tl.constexpr = False,  # acc *= rsqrt(sum(sq) / K + eps) before the rounding
     SQ_BLOCKS: tl.constexpr = 1,  # RSTD_IN: next power of two >= NUM_SQ
 ):
-    if USE_PDL and EARLY_SIGNAL:
-        tl.extra.cuda.gdc_launch_dependents()  # the successor may start its pre-wait work now
     pid = tl.program_id(0)
     dtype = y_ptr.dtype.element_ty
     rows_m = tl.arange(0, BLOCK_M)
@@ -136,7 +133,7 @@ def _gemv_kernel(
             else:
                 u = tl.load(up_tile + k0, mask=in_k[None, :], other=0.0)
             acc_up = tl.dot(x, tl.trans(u), acc_up, input_precision=DOT_PREC)
-    if USE_PDL and not EARLY_SIGNAL:
+    if USE_PDL:
         # the weight stream is done: the successor's programs may take the SMs this one leaves
         tl.extra.cuda.gdc_launch_dependents()
     if RSTD_IN:  # the RMSNorm's rstd, applied after the dot (kernels/gemv_norm.py)
@@ -214,7 +211,7 @@ def _chain_options(device: torch.device, tiles: GemvTiles) -> dict:
     """The PDL-chain constexpr and launch option (``kernels/pdl_chain.py``): none unless
     ``tiles.pdl`` and the device has PDL."""
     if tiles.pdl and supports_pdl(device):
-        return {"USE_PDL": True, "EARLY_SIGNAL": tiles.early_signal, "launch_pdl": True}
+        return {"USE_PDL": True, "launch_pdl": True}
     return {}
 
 

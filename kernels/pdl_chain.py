@@ -53,12 +53,6 @@ from kernels.device import supports_pdl
 # and +1.6 % tok/s for the 8B (BF16, 4k and 32k) on the H200 (BENCHMARKS.md; the A/B:
 # ``benchmarks/decode_e2e.py --variants split_k,split_k+pdl_chain``).
 ENABLED = True
-# Whether the qkv GEMV signals its successor (decode stage 1, or the q/k-norm + RoPE launch) at
-# its start instead of after its weight stream (``kernels.tiles.GemvTiles.early_signal``), so
-# that stage 1's L2 prefetch of its first K/V pages (``kernels.tiles.DECODE_L2_PREFETCH``) runs
-# beside the stream. Safe by the chain's contract (nothing before a wait reads a chain output);
-# off until measured (``benchmarks/decode_e2e.py --variants ...+qkv_early_signal``).
-QKV_EARLY_SIGNAL = False
 
 
 def chain_pdl(device: torch.device | str) -> bool:

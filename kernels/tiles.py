@@ -48,9 +48,6 @@ class DecodeTiles:
         lazy_rescale: conditional rescaling in unmasked blocks (FlashAttention-4).
         programs_per_sm: sets the default split count (``kernels.decode_plan.default_num_splits``);
             not a launch option of the kernel itself.
-        l2_prefetch_blocks: key blocks of each program's split whose pages it prefetches into
-            L2 before it waits for its predecessor (``kernels/kv_prefetch.py``; sm_90+ only,
-            ignored elsewhere; results unchanged). 0: none.
     """
 
     block_n: int
@@ -60,15 +57,12 @@ class DecodeTiles:
     pdl: bool = True
     lazy_rescale: bool = True
     programs_per_sm: int = 2
-    l2_prefetch_blocks: int = 0
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)
         _pow2("num_warps", self.num_warps)
         if self.num_stages < 1 or self.programs_per_sm < 1:
             raise ValueError("num_stages and programs_per_sm must be >= 1")
-        if not 0 <= self.l2_prefetch_blocks <= 16:
-            raise ValueError(f"l2_prefetch_blocks must be in 0..16, got {self.l2_prefetch_blocks}")
         if self.int8_magic not in (0, 1, 2):
             raise ValueError(f"int8_magic must be 0 (cvt), 1 or 2 (magic number), got "
                              f"{self.int8_magic}")
@@ -81,8 +75,6 @@ _DECODE_16BIT = DecodeTiles(block_n=128, num_warps=4, num_stages=2, int8_magic=0
                             programs_per_sm=2)
 _DECODE_INT8 = DecodeTiles(block_n=64, num_warps=1, num_stages=2, int8_magic=2,
                            programs_per_sm=8)
-# Each decode program's first key block prefetched into L2 before its wait (kernels/kv_prefetch.py)
-DECODE_L2_PREFETCH = False
 
 
 def decode_tiles(device: torch.device | str, kv_dtype: torch.dtype | None, *,
@@ -99,8 +91,7 @@ def decode_tiles(device: torch.device | str, kv_dtype: torch.dtype | None, *,
     block_n = 64 if big_tile else base.block_n
     if capability(device) is None:
         block_n = page_size
-    return dataclasses.replace(base, block_n=block_n, num_warps=4 if big_tile else base.num_warps,
-                               l2_prefetch_blocks=1 if DECODE_L2_PREFETCH else 0)
+    return dataclasses.replace(base, block_n=block_n, num_warps=4 if big_tile else base.num_warps)
 
 
 @dataclass(frozen=True)
@@ -203,10 +194,6 @@ class GemvTiles:
             when ``GEMV_SPLIT_K`` is set.
         pdl: run on the PDL chain (``kernels/pdl_chain.py``; sm_90+ only, ignored elsewhere;
             results unchanged); ``gemv_tiles`` sets it from ``kernels.pdl_chain.ENABLED``.
-        early_signal: with ``pdl``, let the successor launch when each program starts rather
-            than after its weight stream, so that the successor's work before its wait (decode
-            stage 1's K/V prefetch: ``kernels/kv_prefetch.py``) overlaps the stream; its
-            programs then hold SM resources during it. Results unchanged.
 
     NOTE: a row's result is bit-identical whatever the other rows only because the tiles never
     depend on the number of rows; keep any picker a function of the weight alone.
@@ -218,7 +205,6 @@ class GemvTiles:
     num_warps: int = 4
     split_k: int = 1
     pdl: bool = False
-    early_signal: bool = False
 
     def __post_init__(self):
         _pow2("block_n", self.block_n)

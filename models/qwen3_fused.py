@@ -23,13 +23,10 @@ only the float32 reduction order differs (and, in the SwiGLU, Triton's approxima
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch import nn
 
 import kernels.gemv
-import kernels.pdl_chain
 from kernels.decode_prologue import DecodePrologue
 from kernels.gemv import MAX_ROWS, gemv, gemv_swiglu
 from kernels.gemv_norm import gemv_residual_norm, gemv_rstd
@@ -70,22 +67,11 @@ def gemv_rows(x: torch.Tensor) -> bool:
     return 0 < x.shape[0] <= MAX_ROWS
 
 
-def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True, tiles=None):
-    """x [T, in] -> [T, out]; up to 16 rows (a decode step) through ``kernels/gemv.py`` (with
-    ``tiles``, None: its default), more through ``linear`` (cuBLAS). ``reduce=False``: a
-    split-K GEMV's result may come back as ``kernels.splitk.SplitKPartials`` (for
-    ``kernels.rmsnorm.rmsnorm``)."""
-    return gemv(x, linear.weight, reduce=reduce, tiles=tiles) if gemv_rows(x) else linear(x)
-
-
-def qkv_tiles(x: torch.Tensor, weight: torch.Tensor):
-    """The qkv GEMV's tiles for a decode step's rows ``x``: the default ``GemvTiles`` with
-    ``early_signal`` where ``kernels.pdl_chain.QKV_EARLY_SIGNAL`` is on; None otherwise (the
-    default tiles)."""
-    if not (kernels.pdl_chain.QKV_EARLY_SIGNAL and gemv_rows(x)):
-        return None
-    base = kernels.gemv.gemv_tiles(x.device, x.dtype, *weight.shape, swiglu=False)
-    return dataclasses.replace(base, early_signal=True)
+def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True):
+    """x [T, in] -> [T, out]; up to 16 rows (a decode step) through ``kernels/gemv.py``, more
+    through ``linear`` (cuBLAS). ``reduce=False``: a split-K GEMV's result may come back as
+    ``kernels.splitk.SplitKPartials`` (for ``kernels.rmsnorm.rmsnorm``)."""
+    return gemv(x, linear.weight, reduce=reduce) if gemv_rows(x) else linear(x)
 
 
 def attention_prologue(attn, qkv: torch.Tensor) -> bool:
@@ -130,8 +116,7 @@ def layer_forward(layer, h, residual, positions, rotary, attn, meta, kv_store, p
         residual, h = h, rmsnorm(h, norm.weight, eps)
     else:
         h, residual = rmsnorm(h, norm.weight, eps, residual)
-    w_qkv = layer.self_attn.qkv_proj.weight
-    qkv = project(layer.self_attn.qkv_proj, h, tiles=qkv_tiles(h, w_qkv))
+    qkv = project(layer.self_attn.qkv_proj, h)
     if prefetch is not None:
         prefetch.after_qkv(layer.self_attn.layer_idx)
     o = attend(layer, qkv, positions, rotary, attn, meta, kv_store)
@@ -172,9 +157,8 @@ def forward_norm_in_gemv(model, x: torch.Tensor, positions: torch.Tensor, attn, 
     prefetch = prefetcher_for(model, x)
     for i, layer in enumerate(layers):
         a = layer.self_attn
-        tiles = qkv_tiles(h if pending is None else pending.scaled, a.qkv_proj.weight)
-        qkv = gemv(h, a.qkv_proj.weight, tiles=tiles) if pending is None else gemv_rstd(
-            pending, a.qkv_proj.weight, tiles=tiles)
+        qkv = gemv(h, a.qkv_proj.weight) if pending is None else gemv_rstd(pending,
+                                                                           a.qkv_proj.weight)
         if prefetch is not None:
             prefetch.after_qkv(a.layer_idx)
         o = attend(layer, qkv, positions, m.rotary, attn, meta, kv_store)

@@ -53,11 +53,8 @@ def test_chain_options_follow_the_tiles_and_the_device(monkeypatch, pdl):
     tiles = GemvTiles(64, 128, 5, pdl=pdl)
     assert gemv._chain_options(torch.device("cpu"), tiles) == {}  # the interpreter: never
     monkeypatch.setattr(gemv, "supports_pdl", lambda dev: True)
-    want = {"USE_PDL": True, "EARLY_SIGNAL": False, "launch_pdl": True} if pdl else {}
+    want = {"USE_PDL": True, "launch_pdl": True} if pdl else {}
     assert gemv._chain_options(torch.device("cpu"), tiles) == want
-    early = GemvTiles(64, 128, 5, pdl=pdl, early_signal=True)
-    assert gemv._chain_options(torch.device("cpu"), early) == (
-        {**want, "EARLY_SIGNAL": True} if pdl else {})
 
 
 def test_gemv_with_chain_tiles_on_a_cpu_is_unchanged():
