@@ -30,14 +30,15 @@ folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``)
 only with ``--temperature`` > 0 and ``--top-k`` 1..64), ``attention_prologue`` with a decode
 step's q/k-norm + RoPE and KV store inside decode stage 1
 (``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``),
-``default_generator`` with sampling from the device's default CUDA generator
-(``infer.graphs.DEFAULT_GENERATOR``; off): ``split_k+pdl_chain+reduce_in_norm+fused_store_int8+
-norm_in_gemv+fused_greedy+fused_topk+attention_prologue`` is what ships; ``+`` joins them
+``keyed_noise`` with the runner's top-k draws taking their noise from per-row keys instead of a
+registered generator (``infer.sampling.KEYED_NOISE``): ``split_k+pdl_chain+reduce_in_norm+
+fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue+keyed_noise`` is what
+ships; ``+`` joins them
 (``default+X``: as shipped, with X on as well). Each JSON line names its variant and round.
 Decoding is greedy unless ``--temperature`` is above 0 (a real Qwen3's ``generation_config``:
-``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded). NOTE: once a graph that samples is
-captured, every graph replayed in the process runs slower (BENCHMARKS.md): A/B sampled variants
-in separate processes, one variant each.
+``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded). NOTE: once a graph is captured with a
+generator registered (a sampled step without ``keyed_noise``), every graph replayed in the
+process runs slower (BENCHMARKS.md): A/B such variants in separate processes, one each.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
 the checkpoint is kept in ``--workdir`` and reused.
@@ -54,7 +55,6 @@ from types import SimpleNamespace
 
 import torch
 
-import infer.graphs
 import infer.sampling
 import kernels.pdl_chain
 import kernels.tiles
@@ -81,7 +81,7 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_greedy": (infer.sampling, "FUSED_GREEDY"),
          "fused_topk": (infer.sampling, "FUSED_TOPK"),
          "attention_prologue": (models.qwen3_fused, "ATTENTION_PROLOGUE"),
-         "default_generator": (infer.graphs, "DEFAULT_GENERATOR")}
+         "keyed_noise": (infer.sampling, "KEYED_NOISE")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -23,8 +23,8 @@ steps back to back, CUDA events, no profiler):
   allocates the generator's graph seed and offset tensors then), and keep it;
 - ``alloc``: keep a new 64 MiB CUDA tensor (a new segment of the caching allocator).
 
-``--default-generator`` samples with the device's default CUDA generator, which torch registers
-with every graph anyway (``infer.graphs.DEFAULT_GENERATOR``), instead of the runner's own.
+``--no-keyed-noise`` turns ``infer.sampling.KEYED_NOISE`` off: a sampled step then draws from the
+runner's generator, registered with its graph, instead of the rows' keys.
 
 JSON lines: a ``device`` line, then one per item (``what``, ``step_wall_us`` for decode items,
 ``captures``: the runner's graphs captured so far, not counting ``gencapture`` / ``ownpool``
@@ -41,7 +41,7 @@ import os
 
 import torch
 
-import infer.graphs
+import infer.sampling
 from benchmarks.profile_decode import DecodeSteps, step_wall_us
 from benchmarks.step_timeline import QWEN3_SAMPLED, prefilled
 from infer import SamplingParams
@@ -54,10 +54,7 @@ DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,g
                  "capture:torch_sampled,greedy,capture:sampled,greedy,sampled,greedy")
 # one process each: which part of a sampled capture slows the greedy graph (BENCHMARKS.md);
 # the first one also with --default-generator
-NEXT_ORDERS = ("greedy,greedy,capture:sampled,greedy,greedy,sampled",
-               "greedy,greedy,gencapture:greedy,greedy,greedy",
-               "greedy,greedy,ownpool:sampled,greedy,greedy",
-               "greedy,greedy,alloc,greedy,register,greedy,greedy")
+NEXT_ORDERS = ("greedy,greedy,capture:sampled,greedy,greedy,sampled",)
 
 
 def parse_order(text: str) -> list[tuple[str, str]]:
@@ -90,9 +87,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--kv", default="bf16", choices=["bf16", "int8"])
     ap.add_argument("--steps", type=int, default=200, help="steps timed per decode item")
     ap.add_argument("--order", default=DEFAULT_ORDER, help="comma-separated items (module notes)")
-    ap.add_argument("--default-generator", action="store_true",
-                    help="sample with the device's default CUDA generator "
-                    "(infer.graphs.DEFAULT_GENERATOR)")
+    ap.add_argument("--no-keyed-noise", action="store_true",
+                    help="sampled steps draw from the runner's generator "
+                    "(infer.sampling.KEYED_NOISE off)")
     args = ap.parse_args(argv)
     try:
         order = parse_order(args.order)
@@ -102,13 +99,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ap.error("--steps must be >= 1")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU: it times captured CUDA graphs")
-    infer.graphs.DEFAULT_GENERATOR = args.default_generator
+    infer.sampling.KEYED_NOISE = not args.no_keyed_noise
     eng, session, first = prefilled(args.ckpt, args.ctx, args.kv, torch.device("cuda"),
                                     2 * args.steps + 128)
     records = [{"what": "device", "device": torch.cuda.get_device_name(),
                 "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
                 "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps,
-                "default_generator": args.default_generator}]
+                "keyed_noise": not args.no_keyed_noise}]
     print(json.dumps(records[0]), flush=True)
     kept = []  # what the items made outside the runner (graphs, a tensor), alive to the end
     for kind, mode in order:

@@ -25,12 +25,15 @@ for up to 16 rows, and the split count is fixed per engine, so a sequence's toke
 bit for bit whatever the batch it decodes in). A fed id of -1 (``sampling.NON_FINITE``: the
 previous step's logits were not finite) is clamped to 0 on the device; the host raises on it.
 
-Randomness: the runner owns one ``torch.Generator`` (or, with ``DEFAULT_GENERATOR``, uses the
-device's default one), registered with every graph that samples
-(``CUDAGraph.register_generator_state``); torch feeds each replay the generator's current Philox
-seed and offset and advances it as the same ops would eagerly (torch's note "CUDA Graph-safe RNG
-states"). The first token of a reply is sampled eagerly with the same generator, reseeded per
-reply, so a seeded reply is the same with graphs as without.
+Randomness: a fused top-k draw (``infer.sampling.uses_keys``; Qwen3's default sampling) takes
+its noise from per-row keys that the host writes with each step's inputs
+(``infer.sampling.row_keys`` of the reply's seed, the step and the row), drawn inside the kernel
+by Triton's counter-based Philox: the graph registers no generator (a capture with one slowed
+every graph replayed after it: BENCHMARKS.md). Every other sampled step draws from the runner's
+``torch.Generator``, registered with its graph (``CUDAGraph.register_generator_state``: torch
+feeds each replay the generator's current Philox seed and offset, as the same ops would advance
+it eagerly). The first token of a reply is sampled eagerly with the generator, reseeded per
+reply; a seeded reply is the same with graphs as without either way.
 
 Design after vLLM's ``CUDAGraphRunner``, mini-sglang's ``engine/graph.py`` and gpt-fast's static
 decode step; STYLE.md rule 12.
@@ -44,23 +47,18 @@ import torch
 
 from infer.config import MAX_BATCH, SamplingParams
 from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
-from infer.sampling import sample, seed_generator, verify_sample
+from infer.sampling import (
+    resolve_seed,
+    row_keys,
+    sample,
+    seed_generator,
+    uses_keys,
+    verify_sample,
+)
 from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
 
 __all__ = ["MAX_GRAPHS", "GraphRunner"]  # MAX_GRAPHS: infer/graph_capture.py's, re-exported
-
-# Whether a CUDA runner samples with the device's default CUDA generator instead of a generator
-# of its own (by torch's source up to its per-capture RNG rework, which 2.11 likely predates,
-# the default one is registered with every graph captured anyway). On an H100, capturing a
-# graph that samples slowed every decode graph replayed after it by ~43 us a step (the 0.6B at
-# 4k; BENCHMARKS.md). Whether registering the runner's generator or the noise kernel in the
-# graph does that is not measured, so this is OFF until an A/B says: ``benchmarks/gpu_check.sh
-# graphorder`` runs ``decode_e2e.py --variants default`` and ``default+default_generator``,
-# sampled, in separate processes (in one, the first capture would slow the second variant). A
-# seeded reply then reseeds the default generator.
-DEFAULT_GENERATOR = False
-
 
 class GraphRunner:
     """Runs the decode step of B sequences x 1 token (model, lm_head, sampling): captured CUDA
@@ -121,9 +119,8 @@ class GraphRunner:
         with torch.inference_mode(False):  # plain tensors: writable in and out of it
             self.bufs = StaticBuffers.allocate(max_rows, vocab_size, max_pages, self.device)
         self._metas = {b: self.bufs.meta(b, page_size) for b in self.buckets}
-        self.generator = (_default_cuda_generator(self.device)
-                          if DEFAULT_GENERATOR and self.device.type == "cuda"
-                          else torch.Generator(device=self.device))
+        self.generator = torch.Generator(device=self.device)
+        self._keys: list[int] | None = None  # [seed, next step] of a keyed batch, else None
         self.io = StepIO(self.bufs, page_size, getattr(attn, "slab_tokens", 1),
                          getattr(attn, "slab_block_n", 1))
         self._graphs = StepGraphs(self.bufs, self.device) if capture else None
@@ -213,6 +210,7 @@ class GraphRunner:
         if not params.greedy:
             self._gen = self.generator
             seed_generator(self._gen, params.seed)
+        self._keys = [resolve_seed(params.seed), 0] if self._keyed(params) else None
         self._ticket += 1
         presence = b.presence[:len(pages)] if params.presence_penalty else None
         return self._ticket, self._gen, presence
@@ -253,7 +251,11 @@ class GraphRunner:
             tokens = tokens.clone()  # capturing overwrites next_token
         cap = self._graph(bucket, verify)
         self._bucket = bucket
-        self.io.stage(bucket, tokens, rows, drafts if verify else None)
+        keys = None
+        if self._keys is not None:  # this step's keys, the next step's count
+            keys = row_keys(self._keys[0], self._keys[1], bucket)
+            self._keys[1] += 1
+        self.io.stage(bucket, tokens, rows, drafts if verify else None, keys)
         if cap is not None:
             cap.graph.replay()
         else:
@@ -278,7 +280,8 @@ class GraphRunner:
             return None
         key = step_key(bucket, self._params, verify)
         if key not in self._graphs:
-            self.capture_s += self._graphs.capture(key, self._run, self.generator)
+            gen = None if self._keyed(self._params) else self.generator
+            self.capture_s += self._graphs.capture(key, self._run, gen)
             self.captures += 1
         cap = self._graphs.get(key)
         self._out = (cap.hidden, cap.logits)
@@ -297,17 +300,17 @@ class GraphRunner:
         meta = self._metas[bucket]
         hidden = self.model.forward(ids, meta.positions, self.attn, meta)
         logits = self.model.compute_logits(hidden)
+        keys = b.step[6, :bucket] if self._keyed(params) else None
         if verify:
             b.verify_out[:, :bucket].copy_(verify_sample(
-                logits, b.step[5, :bucket], params, gen, vocab_limit=self.vocab_limit))
+                logits, b.step[5, :bucket], params, gen, vocab_limit=self.vocab_limit,
+                noise_keys=keys))
         else:
             b.next_token[:bucket].copy_(sample(logits, params, gen, presence=presence,
-                                               vocab_limit=self.vocab_limit))
+                                               vocab_limit=self.vocab_limit, noise_keys=keys))
         return hidden, logits
 
+    def _keyed(self, params: SamplingParams) -> bool:
+        """Whether steps of ``params`` draw from the rows' keys (``infer.sampling.uses_keys``)."""
+        return uses_keys(params, self.bufs.presence.shape[1], self.device)
 
-def _default_cuda_generator(device: torch.device) -> torch.Generator:
-    """The default CUDA generator of ``device`` (of the current device when it has no index)."""
-    torch.cuda.init()  # default_generators is filled at CUDA's lazy initialization
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return torch.cuda.default_generators[index]

@@ -45,6 +45,13 @@ FUSED_GREEDY = True
 # Top-k sampling (no presence penalty) on CUDA through kernels/topk_sample.py: 3 launches (the
 # noise and 2 kernels) instead of ~54 torch ops (~100 us a step on an H100). Off: the torch ops.
 FUSED_TOPK = True
+# Whether the decode runner's fused top-k draws take their noise from per-row keys that the host
+# writes with each step (``row_keys``; the kernel draws it with Triton's Philox) instead of a
+# torch generator: a captured sampling step then registers no generator, whose registration
+# slowed every graph replayed after the capture by ~40 us a step on an H100, and its replays
+# lose the noise launch and torch's two seed/offset fills (BENCHMARKS.md). Off: the generator.
+KEYED_NOISE = True
+_M64 = (1 << 64) - 1
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -73,9 +80,35 @@ def seed_generator(g: torch.Generator, seed: int | None) -> torch.Generator:
     return g
 
 
+def uses_keys(params: SamplingParams, vocab_size: int, device: torch.device | str) -> bool:
+    """Whether a runner's step with ``params`` draws from ``row_keys`` (``KEYED_NOISE``): a
+    draw that takes ``kernels.topk_sample`` (``FUSED_TOPK``, top-k 1..``MAX_TOP_K`` below the
+    vocabulary, no presence penalty, CUDA)."""
+    return (KEYED_NOISE and FUSED_TOPK and not params.greedy
+            and 0 < params.top_k <= MAX_TOP_K and params.top_k < vocab_size
+            and not params.presence_penalty and torch.device(device).type == "cuda")
+
+
+def row_keys(seed: int, step: int, rows: int) -> list[int]:
+    """The keys of one step's ``rows`` rows (int64 values) for a reply seeded with ``seed``
+    (``resolve_seed``'s), at the reply's ``step``-th step (0, 1, ...): SplitMix64 (Steele et
+    al. 2014) of ``seed``, plus ``step * 16 + row``, mixed again, so that every (step, row) of a
+    seed names its own Philox stream (rows <= 16)."""
+    base = _splitmix64(seed & _M64)
+    keys = [_splitmix64((base + step * 16 + r) & _M64) for r in range(rows)]
+    return [k - (1 << 64) if k >> 63 else k for k in keys]
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None,
-           *, presence: torch.Tensor | None = None, vocab_limit: int | None = None
-           ) -> torch.Tensor:
+           *, presence: torch.Tensor | None = None, vocab_limit: int | None = None,
+           noise_keys: torch.Tensor | None = None) -> torch.Tensor:
     """Pick one token per row.
 
     Args:
@@ -87,6 +120,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
             ``params.presence_penalty``. None: no penalty.
         vocab_limit: ids >= this are never picked (the model pads its vocabulary; 151669 for
             Qwen3). None: all ids allowed.
+        noise_keys: int64 [>= N] per-row keys on the logits' device (``row_keys``): a draw
+            through ``kernels.topk_sample`` takes its noise from them instead of ``generator``
+            (the same distribution, other draws). None, or another path: ``generator``.
 
     Returns:
         int64 [N] token ids, on the logits' device; ``NON_FINITE`` (-1) for a row whose max
@@ -97,7 +133,10 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     if _use_fused_greedy(logits, params, presence):
         return _greedy_tokens(logits, vocab_limit)
     if _use_fused_topk(logits, params, presence):
-        return _topk_tokens(logits, params, generator, vocab_limit)
+        noise = (_noise(logits, params, generator) if noise_keys is None
+                 else noise_keys[:logits.shape[0]])
+        return topk_sample(logits, noise, params.top_k, params.temperature, params.top_p,
+                           params.min_p, _limit(logits, vocab_limit))[0]
     x = _masked(logits, vocab_limit)
     finite = torch.isfinite(x.amax(dim=-1))  # [N]; NaN propagates through amax
     if presence is not None and params.presence_penalty:
@@ -115,8 +154,8 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 
 
 def verify_sample(logits: torch.Tensor, drafts: torch.Tensor, params: SamplingParams,
-                  generator: torch.Generator | None = None, *, vocab_limit: int | None = None
-                  ) -> torch.Tensor:
+                  generator: torch.Generator | None = None, *, vocab_limit: int | None = None,
+                  noise_keys: torch.Tensor | None = None) -> torch.Tensor:
     """Per row, the token to emit and whether the row's draft token is accepted (no host sync).
 
     Greedy: the token is the argmax and the draft is accepted iff it equals the argmax. Sampling:
@@ -136,6 +175,7 @@ def verify_sample(logits: torch.Tensor, drafts: torch.Tensor, params: SamplingPa
         params: the sampling parameters (host values). A presence penalty is not applied:
             speculative decoding is off with one (the penalty would change between draft rows).
         generator: source of the noise (``make_generator``); unused when greedy.
+        noise_keys: as ``sample``'s (then ``u`` is drawn from them too).
         vocab_limit: ids >= this are never picked (as in ``sample``).
 
     Returns:
@@ -152,10 +192,13 @@ def verify_sample(logits: torch.Tensor, drafts: torch.Tensor, params: SamplingPa
         tok = _greedy_tokens(logits, vocab_limit)  # [R], NON_FINITE where not finite
         return torch.stack([tok, ((tok >= 0) & (tok == drafts)).long()])
     if _use_fused_topk(logits, params, None):  # the same u and race noise as below
-        u = torch.rand(logits.shape[0], device=logits.device, generator=generator)
-        return topk_verify(logits, drafts, u, _noise(logits, params, generator), params.top_k,
-                           params.temperature, params.top_p, params.min_p,
-                           _limit(logits, vocab_limit))
+        if noise_keys is not None:  # or both from the rows' keys
+            u, noise = None, noise_keys[:logits.shape[0]]
+        else:
+            u = torch.rand(logits.shape[0], device=logits.device, generator=generator)
+            noise = _noise(logits, params, generator)
+        return topk_verify(logits, drafts, u, noise, params.top_k, params.temperature,
+                           params.top_p, params.min_p, _limit(logits, vocab_limit))
     x = _masked(logits, vocab_limit)
     vocab = x.shape[-1]
     finite = torch.isfinite(x.amax(dim=-1))  # [R]
@@ -201,14 +244,6 @@ def _use_fused_topk(logits: torch.Tensor, params: SamplingParams,
     return (FUSED_TOPK and not params.greedy and 0 < params.top_k <= MAX_TOP_K
             and params.top_k < logits.shape[-1] and logits.is_cuda
             and not (presence is not None and params.presence_penalty))
-
-
-def _topk_tokens(logits: torch.Tensor, params: SamplingParams,
-                 generator: torch.Generator | None, vocab_limit: int | None) -> torch.Tensor:
-    """``kernels.topk_sample.topk_sample``'s tokens, with ``_noise``."""
-    return topk_sample(logits, _noise(logits, params, generator), params.top_k,
-                       params.temperature, params.top_p, params.min_p,
-                       _limit(logits, vocab_limit))[0]
 
 
 def _noise(logits: torch.Tensor, params: SamplingParams,

@@ -6,9 +6,9 @@ row is one sequence of a batch step, or one query of a speculative verify step).
 the runner's ``max_rows`` rows (Bmax)::
 
     host (pinned)            device (addresses baked into the graphs)
-    host_step [6, Bmax] ---> step [6, Bmax] int64: positions | slots | seq_lens | slab rows |
+    host_step [7, Bmax] ---> step [7, Bmax] int64: positions | slots | seq_lens | slab rows |
                                                     fed ids (host tokens) | drafts (sampled
-                                                    verify), per row
+                                                    verify) | noise keys (keyed draws), per row
                              lens [2, Bmax] int32    (seq_lens | slab rows, from step[2:4])
     tokens fed -----------> input_ids [Bmax] int64  (a device tensor, or step[4])
                              page_table [Bmax, max_pages] int32 (new pages copied as they come)
@@ -59,9 +59,10 @@ class StaticBuffers:
 
     Attributes:
         input_ids: int64 [Bmax], the token fed to each row.
-        step: int64 [6, Bmax], per row: position, slot, seq_len, slab rows, fed token (when the
-            host gives it: a verify step), draft to check (sampled verify steps; -1 none); one
-            copy from ``host_step``.
+        step: int64 [7, Bmax], per row: position, slot, seq_len, slab rows, fed token (when the
+            host gives it: a verify step), draft to check (sampled verify steps; -1 none), the
+            draw's noise key (``infer.sampling.row_keys``: keyed top-k draws); one copy from
+            ``host_step``.
         lens: int32 [2, Bmax], written inside the step from ``step[2:4]`` (one copy):
             ``seq_lens`` (row 0) and ``slab_rows`` (row 1: ``AttnMeta.slab_rows``).
         query_start_loc: int32 [Bmax + 1], always ``0, 1, ..., Bmax`` (one token per row).
@@ -71,7 +72,7 @@ class StaticBuffers:
         next_token: int64 [Bmax], the sampled tokens.
         verify_out: int64 [2, Bmax], a sampled verify step's tokens and acceptance flags
             (``infer.sampling.verify_sample``).
-        host_step: int64 [6, Bmax] on the host (pinned on CUDA), staging for ``step``.
+        host_step: int64 [7, Bmax] on the host (pinned on CUDA), staging for ``step``.
         host_tokens: int64 [2, Bmax] on the host (pinned on CUDA), where
             ``StepIO.tokens_to_host`` copies (one row, or both of ``verify_out``).
     """
@@ -94,14 +95,14 @@ class StaticBuffers:
         i32 = dict(dtype=torch.int32, device=device)
         pin = device.type == "cuda"
         return cls(
-            input_ids=torch.zeros(max_batch, **i64), step=torch.zeros(6, max_batch, **i64),
+            input_ids=torch.zeros(max_batch, **i64), step=torch.zeros(7, max_batch, **i64),
             lens=torch.zeros(2, max_batch, **i32),
             query_start_loc=torch.arange(max_batch + 1, **i32),
             page_table=torch.zeros(max_batch, max_pages, **i32),
             presence=torch.zeros(max_batch, vocab_size, dtype=torch.bool, device=device),
             next_token=torch.zeros(max_batch, **i64),
             verify_out=torch.zeros(2, max_batch, **i64),
-            host_step=torch.zeros(6, max_batch, dtype=torch.int64, pin_memory=pin),
+            host_step=torch.zeros(7, max_batch, dtype=torch.int64, pin_memory=pin),
             host_tokens=torch.zeros(2, max_batch, dtype=torch.int64, pin_memory=pin))
 
     def meta(self, bucket: int, page_size: int) -> AttnMeta:

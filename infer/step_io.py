@@ -2,9 +2,10 @@
 tokens back (``GraphRunner.io``).
 
 ``StepIO.stage`` turns one step's rows into the per-row inputs of ``StaticBuffers.step``
-(``infer/step_buffers.py``: positions, slots, seq_lens, slab rows, fed ids, drafts), written into
-the pinned ``host_step`` and copied to the device in one non-blocking transfer; pages appended to
-a row's sequence go to the device page table as they come (``PageTableRows``). NOTE: the pinned
+(``infer/step_buffers.py``: positions, slots, seq_lens, slab rows, fed ids, drafts, noise keys),
+written into the pinned ``host_step`` and copied to the device in one non-blocking transfer;
+pages appended to a row's sequence go to the device page table as they come
+(``PageTableRows``). NOTE: the pinned
 buffer is rewritten only once the previous copy has read it (an event, on CUDA).
 
 A row without a live sequence (a bucket's padding, or a reply that ended while others go on) is
@@ -55,7 +56,7 @@ class StepIO:
         self._tokens_copied = torch.cuda.Event() if cuda else None
 
     def stage(self, bucket: int, tokens: torch.Tensor | Sequence[int], rows: Sequence[Row],
-              drafts: Sequence[int] | None = None) -> None:
+              drafts: Sequence[int] | None = None, keys: Sequence[int] | None = None) -> None:
         """Write one step's inputs for ``bucket`` rows (``GraphRunner.step``'s arguments):
         ``bufs.step`` (one copy from ``host_step``), ``bufs.input_ids`` and the page-table rows.
 
@@ -64,6 +65,8 @@ class StepIO:
             tokens: an int64 device tensor (rows past it keep their input), or host ints.
             rows: per row, ``(pages, position)`` or None (padding).
             drafts: a sampled verify step's drafts, one per row (-1: none); None otherwise.
+            keys: the rows' noise keys (int64 values, ``bucket`` of them) for a keyed draw;
+                None otherwise.
         """
         b = self.bufs
         seqs = []
@@ -89,6 +92,8 @@ class StepIO:
         if drafts is not None:
             self._host[5, :bucket] = -1
             self._host[5, :len(drafts)] = drafts
+        if keys is not None:
+            self._host[6, :bucket] = keys
         b.step.copy_(b.host_step, non_blocking=True)
         if self._copied is not None:
             self._copied.record()

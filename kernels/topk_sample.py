@@ -23,6 +23,12 @@ read once, in their own dtype, and the rest works on candidates:
   near-tie. ``topk_verify`` runs speculative decoding's verify rule in the same stage 2
   (``infer.sampling.verify_sample``: accept the draft with probability p(d), else race on p
   without it).
+- Keyed noise: instead of the noise, the caller may pass one int64 key per row; stage 2 then
+  draws ``q = -log(1 - U)`` itself, ``U`` from Triton's counter-based Philox (``tl.rand``) seeded
+  with the key at counters ``0..k-1`` (the verify rule's ``u`` at counter ``MAX_TOP_K``;
+  ``kernels/keyed_noise.py`` gives the same values). A CUDA graph of the draw then needs no
+  torch generator: the decode runner writes the keys with each step's inputs
+  (``infer.sampling.row_keys``), as vLLM's sampler seeds per request.
 
 BLOCK is 2048 on a GPU (75 programs of 4 warps a row for Qwen3's 151936 columns, 1500 keys for
 stage 2; ``benchmarks/sampling.py`` measured it against 1024 and 4096) and small under
@@ -42,6 +48,7 @@ from kernels.checks import check_last_dim_contiguous
 from kernels.greedy import NON_FINITE
 
 MAX_TOP_K = 64  # the largest k these kernels take (common choices: 20 Qwen3, 40, 50)
+U_COUNTER = tl.constexpr(MAX_TOP_K)  # keyed verify: the Philox counter of u (noise: 0..k-1)
 GPU_BLOCK = 2048  # columns per stage-1 program on a GPU
 STAGE2_WARPS = None  # stage 2's warps; None: up to 8, one per 512 keys (benchmarks/sampling.py)
 INTERPRETER_BLOCK = 128  # ... under the Triton interpreter (CPU tests)
@@ -99,7 +106,7 @@ def _topk_partial_kernel(
 @triton.jit
 def _topk_sample_kernel(
     keys_ptr,  # [N, C] int64, from stage 1 (C = P * k)
-    noise_ptr,  # [N, k] float32 Exp(1) draws, contiguous
+    noise_ptr,  # [N, k] float32 Exp(1) draws, contiguous; KEYED: int64 [N] per-row keys
     tok_ptr,  # [N] int64 out: the drawn id, or NON_FINITE
     probs_ptr,  # [N, k] float32 out: the filtered probabilities, descending (0 = dropped)
     ids_ptr,  # [N, k] int64 out: their ids
@@ -117,6 +124,7 @@ def _topk_sample_kernel(
     TINY: tl.constexpr,
     NON_FINITE_ID: tl.constexpr,
     VERIFY: tl.constexpr,  # speculative decoding's verify rule (``topk_verify``)
+    KEYED: tl.constexpr = False,  # the noise (and u) drawn here from the row's key (Philox)
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_C)
@@ -139,14 +147,21 @@ def _topk_sample_kernel(
         probs = tl.where(before >= top_p, 0.0, probs)
     first = tl.max(tl.where(slots == 0, probs, 0.0), axis=0)
     probs = tl.where(probs < min_p * first, 0.0, probs)
-    q = tl.load(noise_ptr + row * top_k + slots, mask=used, other=1.0)
+    if KEYED:  # Exp(1) = -log(1 - U), U in [0, 1) from Philox keyed by the row's key
+        row_key = tl.load(noise_ptr + row)
+        q = tl.where(used, -tl.log(1.0 - tl.rand(row_key, slots)), 1.0)
+    else:
+        q = tl.load(noise_ptr + row * top_k + slots, mask=used, other=1.0)
     if VERIFY:  # accept the draft d with probability p(d), else draw from p without d
         d = tl.load(drafts_ptr + row)
         is_d = used & (ids.to(tl.int64) == d) & (d >= 0) & (d < num_cols)
         p_d = tl.sum(tl.where(is_d, probs, 0.0), axis=0)
         total = tl.sum(probs, axis=0)  # the filters leave it below 1: p(d) is p_d / total
         residual = tl.where(is_d, 0.0, probs)
-        u = tl.load(u_ptr + row)
+        if KEYED:  # counter MAX_TOP_K of the row's stream: past every noise counter
+            u = tl.sum(tl.where(slots == 0, tl.rand(row_key, slots + U_COUNTER), 0.0), axis=0)
+        else:
+            u = tl.load(u_ptr + row)
         # NOTE: a residual without mass means p(d) = 1 up to rounding: accept d
         ok = (d >= 0) & (d < num_cols) & ((u * total < p_d) | (tl.sum(residual, axis=0) <= 0))
         score = tl.where(used, residual / tl.maximum(q, TINY), -1.0)
@@ -170,7 +185,11 @@ def topk_sample(logits: torch.Tensor, noise: torch.Tensor, top_k: int, temperatu
     Args:
         logits: [N, V] float16/bfloat16/float32 (N >= 0), last dim contiguous. Not modified.
         noise: float32 [N, top_k] contiguous Exp(1) draws on the logits' device (clamped to the
-            smallest normal float here, as ``infer.sampling._race`` does).
+            smallest normal float here, as ``infer.sampling._race`` does); or int64 [N] keys,
+            one per row: the kernel then draws the noise itself, ``-log(1 - U)`` with ``U`` of
+            Triton's Philox (``tl.rand``) seeded with the row's key at counters ``0..top_k-1``
+            (``kernels.keyed_noise.keyed_noise`` gives the same values), so a CUDA graph needs
+            no generator.
         top_k: 1..min(``MAX_TOP_K``, V - 1) (a k of V or more is no top-k: the torch path).
         temperature: > 0; divides the float32 logits.
         top_p: in (0, 1]; a candidate is dropped when the mass before it reaches ``top_p``.
@@ -203,7 +222,8 @@ def topk_verify(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, noi
         logits, noise, top_k, temperature, top_p, min_p, vocab_limit: as ``topk_sample``
             (``noise`` is the residual race's).
         drafts: int64 [N] on the logits' device: the draft per row; ids outside [0, V): none.
-        u: float32 [N] U(0, 1) draws on the logits' device.
+        u: float32 [N] U(0, 1) draws on the logits' device; None with keys for ``noise`` (then
+            ``U`` at the row key's counter ``MAX_TOP_K``).
 
     Returns:
         int64 [2, N]: row 0 the token (``NON_FINITE`` where the max logit is not finite), row 1
@@ -215,10 +235,13 @@ def topk_verify(logits: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor, noi
     out = None
     if logits.dim() == 2:  # else _launch raises
         rows = logits.shape[0]
+        if u is None and noise.dtype == torch.int64:
+            u = torch.empty(rows, dtype=torch.float32, device=logits.device)  # unread
         for name, t, dtype in (("drafts", drafts, torch.int64), ("u", u, torch.float32)):
-            if t.shape != (rows,) or t.dtype != dtype or t.device != logits.device:
+            if t is None or t.shape != (rows,) or t.dtype != dtype or t.device != logits.device:
+                got = "None" if t is None else f"{t.dtype} {tuple(t.shape)} on {t.device}"
                 raise ValueError(f"topk_verify: {name} must be {dtype} [{rows}] on "
-                                 f"{logits.device}, got {t.dtype} {tuple(t.shape)} on {t.device}")
+                                 f"{logits.device}, got {got}")
         out = torch.empty((2, rows), dtype=torch.int64, device=logits.device)
     _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit,
             verify=(drafts.contiguous(), u.contiguous(), out), name="topk_verify")
@@ -239,11 +262,13 @@ def _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit, verify
             MAX_TOP_K, vocab - 1):
         raise ValueError(f"{name}: top_k must be an int in 1..{min(MAX_TOP_K, vocab - 1)} "
                          f"(MAX_TOP_K and V - 1), got {top_k!r}")
-    if (noise.shape != (rows, top_k) or noise.dtype != torch.float32
+    keyed = noise.dtype == torch.int64
+    if (noise.shape != ((rows,) if keyed else (rows, top_k))
+            or noise.dtype not in (torch.float32, torch.int64)
             or noise.device != logits.device or not noise.is_contiguous()):
-        raise ValueError(f"{name}: noise must be contiguous float32 {(rows, top_k)} on "
-                         f"{logits.device}, got {tuple(noise.shape)} {noise.dtype} on "
-                         f"{noise.device}")
+        raise ValueError(f"{name}: noise must be contiguous float32 {(rows, top_k)} (draws) or "
+                         f"int64 ({rows},) (keys) on {logits.device}, got "
+                         f"{tuple(noise.shape)} {noise.dtype} on {noise.device}")
     if not (temperature > 0 and 0 < top_p <= 1 and 0 <= min_p <= 1):
         raise ValueError(f"{name}: needs temperature > 0, top_p in (0, 1], min_p in "
                          f"[0, 1]; got {temperature}, {top_p}, {min_p}")
@@ -270,6 +295,6 @@ def _launch(logits, noise, top_k, temperature, top_p, min_p, vocab_limit, verify
         drafts_ptr=drafts, u_ptr=u, ok_ptr=ok, num_keys=parts * top_k, num_cols=vocab,
         top_k=top_k, temperature=float(temperature), top_p=float(top_p), min_p=float(min_p),
         BLOCK_C=block_c, BLOCK_K=max(16, triton.next_power_of_2(top_k)), TINY=_TINY,
-        NON_FINITE_ID=NON_FINITE, VERIFY=verify is not None,
+        NON_FINITE_ID=NON_FINITE, VERIFY=verify is not None, KEYED=keyed,
         num_warps=STAGE2_WARPS or max(1, min(8, block_c // 512)))
     return tok, probs, ids

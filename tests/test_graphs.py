@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from mock_engine import (
     GREEDY,
     NO_STOP,
@@ -23,7 +22,7 @@ from mock_engine import (
 )
 from typer.testing import CliRunner
 
-from infer import Engine, EngineConfig
+from infer import Engine, EngineConfig, SamplingParams
 from infer.graphs import GraphRunner
 from infer.step_buffers import graph_key
 
@@ -58,18 +57,6 @@ def test_config_cuda_graphs_resolution_and_errors():
 def test_runner_capture_needs_cuda():
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         GraphRunner(SumModel(), None, vocab_size=8, page_size=16, max_pages=2, device="cpu")
-
-
-def test_runner_off_cuda_keeps_its_own_generator_with_default_generator_on(monkeypatch):
-    """``infer.graphs.DEFAULT_GENERATOR`` acts on CUDA runners only: a CPU runner samples with a
-    generator of its own, on the CPU."""
-    import infer.graphs as graphs
-
-    monkeypatch.setattr(graphs, "DEFAULT_GENERATOR", True)
-    runner = GraphRunner(SumModel(), None, vocab_size=8, page_size=16, max_pages=2, device="cpu",
-                         capture=False)
-    assert runner.generator.device.type == "cpu"
-    assert runner.generator is not torch.default_generator
 
 
 def test_cli_cuda_graphs_flag(tiny_ckpt):
@@ -222,3 +209,41 @@ def test_runner_matches_eager_on_tiny_qwen3(tiny_cpu, sp):
     assert eager[0] == eager[1]
     if sp.presence_penalty and sp.greedy:
         assert len(set(eager[0])) > 12  # the penalty is live (a random greedy loop repeats)
+
+
+def test_runner_keyed_draws_on_a_cpu(monkeypatch):
+    """Keyed draws forced on a CPU runner (the top-k kernels in the interpreter): step ``i`` of a
+    reply stages ``row_keys(seed, i, bucket)``, the draw reads them, a seeded reply is the same
+    twice and another seed changes it; such a step is captured without the generator."""
+    from types import SimpleNamespace
+
+    import infer.graphs as graphs
+    import infer.sampling as sampling
+    from infer.step_io import StepIO
+
+    real_use, real_keys = sampling._use_fused_topk, sampling.uses_keys
+    monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, p, presence: real_use(
+        SimpleNamespace(is_cuda=True, shape=logits.shape), p, presence))
+    monkeypatch.setattr(graphs, "uses_keys", lambda p, vocab, dev: real_keys(p, vocab, "cuda"))
+    staged, real_stage = [], StepIO.stage
+
+    def stage(self, bucket, tokens, rows, drafts=None, keys=None):
+        staged.append(keys)
+        return real_stage(self, bucket, tokens, rows, drafts, keys)
+
+    monkeypatch.setattr(StepIO, "stage", stage)
+    eng = graph_mock_engine()
+    # a hot temperature: SumModel's one-hot logits leave the draw random
+    hot = SamplingParams(temperature=5.0, top_k=20, max_new_tokens=12)
+
+    def reply(seed: int) -> list[int]:
+        staged.clear()
+        return list(eng.new_session().generate(prompt_of(13), hot.replace(seed=seed)))
+
+    a = reply(5)
+    assert staged == [sampling.row_keys(5, i, 1) for i in range(len(staged))]
+    assert len(staged) == 11  # the first token is drawn eagerly, with the generator
+    assert reply(5) == a and reply(6) != a
+    runner = eng.graph_runner()
+    assert runner._keyed(hot) and not runner._keyed(GREEDY)
+    assert not runner._keyed(SAMPLED)  # a presence penalty: the torch path and the generator

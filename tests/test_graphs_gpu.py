@@ -10,10 +10,12 @@ import pytest
 import torch
 from mock_engine import GREEDY, NO_STOP, SAMPLED, VOCAB_LIMIT, random_ids
 
-from infer import Engine, EngineConfig
+from infer import Engine, EngineConfig, SamplingParams
 from infer.graphs import MAX_GRAPHS
 from infer.meta import build_meta
 from infer.sampling import sample
+
+QWEN3_SAMPLING = SamplingParams(temperature=0.6, top_k=20, top_p=0.95)  # keyed draws
 
 
 def gpu_engine(model, kv_cache: str, graphs: bool, ctx: int = 512) -> Engine:
@@ -79,36 +81,42 @@ def test_gpu_replay_is_bit_exact(gpu_bf16_model, kv_cache):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("default_generator", [False, True], ids=["own", "default-generator"])
-def test_gpu_seeded_sampling_reproducible(gpu_bf16_model, default_generator, monkeypatch):
-    """Also with ``infer.graphs.DEFAULT_GENERATOR`` (the device's default CUDA generator)."""
-    import infer.graphs as graphs
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "generator"])
+def test_gpu_seeded_sampling_reproducible(gpu_bf16_model, keyed, monkeypatch):
+    """Qwen3's sampling (top-k 20: keyed draws, ``infer.sampling.KEYED_NOISE``) and the same
+    with the generator's noise; a keyed step is captured without the generator."""
+    import infer.graph_capture as graph_capture
+    import infer.sampling as sampling
 
-    monkeypatch.setattr(graphs, "DEFAULT_GENERATOR", default_generator)
+    monkeypatch.setattr(sampling, "KEYED_NOISE", keyed)
+    gens, real = [], graph_capture.capture_step
+    monkeypatch.setattr(graph_capture, "capture_step", lambda *a, **kw: gens.append(
+        kw["generator"]) or real(*a, **kw))
     eng = gpu_engine(gpu_bf16_model, "bf16", True)
-    assert (eng.graph_runner().generator is torch.cuda.default_generators[0]) is default_generator
     p = random_ids(30, seed=1)
 
     def run(seed):
-        return list(eng.new_session().generate(p, SAMPLED.replace(seed=seed, max_new_tokens=48)))
+        sp = QWEN3_SAMPLING.replace(seed=seed, max_new_tokens=48)
+        return list(eng.new_session().generate(p, sp))
 
     a, b, c = run(7), run(7), run(8)
     assert a == b and a != c
     assert all(t < VOCAB_LIMIT for t in a + c)
     assert eng.graph_runner().num_graphs == 1
+    assert gens == [None if keyed else eng.graph_runner().generator]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("default_generator", [False, True], ids=["own", "default-generator"])
-def test_gpu_seeded_sampling_graph_equals_eager(gpu_bf16_model, default_generator, monkeypatch):
-    """torch replays a registered generator's Philox offsets exactly as eager ops consume them,
-    so with bit-exact logits the sampled reply is the same with and without graphs (also with
-    the device's default generator, ``infer.graphs.DEFAULT_GENERATOR``)."""
-    import infer.graphs as graphs
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "generator"])
+def test_gpu_seeded_sampling_graph_equals_eager(gpu_bf16_model, keyed, monkeypatch):
+    """Keyed draws read the same keys in a graph and eagerly; without them torch replays a
+    registered generator's Philox offsets exactly as eager ops consume them. Either way, with
+    bit-exact logits the sampled reply is the same with and without graphs."""
+    import infer.sampling as sampling
 
-    monkeypatch.setattr(graphs, "DEFAULT_GENERATOR", default_generator)
+    monkeypatch.setattr(sampling, "KEYED_NOISE", keyed)
     p = random_ids(30, seed=2)
-    sp = SAMPLED.replace(seed=11, max_new_tokens=48)
+    sp = QWEN3_SAMPLING.replace(seed=11, max_new_tokens=48)
     eager = list(gpu_engine(gpu_bf16_model, "bf16", False).new_session().generate(p, sp))
     assert list(gpu_engine(gpu_bf16_model, "bf16", True).new_session().generate(p, sp)) == eager
 

@@ -96,6 +96,7 @@ def test_gpu_engine_fused_topk_same_tokens(gpu_qwen3_4l, monkeypatch):
 
     real_topk_probs = sampling.topk_probs
     monkeypatch.setattr(sampling, "topk_probs", stable_topk_probs)
+    monkeypatch.setattr(sampling, "KEYED_NOISE", False)  # both paths: the generator's noise
     sp = SamplingParams(temperature=0.6, top_k=20, top_p=0.95, seed=11, max_new_tokens=40)
     out = greedy_by_flag(gpu_qwen3_4l, "bf16", monkeypatch, sampling, "FUSED_TOPK", sp=sp)
     assert len(out[False, False]) == 40
