@@ -14,9 +14,8 @@ def test_parse_order():
         ("decode", "greedy"), ("rows2", "greedy"), ("capture", "sampled"),
         ("eager", "torch_sampled"), ("decode", "sampled")]
     assert len(parse_order(DEFAULT_ORDER)) == DEFAULT_ORDER.count(",") + 1
-    assert [parse_order(o)[2] for o in NEXT_ORDERS] == [
-        ("capture", "sampled"), ("gencapture", "greedy"), ("ownpool", "sampled"),
-        ("alloc", "greedy")]
+    assert [parse_order(o)[2] for o in NEXT_ORDERS] == [("capture", "sampled")]
+    assert parse_order("gencapture:greedy,ownpool:sampled")[1] == ("ownpool", "sampled")
     assert parse_order("register,alloc") == [("register", "greedy"), ("alloc", "greedy")]
     for bad in ("greedy,fast", "capture:rows2", "replay:greedy", "ownpool:", "register:greedy",
                 ""):
