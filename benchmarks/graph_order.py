@@ -24,7 +24,9 @@ steps back to back, CUDA events, no profiler):
 - ``alloc``: keep a new 64 MiB CUDA tensor (a new segment of the caching allocator).
 
 ``--no-keyed-noise`` turns ``infer.sampling.KEYED_NOISE`` off: a sampled step then draws from the
-runner's generator, registered with its graph, instead of the rows' keys.
+runner's generator, registered with its graph, instead of the rows' keys. The ``gencapture``,
+``ownpool``, ``eager`` and ``register`` items use the runner's generator either way, as its
+sampled steps did before the keyed noise (the experiments in BENCHMARKS.md).
 
 JSON lines: a ``device`` line, then one per item (``what``, ``step_wall_us`` for decode items,
 ``captures``: the runner's graphs captured so far, not counting ``gencapture`` / ``ownpool``
@@ -52,8 +54,8 @@ MODES = {"greedy": SamplingParams(temperature=0.0),
          "torch_sampled": SamplingParams(seed=0, temperature=0.6, top_k=0, top_p=0.95)}
 DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,greedy,"
                  "capture:torch_sampled,greedy,capture:sampled,greedy,sampled,greedy")
-# one process each: which part of a sampled capture slows the greedy graph (BENCHMARKS.md);
-# the first one also with --default-generator
+# one process each (gpu_check.sh graphorder: with the keyed noise and --no-keyed-noise): whether
+# a sampled capture still slows the greedy graph (BENCHMARKS.md)
 NEXT_ORDERS = ("greedy,greedy,capture:sampled,greedy,greedy,sampled",)
 
 

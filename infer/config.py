@@ -225,7 +225,8 @@ class SamplingParams:
         min_p: drop tokens whose probability is below ``min_p`` x the top probability, in [0, 1].
         presence_penalty: subtracted from the logit of every token already generated in this
             reply (vLLM/OpenAI semantics), in [-2, 2]; 0 disables it.
-        seed: seeds the sampling generator; the same seed, prompt and model give the same reply.
+        seed: seeds the sampling (its generator and its draws' noise keys); the same seed,
+            prompt and model give the same reply.
             None draws a fresh seed per reply.
         max_new_tokens: the most tokens one reply yields; None means until a stop token or the
             context is full.

@@ -15,11 +15,12 @@ padding rows only (seq_len 0, slot -1: no cache read or write, so a capture may 
 prefill writes the cache). All graphs share one memory pool (NOTE: only the graph just replayed
 has valid ``hidden``/``logits``).
 
-Randomness: a sampling step registers the generator with the graph
+Randomness: a sampling step that draws from the runner's generator registers it with the graph
 (``CUDAGraph.register_generator_state``: each replay draws from the generator's current Philox
 state and advances it). The warm-up calls draw from it eagerly, so its state is saved before and
 restored after: a seeded reply is the same whether or not a capture happened in the middle of
-it.
+it. A keyed draw (``infer.sampling.uses_keys``) reads its noise keys from the step's inputs and
+is captured without a generator.
 
 After torch's "CUDA Graphs" notes (whole-network capture, warm-up on a side stream) and vLLM's
 ``CUDAGraphRunner``.
@@ -119,9 +120,10 @@ class StepGraphs:
     def capture(self, key: GraphKey,
                 run: Callable[[int, SamplingParams, torch.Generator | None, bool],
                               tuple[torch.Tensor, torch.Tensor]],
-                generator: torch.Generator) -> float:
+                generator: torch.Generator | None) -> float:
         """Capture ``run(bucket, params, gen, verify)`` (``key``'s values; ``gen`` is
-        ``generator``, or None for a greedy step) over padding rows and hold it, dropping the
+        ``generator``, or None for a greedy step; the runner passes None for a keyed draw, which
+        needs none) over padding rows and hold it, dropping the
         least recently used step first when ``MAX_GRAPHS`` are held; the static buffers it leaves
         behind are reset by the runner's ``begin`` and ``step``.
 

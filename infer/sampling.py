@@ -17,7 +17,8 @@ Greedy without a presence penalty on CUDA takes ``kernels.greedy.greedy_tokens``
 ``FUSED_GREEDY``): two Triton kernels that read the logits once and give the same tokens,
 ``NON_FINITE`` included, as the torch ops. Sampling with top-k (1..``MAX_TOP_K``) and no presence
 penalty on CUDA takes ``kernels.topk_sample`` (with ``FUSED_TOPK``; ``verify_sample`` too): the
-same noise from the same generator, two kernels for the rest, the torch path's token up to float
+same noise from the same generator (or, given per-row keys, noise the kernel draws itself:
+``KEYED_NOISE``), two kernels for the rest, the torch path's token up to float
 rounding at a near-tie and up to which of several logits tied at the k-th value is kept
 (``torch.topk`` keeps any; the kernels the smallest ids). The torch ops stay the path everywhere
 else.
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from infer.config import SamplingParams, draw_seed
+from infer.config import MAX_BATCH, SamplingParams, draw_seed
 from kernels.greedy import NON_FINITE, greedy_tokens  # NON_FINITE: re-exported, its home is there
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
 
@@ -42,14 +43,16 @@ _TINY = torch.finfo(torch.float32).tiny
 # Greedy (no presence penalty) on CUDA through kernels/greedy.py: 2 launches instead of ~8 torch
 # ops on the [N, V] logits (~22 us a step on an H100), the same tokens. Off: the torch ops.
 FUSED_GREEDY = True
-# Top-k sampling (no presence penalty) on CUDA through kernels/topk_sample.py: 3 launches (the
-# noise and 2 kernels) instead of ~54 torch ops (~100 us a step on an H100). Off: the torch ops.
+# Top-k sampling (no presence penalty) on CUDA through kernels/topk_sample.py: 2 kernels (and
+# the noise's launch, unless keyed) instead of ~54 torch ops (~100 us a step on an H100). Off:
+# the torch ops.
 FUSED_TOPK = True
 # Whether the decode runner's fused top-k draws take their noise from per-row keys that the host
 # writes with each step (``row_keys``; the kernel draws it with Triton's Philox) instead of a
 # torch generator: a captured sampling step then registers no generator, whose registration
 # slowed every graph replayed after the capture by ~40 us a step on an H100, and its replays
 # lose the noise launch and torch's two seed/offset fills (BENCHMARKS.md). Off: the generator.
+# NOTE: read when a runner captures a step and begins a batch: set it before making an engine.
 KEYED_NOISE = True
 _M64 = (1 << 64) - 1
 
@@ -92,11 +95,26 @@ def uses_keys(params: SamplingParams, vocab_size: int, device: torch.device | st
 def row_keys(seed: int, step: int, rows: int) -> list[int]:
     """The keys of one step's ``rows`` rows (int64 values) for a reply seeded with ``seed``
     (``resolve_seed``'s), at the reply's ``step``-th step (0, 1, ...): SplitMix64 (Steele et
-    al. 2014) of ``seed``, plus ``step * 16 + row``, mixed again, so that every (step, row) of a
-    seed names its own Philox stream (rows <= 16)."""
+    al. 2014) of ``seed``, plus ``step * MAX_BATCH + row``, mixed again (a bijection), so that
+    every (step, row) of a seed names its own Philox stream.
+
+    Raises:
+        ValueError: ``rows`` outside 0..``MAX_BATCH`` (16), or a negative ``step``.
+    """
+    if not 0 <= rows <= MAX_BATCH or step < 0:
+        raise ValueError(f"row_keys: rows must be in 0..{MAX_BATCH} and step >= 0, got {rows} "
+                         f"rows at step {step}")
     base = _splitmix64(seed & _M64)
-    keys = [_splitmix64((base + step * 16 + r) & _M64) for r in range(rows)]
+    keys = [_splitmix64((base + step * MAX_BATCH + r) & _M64) for r in range(rows)]
     return [k - (1 << 64) if k >> 63 else k for k in keys]
+
+
+def _no_keys(noise_keys: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` for keys given to a draw that does not take the kernels: it would
+    draw from a generator instead, and a seeded reply would silently stop repeating."""
+    if noise_keys is not None:
+        raise ValueError("noise_keys were given, but this draw takes the torch path (see "
+                         "uses_keys): pass the generator instead")
 
 
 def _splitmix64(x: int) -> int:
@@ -137,6 +155,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
                  else noise_keys[:logits.shape[0]])
         return topk_sample(logits, noise, params.top_k, params.temperature, params.top_p,
                            params.min_p, _limit(logits, vocab_limit))[0]
+    _no_keys(noise_keys)
     x = _masked(logits, vocab_limit)
     finite = torch.isfinite(x.amax(dim=-1))  # [N]; NaN propagates through amax
     if presence is not None and params.presence_penalty:
@@ -199,6 +218,7 @@ def verify_sample(logits: torch.Tensor, drafts: torch.Tensor, params: SamplingPa
             noise = _noise(logits, params, generator)
         return topk_verify(logits, drafts, u, noise, params.top_k, params.temperature,
                            params.top_p, params.min_p, _limit(logits, vocab_limit))
+    _no_keys(noise_keys)
     x = _masked(logits, vocab_limit)
     vocab = x.shape[-1]
     finite = torch.isfinite(x.amax(dim=-1))  # [R]

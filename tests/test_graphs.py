@@ -213,8 +213,9 @@ def test_runner_matches_eager_on_tiny_qwen3(tiny_cpu, sp):
 
 def test_runner_keyed_draws_on_a_cpu(monkeypatch):
     """Keyed draws forced on a CPU runner (the top-k kernels in the interpreter): step ``i`` of a
-    reply stages ``row_keys(seed, i, bucket)``, the draw reads them, a seeded reply is the same
-    twice and another seed changes it; such a step is captured without the generator."""
+    reply stages ``row_keys(seed, i, bucket)``, the steps draw from them (only the eager first
+    token draws the generator's noise), a seeded reply is the same twice and another seed
+    changes it. (That a keyed step is captured without the generator is a GPU test's.)"""
     from types import SimpleNamespace
 
     import infer.graphs as graphs
@@ -232,6 +233,8 @@ def test_runner_keyed_draws_on_a_cpu(monkeypatch):
         return real_stage(self, bucket, tokens, rows, drafts, keys)
 
     monkeypatch.setattr(StepIO, "stage", stage)
+    draws, real_noise = [], sampling._noise
+    monkeypatch.setattr(sampling, "_noise", lambda *a: draws.append(1) or real_noise(*a))
     eng = graph_mock_engine()
     # a hot temperature: SumModel's one-hot logits leave the draw random
     hot = SamplingParams(temperature=5.0, top_k=20, max_new_tokens=12)
@@ -242,7 +245,7 @@ def test_runner_keyed_draws_on_a_cpu(monkeypatch):
 
     a = reply(5)
     assert staged == [sampling.row_keys(5, i, 1) for i in range(len(staged))]
-    assert len(staged) == 11  # the first token is drawn eagerly, with the generator
+    assert len(staged) == 11 and len(draws) == 1  # the first token: eagerly, the generator
     assert reply(5) == a and reply(6) != a
     runner = eng.graph_runner()
     assert runner._keyed(hot) and not runner._keyed(GREEDY)

@@ -109,7 +109,7 @@ def test_keyed_draws_follow_the_filtered_distribution():
     freq = torch.bincount(tok, minlength=6)[ids[0]].float() / rows
     sd = (p * (1 - p) / rows).sqrt()
     assert ((freq - p).abs() <= 4 * sd + 1e-3).all(), (freq, p)
-    assert freq[ids[0] >= k].sum() == 0
+    assert torch.isin(tok, ids[0]).all()  # only the top-k candidates are ever drawn
 
 
 def test_row_keys_name_every_step_and_row_of_a_seed():
@@ -145,3 +145,18 @@ def test_sample_takes_the_keys_on_the_fused_path(monkeypatch):
     drafts = torch.tensor([-1, 5, 7])
     assert torch.equal(sampling.verify_sample(x, drafts, p, None, noise_keys=keys),
                        topk_verify(x, drafts, None, keys[:3], 20, 0.6, 0.95))
+
+
+def test_keys_on_a_torch_path_draw_and_bad_rows_are_errors():
+    keys = torch.zeros(2, dtype=torch.int64)
+    x = _logits(2, 300, 4)
+    with pytest.raises(ValueError, match="noise_keys were given"):  # on a CPU: the torch path
+        sampling.sample(x, SamplingParams(temperature=0.6, top_k=20), None, noise_keys=keys)
+    with pytest.raises(ValueError, match="noise_keys were given"):
+        sampling.verify_sample(x, torch.tensor([-1, 3]), SamplingParams(temperature=0.6,
+                                                                        top_k=20), None,
+                               noise_keys=keys)
+    with pytest.raises(ValueError, match="rows must be in 0..16"):
+        row_keys(1, 0, 17)
+    with pytest.raises(ValueError, match="step >= 0"):
+        row_keys(1, -1, 2)
