@@ -31,9 +31,9 @@ only with ``--temperature`` > 0 and ``--top-k`` 1..64), ``attention_prologue`` w
 step's q/k-norm + RoPE and KV store inside decode stage 1
 (``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``),
 ``keyed_noise`` with the runner's top-k draws taking their noise from per-row keys instead of a
-registered generator (``infer.sampling.KEYED_NOISE``): ``split_k+pdl_chain+reduce_in_norm+
-fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue+keyed_noise`` is what
-ships; ``+`` joins them
+registered generator (``infer.sampling.KEYED_NOISE``; off): ``split_k+pdl_chain+reduce_in_norm+
+fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue`` is what ships; ``+``
+joins them
 (``default+X``: as shipped, with X on as well). Each JSON line names its variant and round.
 Decoding is greedy unless ``--temperature`` is above 0 (a real Qwen3's ``generation_config``:
 ``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded). NOTE: once a graph is captured with a

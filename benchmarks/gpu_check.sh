@@ -57,9 +57,9 @@
 #              8B and 0.6B at PROFILE_CTX (default 4096,32768), BF16 and INT8; PROFILE_ARGS adds
 #              flags (a sampled step: "--temperature 0.6 --top-k 20 --top-p 0.95")
 #   graphorder whether a sampled step's capture still slows the graphs replayed after it: the
-#              orders of benchmarks/graph_order.py's NEXT_ORDERS, one process each, with the
-#              keyed noise (the default) and without (--no-keyed-noise), then the sampled 0.6B
-#              at 4k as shipped and without keyed_noise, in alternating processes, 2 rounds
+#              orders of benchmarks/graph_order.py's NEXT_ORDERS, one process each, without and
+#              with --keyed-noise (infer.sampling.KEYED_NOISE, off), then the sampled 0.6B at
+#              4k as shipped and with keyed_noise, in alternating processes, 2 rounds
 #   stage1     decode attention at 4k (inside a step, stage 1 read the 0.6B's 17 MB of a layer's
 #              cache in ~13 us, ~45 % of the read bandwidth: BENCHMARKS.md):
 #              benchmarks/sweep_decode.py over splits, key blocks and stages, BF16, at the 8B's
@@ -223,15 +223,13 @@ PY
           --tokenizer "$SHARED/data/qwen3-tokenizer" --config-dir "$SHARED/data/qwen3-configs"
       orders=$(python3 -c "from benchmarks.graph_order import NEXT_ORDERS; print(' '.join(NEXT_ORDERS))")
       for order in $orders; do
-        for flag in "" --no-keyed-noise; do
+        for flag in "" --keyed-noise; do
           python3 benchmarks/graph_order.py --ckpt "$ck" --order "$order" $flag 2>&1 \
               | tee -a "$OUT/graph_order.jsonl"
         done
       done
       sampled="--temperature 0.6 --top-k 20 --top-p 0.95"
-      unkeyed=split_k+pdl_chain+reduce_in_norm+fused_store_int8+norm_in_gemv+fused_greedy
-      unkeyed=$unkeyed+fused_topk+attention_prologue
-      for r in 1 2; do for v in default $unkeyed; do
+      for r in 1 2; do for v in default default+keyed_noise; do
         python3 benchmarks/decode_e2e.py --model "$ck" --size 0.6b --lengths 4096 --kv bf16 \
             --eager-tokens 0 --variants "$v" $sampled 2>&1 | grep -E "tokens_per_s|rror" \
             | tee -a "$OUT/keyed_noise.jsonl"

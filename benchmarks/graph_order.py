@@ -23,10 +23,10 @@ steps back to back, CUDA events, no profiler):
   allocates the generator's graph seed and offset tensors then), and keep it;
 - ``alloc``: keep a new 64 MiB CUDA tensor (a new segment of the caching allocator).
 
-``--no-keyed-noise`` turns ``infer.sampling.KEYED_NOISE`` off: a sampled step then draws from the
-runner's generator, registered with its graph, instead of the rows' keys. The ``gencapture``,
-``ownpool``, ``eager`` and ``register`` items use the runner's generator either way, as its
-sampled steps did before the keyed noise (the experiments in BENCHMARKS.md).
+``--keyed-noise`` turns ``infer.sampling.KEYED_NOISE`` on: a sampled step then draws from the
+rows' keys, with no generator registered with its graph, instead of the runner's generator.
+The ``gencapture``, ``ownpool``, ``eager`` and ``register`` items use the runner's generator
+either way (the experiments in BENCHMARKS.md).
 
 JSON lines: a ``device`` line, then one per item (``what``, ``step_wall_us`` for decode items,
 ``captures``: the runner's graphs captured so far, not counting ``gencapture`` / ``ownpool``
@@ -54,7 +54,7 @@ MODES = {"greedy": SamplingParams(temperature=0.0),
          "torch_sampled": SamplingParams(seed=0, temperature=0.6, top_k=0, top_p=0.95)}
 DEFAULT_ORDER = ("greedy,greedy,eager:sampled,eager:torch_sampled,greedy,rows2,greedy,"
                  "capture:torch_sampled,greedy,capture:sampled,greedy,sampled,greedy")
-# one process each (gpu_check.sh graphorder: with the keyed noise and --no-keyed-noise): whether
+# one process each (gpu_check.sh graphorder: without and with --keyed-noise): whether
 # a sampled capture still slows the greedy graph (BENCHMARKS.md)
 NEXT_ORDERS = ("greedy,greedy,capture:sampled,greedy,greedy,sampled",)
 
@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--kv", default="bf16", choices=["bf16", "int8"])
     ap.add_argument("--steps", type=int, default=200, help="steps timed per decode item")
     ap.add_argument("--order", default=DEFAULT_ORDER, help="comma-separated items (module notes)")
-    ap.add_argument("--no-keyed-noise", action="store_true",
-                    help="sampled steps draw from the runner's generator "
-                    "(infer.sampling.KEYED_NOISE off)")
+    ap.add_argument("--keyed-noise", action="store_true",
+                    help="sampled steps draw from per-row keys, no generator registered "
+                    "(infer.sampling.KEYED_NOISE on)")
     args = ap.parse_args(argv)
     try:
         order = parse_order(args.order)
@@ -101,13 +101,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ap.error("--steps must be >= 1")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU: it times captured CUDA graphs")
-    infer.sampling.KEYED_NOISE = not args.no_keyed_noise
+    infer.sampling.KEYED_NOISE = args.keyed_noise
     eng, session, first = prefilled(args.ckpt, args.ctx, args.kv, torch.device("cuda"),
                                     2 * args.steps + 128)
     records = [{"what": "device", "device": torch.cuda.get_device_name(),
                 "commit": os.environ.get("INFER_COMMIT", "unknown"), "ckpt": args.ckpt,
                 "ctx": args.ctx, "kv_cache": args.kv, "steps": args.steps,
-                "keyed_noise": not args.no_keyed_noise}]
+                "keyed_noise": args.keyed_noise}]
     print(json.dumps(records[0]), flush=True)
     kept = []  # what the items made outside the runner (graphs, a tensor), alive to the end
     for kind, mode in order:

@@ -222,6 +222,7 @@ def test_runner_keyed_draws_on_a_cpu(monkeypatch):
     import infer.sampling as sampling
     from infer.step_io import StepIO
 
+    monkeypatch.setattr(sampling, "KEYED_NOISE", True)
     real_use, real_keys = sampling._use_fused_topk, sampling.uses_keys
     monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, p, presence: real_use(
         SimpleNamespace(is_cuda=True, shape=logits.shape), p, presence))
