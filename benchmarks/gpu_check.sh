@@ -65,6 +65,7 @@
 #              benchmarks/sweep_decode.py over splits, key blocks and stages, BF16, at the 8B's
 #              head shape (group 4; the 0.6B's is 2)
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
+# NOTE: the device tool brings back at most 8 files from $OUT: tar the logs of a long run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-./out}; mkdir -p "$OUT"
