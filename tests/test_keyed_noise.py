@@ -5,9 +5,9 @@ uses them (``uses_keys``).
 CPU (Triton interpreter): the uniforms against a plain-Python Philox4x32-10 (Salmon et al.
 2011) as Triton's ``tl.rand`` computes it, bit for bit; the keyed draw and verify rule against
 the same kernels fed that noise as float32 (the same tokens); the draws' frequencies against the
-filtered probabilities; the keys; the dispatch; a CPU runner with keyed draws reproducible and
-writing new keys each step. The GPU tests (graph == eager, seeded replies reproducible, no
-generator registered) are in ``test_graphs_gpu.py``.
+filtered probabilities; the keys; the dispatch; a CPU runner's keyed speculative reply
+reproducible, each step (verify steps too) staging its own keys; errors. The GPU tests (graph
+== eager, seeded replies reproducible, no generator registered) are in ``test_graphs_gpu.py``.
 """
 
 from __future__ import annotations
@@ -162,3 +162,42 @@ def test_keys_on_a_torch_path_draw_and_bad_rows_are_errors():
         row_keys(1, 0, 17)
     with pytest.raises(ValueError, match="step >= 0"):
         row_keys(1, -1, 2)
+
+
+def test_keyed_speculative_reply_on_a_cpu(monkeypatch):
+    """Speculation with keyed draws forced on a CPU runner (SumModel, 50 ids; the kernels in the
+    interpreter): verify steps stage one key per row, as plain steps do, and a seeded reply is
+    the same twice."""
+    from mock_engine import mock_engine, prompt_of
+    from spec_helpers import TailLookup
+
+    import infer.graphs as graphs
+    import infer.verify_step as verify_step
+    from infer.step_io import StepIO
+
+    monkeypatch.setattr(sampling, "KEYED_NOISE", True)
+    real_use, real_keys = sampling._use_fused_topk, sampling.uses_keys
+    monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, p, presence: real_use(
+        SimpleNamespace(is_cuda=True, shape=logits.shape), p, presence))
+    monkeypatch.setattr(graphs, "uses_keys", lambda p, vocab, dev: real_keys(p, vocab, "cuda"))
+    monkeypatch.setattr(verify_step, "PromptLookup", TailLookup)
+    staged, real_stage = [], StepIO.stage
+
+    def stage(self, bucket, tokens, rows, drafts=None, keys=None):
+        staged.append((bucket, drafts is not None, keys))
+        return real_stage(self, bucket, tokens, rows, drafts, keys)
+
+    monkeypatch.setattr(StepIO, "stage", stage)
+    eng = mock_engine(ctx=512)
+    eng.cuda_graphs = True
+    sp = SamplingParams(temperature=5.0, top_k=20, seed=3, max_new_tokens=40)
+    runs = []
+    for _ in range(2):
+        staged.clear()
+        s = eng.new_session()
+        runs.append(list(s.generate(prompt_of(30), sp, speculate=True)))
+        assert s.stats.verify_steps > 0
+    assert runs[0] == runs[1] and len(runs[0]) == 40
+    assert any(verify for _, verify, _ in staged)
+    assert [keys for _, _, keys in staged] == [
+        row_keys(3, i, bucket) for i, (bucket, _, _) in enumerate(staged)]
