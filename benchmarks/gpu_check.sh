@@ -58,7 +58,7 @@
 #              flags (a sampled step: "--temperature 0.6 --top-k 20 --top-p 0.95")
 #   graphorder whether a sampled step's capture still slows the graphs replayed after it: the
 #              orders of benchmarks/graph_order.py's NEXT_ORDERS, one process each, without and
-#              with --keyed-noise (infer.sampling.KEYED_NOISE, off), then the sampled 0.6B at
+#              with --keyed-noise (infer.noise_keys.KEYED_NOISE, off), then the sampled 0.6B at
 #              4k as shipped and with keyed_noise, in alternating processes, 2 rounds
 #   stage1     decode attention at 4k (inside a step, stage 1 read the 0.6B's 17 MB of a layer's
 #              cache in ~13 us, ~45 % of the read bandwidth: BENCHMARKS.md):

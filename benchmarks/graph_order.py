@@ -23,7 +23,7 @@ steps back to back, CUDA events, no profiler):
   allocates the generator's graph seed and offset tensors then), and keep it;
 - ``alloc``: keep a new 64 MiB CUDA tensor (a new segment of the caching allocator).
 
-``--keyed-noise`` turns ``infer.sampling.KEYED_NOISE`` on: a sampled step then draws from the
+``--keyed-noise`` turns ``infer.noise_keys.KEYED_NOISE`` on: a sampled step then draws from the
 rows' keys, with no generator registered with its graph, instead of the runner's generator.
 The ``gencapture``, ``ownpool``, ``eager`` and ``register`` items use the runner's generator
 either way (the experiments in BENCHMARKS.md).
@@ -43,7 +43,7 @@ import os
 
 import torch
 
-import infer.sampling
+import infer.noise_keys
 from benchmarks.profile_decode import DecodeSteps, step_wall_us
 from benchmarks.step_timeline import QWEN3_SAMPLED, prefilled
 from infer import SamplingParams
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--order", default=DEFAULT_ORDER, help="comma-separated items (module notes)")
     ap.add_argument("--keyed-noise", action="store_true",
                     help="sampled steps draw from per-row keys, no generator registered "
-                    "(infer.sampling.KEYED_NOISE on)")
+                    "(infer.noise_keys.KEYED_NOISE on)")
     args = ap.parse_args(argv)
     try:
         order = parse_order(args.order)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ap.error("--steps must be >= 1")
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU: it times captured CUDA graphs")
-    infer.sampling.KEYED_NOISE = args.keyed_noise
+    infer.noise_keys.KEYED_NOISE = args.keyed_noise
     eng, session, first = prefilled(args.ckpt, args.ctx, args.kv, torch.device("cuda"),
                                     2 * args.steps + 128)
     records = [{"what": "device", "device": torch.cuda.get_device_name(),

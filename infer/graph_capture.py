@@ -19,7 +19,7 @@ Randomness: a sampling step that draws from the runner's generator registers it 
 (``CUDAGraph.register_generator_state``: each replay draws from the generator's current Philox
 state and advances it). The warm-up calls draw from it eagerly, so its state is saved before and
 restored after: a seeded reply is the same whether or not a capture happened in the middle of
-it. A keyed draw (``infer.sampling.uses_keys``) reads its noise keys from the step's inputs and
+it. A keyed draw (``infer.noise_keys.uses_keys``) reads its noise keys from the step's inputs and
 is captured without a generator.
 
 After torch's "CUDA Graphs" notes (whole-network capture, warm-up on a side stream) and vLLM's

@@ -28,9 +28,9 @@ previous step's logits were not finite) is clamped to 0 on the device; the host 
 Randomness: every sampled step draws from the runner's ``torch.Generator``, registered with its
 graph (``CUDAGraph.register_generator_state``: torch feeds each replay the generator's current
 Philox seed and offset, as the same ops would advance it eagerly). With
-``infer.sampling.KEYED_NOISE`` (off until measured on a GPU) a fused top-k draw
-(``infer.sampling.uses_keys``; Qwen3's default sampling) takes its noise instead from per-row
-keys that the host writes with each step's inputs (``infer.sampling.row_keys`` of the reply's
+``infer.noise_keys.KEYED_NOISE`` (off until measured on a GPU) a fused top-k draw
+(``infer.noise_keys.uses_keys``; Qwen3's default sampling) takes its noise instead from per-row
+keys that the host writes with each step's inputs (``infer.noise_keys.row_keys`` of the reply's
 seed, the step and the row), drawn inside the kernel by Triton's counter-based Philox, and its
 graph registers no generator (a capture with one slowed every graph replayed after it:
 BENCHMARKS.md). The first token of a reply is sampled eagerly with the generator, reseeded per
@@ -48,12 +48,11 @@ import torch
 
 from infer.config import MAX_BATCH, SamplingParams
 from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
+from infer.noise_keys import row_keys, uses_keys
 from infer.sampling import (
     resolve_seed,
-    row_keys,
     sample,
     seed_generator,
-    uses_keys,
     verify_sample,
 )
 from infer.step_buffers import StaticBuffers, batch_buckets
@@ -312,6 +311,6 @@ class GraphRunner:
         return hidden, logits
 
     def _keyed(self, params: SamplingParams) -> bool:
-        """Whether steps of ``params`` draw from the rows' keys (``infer.sampling.uses_keys``)."""
+        """Whether steps of ``params`` draw from the rows' keys (``infer.noise_keys.uses_keys``)."""
         return uses_keys(params, self.bufs.presence.shape[1], self.device)
 

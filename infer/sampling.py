@@ -18,7 +18,7 @@ Greedy without a presence penalty on CUDA takes ``kernels.greedy.greedy_tokens``
 ``NON_FINITE`` included, as the torch ops. Sampling with top-k (1..``MAX_TOP_K``) and no presence
 penalty on CUDA takes ``kernels.topk_sample`` (with ``FUSED_TOPK``; ``verify_sample`` too): the
 same noise from the same generator (or, given per-row keys, noise the kernel draws itself:
-``KEYED_NOISE``), two kernels for the rest, the torch path's token up to float
+``infer/noise_keys.py``), two kernels for the rest, the torch path's token up to float
 rounding at a near-tie and up to which of several logits tied at the k-th value is kept
 (``torch.topk`` keeps any; the kernels the smallest ids). The torch ops stay the path everywhere
 else.
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from infer.config import MAX_BATCH, SamplingParams, draw_seed
+from infer.config import SamplingParams, draw_seed
 from kernels.greedy import NON_FINITE, greedy_tokens  # NON_FINITE: re-exported, its home is there
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
 
@@ -47,15 +47,6 @@ FUSED_GREEDY = True
 # the noise's launch, unless keyed) instead of ~54 torch ops (~100 us a step on an H100). Off:
 # the torch ops.
 FUSED_TOPK = True
-# Whether the decode runner's fused top-k draws take their noise from per-row keys that the host
-# writes with each step (``row_keys``; the kernel draws it with Triton's Philox) instead of a
-# torch generator: a captured sampling step then registers no generator, whose registration
-# slowed every graph replayed after the capture by ~40 us a step on an H100, and its replays
-# lose the noise launch and torch's two seed/offset fills (BENCHMARKS.md). OFF until a GPU run has
-# passed its tests and measured it (``benchmarks/gpu_check.sh graphorder``; CPU-tested only).
-# NOTE: read when a runner captures a step and begins a batch: set it before making an engine.
-KEYED_NOISE = False
-_M64 = (1 << 64) - 1
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -84,45 +75,12 @@ def seed_generator(g: torch.Generator, seed: int | None) -> torch.Generator:
     return g
 
 
-def uses_keys(params: SamplingParams, vocab_size: int, device: torch.device | str) -> bool:
-    """Whether a runner's step with ``params`` draws from ``row_keys`` (``KEYED_NOISE``): a
-    draw that takes ``kernels.topk_sample`` (``FUSED_TOPK``, top-k 1..``MAX_TOP_K`` below the
-    vocabulary, no presence penalty, CUDA)."""
-    return (KEYED_NOISE and FUSED_TOPK and not params.greedy
-            and 0 < params.top_k <= MAX_TOP_K and params.top_k < vocab_size
-            and not params.presence_penalty and torch.device(device).type == "cuda")
-
-
-def row_keys(seed: int, step: int, rows: int) -> list[int]:
-    """The keys of one step's ``rows`` rows (int64 values) for a reply seeded with ``seed``
-    (``resolve_seed``'s), at the reply's ``step``-th step (0, 1, ...): SplitMix64 (Steele et
-    al. 2014) of ``seed``, plus ``step * MAX_BATCH + row``, mixed again (a bijection), so that
-    every (step, row) of a seed names its own Philox stream.
-
-    Raises:
-        ValueError: ``rows`` outside 0..``MAX_BATCH`` (16), or a negative ``step``.
-    """
-    if not 0 <= rows <= MAX_BATCH or step < 0:
-        raise ValueError(f"row_keys: rows must be in 0..{MAX_BATCH} and step >= 0, got {rows} "
-                         f"rows at step {step}")
-    base = _splitmix64(seed & _M64)
-    keys = [_splitmix64((base + step * MAX_BATCH + r) & _M64) for r in range(rows)]
-    return [k - (1 << 64) if k >> 63 else k for k in keys]
-
-
 def _no_keys(noise_keys: torch.Tensor | None) -> None:
     """Raise ``ValueError`` for keys given to a draw that does not take the kernels: it would
     draw from a generator instead, and a seeded reply would silently stop repeating."""
     if noise_keys is not None:
         raise ValueError("noise_keys were given, but this draw takes the torch path (see "
-                         "uses_keys): pass the generator instead")
-
-
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
+                         "infer.noise_keys.uses_keys): pass the generator instead")
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None,
@@ -139,7 +97,8 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
             ``params.presence_penalty``. None: no penalty.
         vocab_limit: ids >= this are never picked (the model pads its vocabulary; 151669 for
             Qwen3). None: all ids allowed.
-        noise_keys: int64 [>= N] per-row keys on the logits' device (``row_keys``): a draw
+        noise_keys: int64 [>= N] per-row keys on the logits' device
+            (``infer.noise_keys.row_keys``): a draw
             through ``kernels.topk_sample`` takes its noise from them instead of ``generator``
             (the same distribution, other draws). None, or another path: ``generator``.
 

@@ -61,7 +61,7 @@ class StaticBuffers:
         input_ids: int64 [Bmax], the token fed to each row.
         step: int64 [7, Bmax], per row: position, slot, seq_len, slab rows, fed token (when the
             host gives it: a verify step), draft to check (sampled verify steps; -1 none), the
-            draw's noise key (``infer.sampling.row_keys``: keyed top-k draws); one copy from
+            draw's noise key (``infer.noise_keys.row_keys``: keyed top-k draws); one copy from
             ``host_step``.
         lens: int32 [2, Bmax], written inside the step from ``step[2:4]`` (one copy):
             ``seq_lens`` (row 0) and ``slab_rows`` (row 1: ``AttnMeta.slab_rows``).

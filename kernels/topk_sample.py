@@ -28,7 +28,7 @@ read once, in their own dtype, and the rest works on candidates:
   with the key at counters ``0..k-1`` (the verify rule's ``u`` at counter ``MAX_TOP_K``;
   ``kernels/keyed_noise.py`` gives the same values). A CUDA graph of the draw then needs no
   torch generator: the decode runner writes the keys with each step's inputs
-  (``infer.sampling.row_keys``), as vLLM's sampler seeds per request.
+  (``infer.noise_keys.row_keys``), as vLLM's sampler seeds per request.
 
 BLOCK is 2048 on a GPU (75 programs of 4 warps a row for Qwen3's 151936 columns, 1500 keys for
 stage 2; ``benchmarks/sampling.py`` measured it against 1024 and 4096) and small under

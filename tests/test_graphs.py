@@ -219,11 +219,12 @@ def test_runner_keyed_draws_on_a_cpu(monkeypatch):
     from types import SimpleNamespace
 
     import infer.graphs as graphs
+    import infer.noise_keys as noise_keys
     import infer.sampling as sampling
     from infer.step_io import StepIO
 
-    monkeypatch.setattr(sampling, "KEYED_NOISE", True)
-    real_use, real_keys = sampling._use_fused_topk, sampling.uses_keys
+    monkeypatch.setattr(noise_keys, "KEYED_NOISE", True)
+    real_use, real_keys = sampling._use_fused_topk, noise_keys.uses_keys
     monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, p, presence: real_use(
         SimpleNamespace(is_cuda=True, shape=logits.shape), p, presence))
     monkeypatch.setattr(graphs, "uses_keys", lambda p, vocab, dev: real_keys(p, vocab, "cuda"))
@@ -245,7 +246,7 @@ def test_runner_keyed_draws_on_a_cpu(monkeypatch):
         return list(eng.new_session().generate(prompt_of(13), hot.replace(seed=seed)))
 
     a = reply(5)
-    assert staged == [sampling.row_keys(5, i, 1) for i in range(len(staged))]
+    assert staged == [noise_keys.row_keys(5, i, 1) for i in range(len(staged))]
     assert len(staged) == 11 and len(draws) == 1  # the first token: eagerly, the generator
     assert reply(5) == a and reply(6) != a
     runner = eng.graph_runner()

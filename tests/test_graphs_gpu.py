@@ -83,12 +83,12 @@ def test_gpu_replay_is_bit_exact(gpu_bf16_model, kv_cache):
 @pytest.mark.gpu
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "generator"])
 def test_gpu_seeded_sampling_reproducible(gpu_bf16_model, keyed, monkeypatch):
-    """Qwen3's sampling (top-k 20: keyed draws, ``infer.sampling.KEYED_NOISE``) and the same
+    """Qwen3's sampling (top-k 20: keyed draws, ``infer.noise_keys.KEYED_NOISE``) and the same
     with the generator's noise; a keyed step is captured without the generator."""
     import infer.graph_capture as graph_capture
-    import infer.sampling as sampling
+    import infer.noise_keys as noise_keys
 
-    monkeypatch.setattr(sampling, "KEYED_NOISE", keyed)
+    monkeypatch.setattr(noise_keys, "KEYED_NOISE", keyed)
     gens, real = [], graph_capture.capture_step
     monkeypatch.setattr(graph_capture, "capture_step", lambda *a, **kw: gens.append(
         kw["generator"]) or real(*a, **kw))
@@ -112,9 +112,9 @@ def test_gpu_seeded_sampling_graph_equals_eager(gpu_bf16_model, keyed, monkeypat
     """Keyed draws read the same keys in a graph and eagerly; without them torch replays a
     registered generator's Philox offsets exactly as eager ops consume them. Either way, with
     bit-exact logits the sampled reply is the same with and without graphs."""
-    import infer.sampling as sampling
+    import infer.noise_keys as noise_keys
 
-    monkeypatch.setattr(sampling, "KEYED_NOISE", keyed)
+    monkeypatch.setattr(noise_keys, "KEYED_NOISE", keyed)
     p = random_ids(30, seed=2)
     sp = QWEN3_SAMPLING.replace(seed=11, max_new_tokens=48)
     eager = list(gpu_engine(gpu_bf16_model, "bf16", False).new_session().generate(p, sp))

@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_kernels_topk_sample import NAN, check, run_verify, torch_verify, verify_drafts
 
+import infer.noise_keys as noise_keys
 import infer.sampling as sampling
 from infer.config import SamplingParams
 from infer.sampling import make_generator
@@ -96,7 +97,7 @@ def test_gpu_engine_fused_topk_same_tokens(gpu_qwen3_4l, monkeypatch):
 
     real_topk_probs = sampling.topk_probs
     monkeypatch.setattr(sampling, "topk_probs", stable_topk_probs)
-    monkeypatch.setattr(sampling, "KEYED_NOISE", False)  # both paths: the generator's noise
+    monkeypatch.setattr(noise_keys, "KEYED_NOISE", False)  # both paths: the generator's noise
     sp = SamplingParams(temperature=0.6, top_k=20, top_p=0.95, seed=11, max_new_tokens=40)
     out = greedy_by_flag(gpu_qwen3_4l, "bf16", monkeypatch, sampling, "FUSED_TOPK", sp=sp)
     assert len(out[False, False]) == 40

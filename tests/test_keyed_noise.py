@@ -1,6 +1,6 @@
 """Keyed top-k draws: the noise drawn inside ``kernels/topk_sample.py`` from one int64 key per row
-(``kernels/keyed_noise.py``), the runner's keys (``infer.sampling.row_keys``) and when a step
-uses them (``uses_keys``).
+(``kernels/keyed_noise.py``), the runner's keys (``infer.noise_keys.row_keys``) and when a step
+uses them (``infer.noise_keys.uses_keys``).
 
 CPU (Triton interpreter): the uniforms against a plain-Python Philox4x32-10 (Salmon et al.
 2011) as Triton's ``tl.rand`` computes it, bit for bit; the keyed draw and verify rule against
@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 import torch
 
+import infer.noise_keys as noise_keys
 import infer.sampling as sampling
 from infer.config import SamplingParams
-from infer.sampling import row_keys, topk_probs, uses_keys
+from infer.noise_keys import row_keys, uses_keys
+from infer.sampling import topk_probs
 from kernels.keyed_noise import keyed_noise
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
 
@@ -124,14 +126,14 @@ def test_row_keys_name_every_step_and_row_of_a_seed():
 def test_uses_keys_only_for_fused_top_k_draws_on_cuda(monkeypatch):
     qwen3 = SamplingParams(temperature=0.6, top_k=20, top_p=0.95)
     assert not uses_keys(qwen3, 1000, "cuda")  # off by default until measured on a GPU
-    monkeypatch.setattr(sampling, "KEYED_NOISE", True)
+    monkeypatch.setattr(noise_keys, "KEYED_NOISE", True)
     assert uses_keys(qwen3, 1000, "cuda") and not uses_keys(qwen3, 1000, "cpu")
     assert not uses_keys(SamplingParams(temperature=0.0), 1000, "cuda")
     assert not uses_keys(SamplingParams(top_k=0), 1000, "cuda")
     assert not uses_keys(SamplingParams(top_k=MAX_TOP_K + 1), 1000, "cuda")
     assert not uses_keys(SamplingParams(top_k=20, presence_penalty=0.5), 1000, "cuda")
     assert not uses_keys(qwen3, 20, "cuda")  # k >= V: no top-k
-    monkeypatch.setattr(sampling, "KEYED_NOISE", False)
+    monkeypatch.setattr(noise_keys, "KEYED_NOISE", False)
     assert not uses_keys(qwen3, 1000, "cuda")
 
 
@@ -175,8 +177,8 @@ def test_keyed_speculative_reply_on_a_cpu(monkeypatch):
     import infer.verify_step as verify_step
     from infer.step_io import StepIO
 
-    monkeypatch.setattr(sampling, "KEYED_NOISE", True)
-    real_use, real_keys = sampling._use_fused_topk, sampling.uses_keys
+    monkeypatch.setattr(noise_keys, "KEYED_NOISE", True)
+    real_use, real_keys = sampling._use_fused_topk, noise_keys.uses_keys
     monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, p, presence: real_use(
         SimpleNamespace(is_cuda=True, shape=logits.shape), p, presence))
     monkeypatch.setattr(graphs, "uses_keys", lambda p, vocab, dev: real_keys(p, vocab, "cuda"))
