@@ -49,16 +49,12 @@ import torch
 from infer.config import MAX_BATCH, SamplingParams
 from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
 from infer.noise_keys import row_keys, uses_keys
-from infer.sampling import (
-    resolve_seed,
-    sample,
-    seed_generator,
-    verify_sample,
-)
+from infer.sampling import resolve_seed, sample, seed_generator, verify_sample
 from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
 
 __all__ = ["MAX_GRAPHS", "GraphRunner"]  # MAX_GRAPHS: infer/graph_capture.py's, re-exported
+
 
 class GraphRunner:
     """Runs the decode step of B sequences x 1 token (model, lm_head, sampling): captured CUDA
@@ -313,4 +309,3 @@ class GraphRunner:
     def _keyed(self, params: SamplingParams) -> bool:
         """Whether steps of ``params`` draw from the rows' keys (``infer.noise_keys.uses_keys``)."""
         return uses_keys(params, self.bufs.presence.shape[1], self.device)
-

@@ -98,9 +98,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         vocab_limit: ids >= this are never picked (the model pads its vocabulary; 151669 for
             Qwen3). None: all ids allowed.
         noise_keys: int64 [>= N] per-row keys on the logits' device
-            (``infer.noise_keys.row_keys``): a draw
-            through ``kernels.topk_sample`` takes its noise from them instead of ``generator``
-            (the same distribution, other draws). None, or another path: ``generator``.
+            (``infer.noise_keys.row_keys``): a draw through ``kernels.topk_sample`` takes its
+            noise from them instead of ``generator`` (the same distribution, other draws).
+            None: ``generator``. Raises ``ValueError`` when given to a torch-path draw.
 
     Returns:
         int64 [N] token ids, on the logits' device; ``NON_FINITE`` (-1) for a row whose max

@@ -5,8 +5,8 @@ tokens back (``GraphRunner.io``).
 (``infer/step_buffers.py``: positions, slots, seq_lens, slab rows, fed ids, drafts, noise keys),
 written into the pinned ``host_step`` and copied to the device in one non-blocking transfer;
 pages appended to a row's sequence go to the device page table as they come
-(``PageTableRows``). NOTE: the pinned
-buffer is rewritten only once the previous copy has read it (an event, on CUDA).
+(``PageTableRows``). NOTE: the pinned buffer is rewritten only once the previous copy has read it
+(an event, on CUDA).
 
 A row without a live sequence (a bucket's padding, or a reply that ended while others go on) is
 a padding row: seq_len 0 and slot -1 (``infer/meta.py``), so it stores nothing and attends to
