@@ -31,7 +31,7 @@ import infer.sampling as sampling
 import kernels.topk_sample as topk
 from benchmarks.run_info import run_info
 from benchmarks.timing import bench_graph_many, read_bandwidth
-from infer.config import SamplingParams
+from infer.sampling_params import SamplingParams
 
 VOCAB, LIMIT = 151936, 151669
 DEVICE = "cuda"  # a smoke test may swap it

@@ -12,12 +12,13 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from infer.config import EngineConfig, SamplingParams, parse_ctx
+    from infer.config import EngineConfig, parse_ctx
     from infer.engine import Engine, GenerationStats, Session
+    from infer.sampling_params import SamplingParams
 
 __all__ = ["Engine", "EngineConfig", "GenerationStats", "SamplingParams", "Session", "parse_ctx"]
 
-_HOMES = {"EngineConfig": "infer.config", "SamplingParams": "infer.config",
+_HOMES = {"EngineConfig": "infer.config", "SamplingParams": "infer.sampling_params",
           "parse_ctx": "infer.config", "Engine": "infer.engine",
           "GenerationStats": "infer.engine", "Session": "infer.engine"}
 

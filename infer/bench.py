@@ -30,7 +30,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from infer.config import SamplingParams, parse_ctx
+from infer.config import parse_ctx
+from infer.sampling_params import SamplingParams
 from infer.wording import counted
 
 

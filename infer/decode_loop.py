@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from infer.config import SamplingParams
 from infer.errors import NonFiniteLogits
 from infer.meta import grow_pages
 from infer.sampling import NON_FINITE, sample
+from infer.sampling_params import SamplingParams
 from infer.speculate import StepCost
 from infer.stats import GenerationStats
 from infer.verify_step import Drafter, draft_budget, verify

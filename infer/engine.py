@@ -22,16 +22,11 @@ import torch
 from infer.attention import make_attention, resolve_attention
 from infer.bandwidth import read_bandwidth
 from infer.capacity import check_capacity, check_host_capacity
-from infer.config import (
-    MAX_BATCH,
-    EngineConfig,
-    SamplingParams,
-    check_device_available,
-    check_graph_backend,
-)
+from infer.config import MAX_BATCH, EngineConfig, check_device_available, check_graph_backend
 from infer.decode_loop import decode
 from infer.graphs import GraphRunner
 from infer.kv_pool import KVPool
+from infer.sampling_params import SamplingParams
 from infer.session import Session
 from infer.stats import GenerationStats
 from models.config import Qwen3Config

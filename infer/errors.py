@@ -17,10 +17,11 @@ class NonFiniteLogits(RuntimeError):
 
 
 class OptionError(ValueError):
-    """A value one option refuses (``infer/config.py``): ``option`` is the parameter's name
-    (``page_size``), ``rule`` the rest of the message (``must be one of 16, 32, 64, 128, got 7``).
-    The message is the two together, as a Python caller wrote the parameter; the command line
-    names the flag instead (``--page-size must be ...``: ``infer.ui.prepare.flag_message``)."""
+    """A value one option refuses (``infer/config.py``, ``infer/sampling_params.py``): ``option``
+    is the parameter's name (``page_size``), ``rule`` the rest of the message (``must be one of
+    16, 32, 64, 128, got 7``). The message is the two together, as a Python caller wrote the
+    parameter; the command line names the flag instead (``--page-size must be ...``:
+    ``infer.ui.prepare.flag_message``)."""
 
     def __init__(self, option: str, rule: str):
         super().__init__(f"{option} {rule}")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infer.config import SamplingParams
+from infer.sampling_params import SamplingParams
 from infer.step_buffers import StaticBuffers, graph_key
 
 MAX_GRAPHS = 8  # captured (bucket, sampling mode) graphs kept; the least recently used is dropped

@@ -46,10 +46,11 @@ from collections.abc import Sequence
 
 import torch
 
-from infer.config import MAX_BATCH, SamplingParams
+from infer.config import MAX_BATCH
 from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
 from infer.noise_keys import row_keys, uses_keys
 from infer.sampling import resolve_seed, sample, seed_generator, verify_sample
+from infer.sampling_params import SamplingParams
 from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 import infer.sampling as sampling
-from infer.config import MAX_BATCH, SamplingParams
+from infer.config import MAX_BATCH
+from infer.sampling_params import SamplingParams
 from kernels.topk_sample import MAX_TOP_K
 
 # Whether the decode runner's fused top-k draws take their noise from per-row keys that the host

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from infer.config import SamplingParams, draw_seed
+from infer.sampling_params import SamplingParams, draw_seed
 from kernels.greedy import NON_FINITE, greedy_tokens  # NON_FINITE: re-exported, its home is there
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
 
@@ -50,7 +50,7 @@ FUSED_TOPK = True
 
 
 def resolve_seed(seed: int | None) -> int:
-    """``seed``, or a fresh random seed (``infer.config.draw_seed``) if None."""
+    """``seed``, or a fresh random seed (``infer.sampling_params.draw_seed``) if None."""
     return seed if seed is not None else draw_seed()
 
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from infer.config import SamplingParams
 from infer.fits import check_fits
 from infer.meta import build_meta, grow_pages, to_device
+from infer.sampling_params import SamplingParams
 from infer.stats import GenerationStats
 
 if TYPE_CHECKING:

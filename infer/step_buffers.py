@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from infer.config import SamplingParams
 from infer.meta import AttnMeta, host_tensor
+from infer.sampling_params import SamplingParams
 
 
 def batch_buckets(max_batch: int) -> tuple[int, ...]:

@@ -36,8 +36,8 @@ from infer.summary_prompts import (
     template_overhead,
 )
 
-if TYPE_CHECKING:  # torch, through infer.config: `infer --help` imports this module
-    from infer.config import SamplingParams
+if TYPE_CHECKING:  # torch, through infer.sampling_params: `infer --help` imports this module
+    from infer.sampling_params import SamplingParams
 
 _THINK_END = "</think>"
 

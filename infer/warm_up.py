@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from infer.config import SamplingParams
     from infer.engine import Engine
+    from infer.sampling_params import SamplingParams
 
 # The placeholder token of the warm-up chunk (any id below every vocabulary's size).
 WARM_UP_TOKEN = 0

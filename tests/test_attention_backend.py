@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from infer.attention import MAX_DECODE_QUERIES, ReferenceAttention, TritonAttention
-from infer.config import EngineConfig, SamplingParams
+from infer.config import EngineConfig
 from infer.engine import Engine
 from infer.kv_pool import KVPool
 from infer.meta import build_meta
+from infer.sampling_params import SamplingParams
 
 
 def _pools(kv_cache, dtype, device, kv_heads=2, head_dim=32, page_size=16, num_pages=12):

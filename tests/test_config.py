@@ -1,5 +1,5 @@
-"""infer/config.py: parse_ctx, EngineConfig and SamplingParams validation, generation_config.json
-defaults."""
+"""infer/config.py and infer/sampling_params.py: parse_ctx, EngineConfig and SamplingParams
+validation, generation_config.json defaults."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
-from infer.config import EngineConfig, SamplingParams, parse_ctx
+from infer.config import EngineConfig, parse_ctx
 from infer.errors import OptionError
+from infer.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize("text,want", [("32k", 32768), ("32K", 32768), ("32768", 32768),
@@ -161,8 +162,8 @@ def test_from_generation_config_real_qwen3_and_missing(tmp_path):
 
 
 def test_seed_range_is_what_torch_accepts():
-    from infer.config import MAX_SEED
     from infer.sampling import make_generator
+    from infer.sampling_params import MAX_SEED
 
     make_generator(SamplingParams(seed=MAX_SEED).seed, "cpu")  # the largest seed works
     with pytest.raises(ValueError, match=r"seed must be an integer from 0 to \d+"):

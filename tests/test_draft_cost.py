@@ -11,7 +11,7 @@ from spec_helpers import ScriptedLookup
 
 import infer.decode_loop as decode_loop
 import infer.verify_step as verify_step
-from infer.config import SamplingParams
+from infer.sampling_params import SamplingParams
 from infer.speculate import StepCost
 
 

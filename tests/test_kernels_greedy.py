@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import infer.sampling as sampling
-from infer.config import SamplingParams
+from infer.sampling_params import SamplingParams
 from kernels.greedy import INTERPRETER_BLOCK as B
 from kernels.greedy import NON_FINITE, greedy_tokens
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import infer.sampling as sampling
-from infer.config import SamplingParams
 from infer.sampling import make_generator, topk_probs
+from infer.sampling_params import SamplingParams
 from kernels.topk_sample import INTERPRETER_BLOCK as B
 from kernels.topk_sample import MAX_TOP_K, NON_FINITE, topk_sample, topk_verify
 

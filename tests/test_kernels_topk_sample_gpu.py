@@ -13,8 +13,8 @@ from test_kernels_topk_sample import NAN, check, run_verify, torch_verify, verif
 
 import infer.noise_keys as noise_keys
 import infer.sampling as sampling
-from infer.config import SamplingParams
 from infer.sampling import make_generator
+from infer.sampling_params import SamplingParams
 from kernels.topk_sample import MAX_TOP_K, NON_FINITE
 
 QWEN3_VOCAB, QWEN3_LIMIT = 151936, 151669

@@ -20,9 +20,9 @@ import torch
 
 import infer.noise_keys as noise_keys
 import infer.sampling as sampling
-from infer.config import SamplingParams
 from infer.noise_keys import row_keys, uses_keys
 from infer.sampling import topk_probs
+from infer.sampling_params import SamplingParams
 from kernels.keyed_noise import keyed_noise
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infer.config import SamplingParams
 from infer.sampling import NON_FINITE, make_generator, sample, verify_sample
+from infer.sampling_params import SamplingParams
 
 N = 20000  # rows drawn at once: one sample per row
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infer.config import SamplingParams
 from infer.sampling import NON_FINITE, full_probs, make_generator, sample, verify_sample
+from infer.sampling_params import SamplingParams
 
 N = 20000  # rows verified at once, each with the same logits and draft
 P = torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04], dtype=torch.float64)

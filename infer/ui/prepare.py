@@ -34,7 +34,8 @@ def prepare(ui: UI, model: str):
     ``--ctx`` beyond what the checkpoint supports.
     """
     torch = import_torch()
-    from infer.config import EngineConfig, SamplingParams, check_device_available, parse_ctx
+    from infer.config import EngineConfig, check_device_available, parse_ctx
+    from infer.sampling_params import SamplingParams
     from models.config import Qwen3Config
     from models.context import plan_context
     from models.hub import resolve_model
