@@ -31,9 +31,7 @@ only with ``--temperature`` > 0 and ``--top-k`` 1..64), ``attention_prologue`` w
 step's q/k-norm + RoPE and KV store inside decode stage 1
 (``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``),
 ``keyed_noise`` with the runner's top-k draws taking their noise from per-row keys instead of a
-registered generator (``infer.noise_keys.KEYED_NOISE``; off), ``small_decode_blocks`` with 16-bit
-decode stage 1 in 64-key blocks, one stage, 4 programs an SM (``kernels.tiles.
-SMALL_DECODE_BLOCKS``; off): ``split_k+pdl_chain+reduce_in_norm+
+registered generator (``infer.noise_keys.KEYED_NOISE``; off): ``split_k+pdl_chain+reduce_in_norm+
 fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue`` is what ships; ``+``
 joins them
 (``default+X``: as shipped, with X on as well). Each JSON line names its variant and round.
@@ -84,8 +82,7 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_greedy": (infer.sampling, "FUSED_GREEDY"),
          "fused_topk": (infer.sampling, "FUSED_TOPK"),
          "attention_prologue": (models.qwen3_fused, "ATTENTION_PROLOGUE"),
-         "keyed_noise": (infer.noise_keys, "KEYED_NOISE"),
-         "small_decode_blocks": (kernels.tiles, "SMALL_DECODE_BLOCKS")}
+         "keyed_noise": (infer.noise_keys, "KEYED_NOISE")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 

@@ -75,13 +75,6 @@ _DECODE_16BIT = DecodeTiles(block_n=128, num_warps=4, num_stages=2, int8_magic=0
                             programs_per_sm=2)
 _DECODE_INT8 = DecodeTiles(block_n=64, num_warps=1, num_stages=2, int8_magic=2,
                            programs_per_sm=8)
-# 16-bit pools in 64-key blocks, one stage, four programs an SM (66 splits a KV head at 8 KV heads
-# on 132 SMs): the fastest stage 1 + combine of the tiles swept at 4k (BENCHMARKS.md); OFF until
-# an end-to-end A/B (``benchmarks/decode_e2e.py --variants default,default+small_decode_blocks``
-# at 4k and 32k: a graph's split count cannot follow the context length).
-SMALL_DECODE_BLOCKS = False
-_DECODE_16BIT_SMALL = DecodeTiles(block_n=64, num_warps=4, num_stages=1, int8_magic=0,
-                                  programs_per_sm=4)
 
 
 def decode_tiles(device: torch.device | str, kv_dtype: torch.dtype | None, *,
@@ -93,8 +86,7 @@ def decode_tiles(device: torch.device | str, kv_dtype: torch.dtype | None, *,
     accumulator in one warp: such steps take 4 warps and 64-key blocks. Under the interpreter
     (a CPU device) a block is one page (``block_n = page_size``).
     """
-    base = (_DECODE_INT8 if kv_dtype == torch.int8
-            else _DECODE_16BIT_SMALL if SMALL_DECODE_BLOCKS else _DECODE_16BIT)
+    base = _DECODE_INT8 if kv_dtype == torch.int8 else _DECODE_16BIT
     big_tile = max(16, triton.next_power_of_2(rows)) > 16 and base.num_warps < 4
     block_n = 64 if big_tile else base.block_n
     if capability(device) is None:

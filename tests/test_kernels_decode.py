@@ -251,28 +251,3 @@ def test_pdl_is_never_used_off_hopper():
     from kernels.device import supports_pdl
 
     assert supports_pdl("cpu") is False
-
-
-def test_small_decode_blocks_switch(monkeypatch):
-    """``kernels.tiles.SMALL_DECODE_BLOCKS`` on an sm_90 device with 132 SMs (faked): 16-bit
-    pools take 64-key blocks, one stage and 4 programs an SM (66 splits a KV head at 8 KV heads
-    instead of 33); INT8 pools keep theirs; on a CPU the results are unchanged."""
-    from kernels import device, tiles
-    from kernels.decode_plan import default_num_splits
-
-    case = Case([37, 130, 0], 1, 2, 2, 16, 8, torch.float32, False)
-    want = case.run(num_splits=2)
-    monkeypatch.setattr(tiles, "SMALL_DECODE_BLOCKS", True)
-    assert torch.equal(case.run(num_splits=2), want)
-    monkeypatch.setattr(tiles, "SMALL_DECODE_BLOCKS", False)
-    monkeypatch.setattr(device, "_capability", lambda index: (9, 0))
-    monkeypatch.setattr(device, "_sm_count", lambda index: 132)
-    gpu = torch.device("cuda", 0)
-    shape = lambda t: (t.block_n, t.num_stages, t.programs_per_sm)  # noqa: E731
-    assert shape(tiles.decode_tiles(gpu, torch.bfloat16)) == (128, 2, 2)
-    assert default_num_splits(1, 8, gpu, torch.bfloat16) == 33
-    int8 = tiles.decode_tiles(gpu, torch.int8)
-    monkeypatch.setattr(tiles, "SMALL_DECODE_BLOCKS", True)
-    assert shape(tiles.decode_tiles(gpu, torch.bfloat16)) == (64, 1, 4)
-    assert default_num_splits(1, 8, gpu, torch.bfloat16) == 66
-    assert tiles.decode_tiles(gpu, torch.int8) == int8
