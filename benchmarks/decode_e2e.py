@@ -31,13 +31,13 @@ only with ``--temperature`` > 0 and ``--top-k`` 1..64), ``attention_prologue`` w
 step's q/k-norm + RoPE and KV store inside decode stage 1
 (``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``),
 ``keyed_noise`` with the runner's top-k draws taking their noise from per-row keys instead of a
-registered generator (``infer.noise_keys.KEYED_NOISE``; off): ``split_k+pdl_chain+reduce_in_norm+
-fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue`` is what ships; ``+``
-joins them
-(``default+X``: as shipped, with X on as well). Each JSON line names its variant and round.
+registered generator (``infer.noise_keys.KEYED_NOISE``): ``split_k+pdl_chain+reduce_in_norm+
+fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue+keyed_noise`` is what
+ships; ``+`` joins them (``default+X``: as shipped, with X on as well) and ``-`` turns one off
+(``default-X``: as shipped, with X off). Each JSON line names its variant and round.
 Decoding is greedy unless ``--temperature`` is above 0 (a real Qwen3's ``generation_config``:
 ``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded). NOTE: once a graph is captured with a
-generator registered (a sampled step without ``keyed_noise``), every graph replayed in the
+generator registered (a sampled step with ``keyed_noise`` off), every graph replayed in the
 process runs slower (BENCHMARKS.md): A/B such variants in separate processes, one each.
 
 About 3-4 minutes on an H200 from scratch (8B checkpoint write ~30-60 s, prefill of 128k twice);
@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,10 +88,10 @@ SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 
 
 def parse_variants(text: str) -> list[str]:
-    """``base,split_k`` -> the names, each checked against ``FLAGS``."""
+    """``base,split_k,default-keyed_noise`` -> the names, each part checked against ``FLAGS``."""
     names = [v.strip() for v in text.split(",") if v.strip()]
     for name in names:
-        for part in name.split("+"):
+        for part in re.split(r"[+-]", name):
             if part not in ("base", "default") and part not in FLAGS:
                 raise ValueError(f"unknown variant part {part!r} (default, base, "
                                  f"{', '.join(FLAGS)})")
@@ -101,10 +102,14 @@ def parse_variants(text: str) -> list[str]:
 
 def set_variant(name: str) -> None:
     """Set the module flags of ``FLAGS`` for variant ``name`` (all off for ``base``, as
-    shipped for ``default``; ``default+X``: as shipped with X on as well)."""
-    parts = set(name.split("+"))
+    shipped for ``default``; ``default+X``: as shipped with X on as well; ``default-X``: with X
+    off)."""
+    tokens = re.split(r"([+-])", name)  # "default-a+b" -> ["default", "-", "a", "+", "b"]
+    signed = list(zip(tokens[1::2], tokens[2::2], strict=True))
+    on = {tokens[0]} | {part for sign, part in signed if sign == "+"}
+    off = {part for sign, part in signed if sign == "-"}
     for key, (module, attr) in FLAGS.items():
-        setattr(module, attr, ("default" in parts and SHIPPED[key]) or key in parts)
+        setattr(module, attr, (("default" in on and SHIPPED[key]) or key in on) and key not in off)
 
 
 def checkpoint(args) -> Path:

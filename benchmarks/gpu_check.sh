@@ -58,8 +58,8 @@
 #              flags (a sampled step: "--temperature 0.6 --top-k 20 --top-p 0.95")
 #   graphorder whether a sampled step's capture still slows the graphs replayed after it: the
 #              orders of benchmarks/graph_order.py's NEXT_ORDERS, one process each, without and
-#              with --keyed-noise (infer.noise_keys.KEYED_NOISE, off), then the sampled 0.6B at
-#              4k as shipped and with keyed_noise, in alternating processes, 2 rounds
+#              with --keyed-noise (infer.noise_keys.KEYED_NOISE, on as shipped), then the sampled
+#              0.6B at 4k as shipped and with keyed_noise off, in alternating processes, 2 rounds
 #   stage1     decode attention at 4k (inside a step, stage 1 read the 0.6B's 17 MB of a layer's
 #              cache in ~13 us, ~45 % of the read bandwidth: BENCHMARKS.md):
 #              benchmarks/sweep_decode.py over splits, key blocks and stages, BF16, at the 8B's
@@ -230,7 +230,7 @@ PY
         done
       done
       sampled="--temperature 0.6 --top-k 20 --top-p 0.95"
-      for r in 1 2; do for v in default default+keyed_noise; do
+      for r in 1 2; do for v in default default-keyed_noise; do
         python3 benchmarks/decode_e2e.py --model "$ck" --size 0.6b --lengths 4096 --kv bf16 \
             --eager-tokens 0 --variants "$v" $sampled 2>&1 | grep -E "tokens_per_s|rror" \
             | tee -a "$OUT/keyed_noise.jsonl"

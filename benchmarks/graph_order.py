@@ -23,8 +23,9 @@ steps back to back, CUDA events, no profiler):
   allocates the generator's graph seed and offset tensors then), and keep it;
 - ``alloc``: keep a new 64 MiB CUDA tensor (a new segment of the caching allocator).
 
-``--keyed-noise`` turns ``infer.noise_keys.KEYED_NOISE`` on: a sampled step then draws from the
-rows' keys, with no generator registered with its graph, instead of the runner's generator.
+``--keyed-noise`` keeps ``infer.noise_keys.KEYED_NOISE`` on, as shipped: a sampled step then
+draws from the rows' keys, with no generator registered with its graph; without it the script
+turns it off, and a sampled step draws from the runner's generator.
 The ``gencapture``, ``ownpool``, ``eager`` and ``register`` items use the runner's generator
 either way (the experiments in BENCHMARKS.md).
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--order", default=DEFAULT_ORDER, help="comma-separated items (module notes)")
     ap.add_argument("--keyed-noise", action="store_true",
                     help="sampled steps draw from per-row keys, no generator registered "
-                    "(infer.noise_keys.KEYED_NOISE on)")
+                    "(infer.noise_keys.KEYED_NOISE on, as shipped; without it: off)")
     args = ap.parse_args(argv)
     try:
         order = parse_order(args.order)

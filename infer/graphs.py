@@ -25,16 +25,17 @@ for up to 16 rows, and the split count is fixed per engine, so a sequence's toke
 bit for bit whatever the batch it decodes in). A fed id of -1 (``sampling.NON_FINITE``: the
 previous step's logits were not finite) is clamped to 0 on the device; the host raises on it.
 
-Randomness: every sampled step draws from the runner's ``torch.Generator``, registered with its
-graph (``CUDAGraph.register_generator_state``: torch feeds each replay the generator's current
-Philox seed and offset, as the same ops would advance it eagerly). With
-``infer.noise_keys.KEYED_NOISE`` (off until measured on a GPU) a fused top-k draw
-(``infer.noise_keys.uses_keys``; Qwen3's default sampling) takes its noise instead from per-row
-keys that the host writes with each step's inputs (``infer.noise_keys.row_keys`` of the reply's
-seed, the step and the row), drawn inside the kernel by Triton's counter-based Philox, and its
-graph registers no generator (a capture with one slowed every graph replayed after it:
-BENCHMARKS.md). The first token of a reply is sampled eagerly with the generator, reseeded per
-reply; a seeded reply is the same with graphs as without either way.
+Randomness: a fused top-k draw (``infer.noise_keys.uses_keys``; Qwen3's default sampling) takes
+its noise from per-row keys that the host writes with each step's inputs
+(``infer.noise_keys.row_keys`` of the reply's seed, the step and the row), drawn inside the
+kernel by Triton's counter-based Philox, and its graph registers no generator (a capture with one
+slows every graph replayed after it: BENCHMARKS.md). Every other sampled step (torch's ops:
+top-k 0 or above 64, a presence penalty; or ``infer.noise_keys.KEYED_NOISE`` off) draws from
+the runner's ``torch.Generator``, registered with its graph
+(``CUDAGraph.register_generator_state``: torch feeds each replay the generator's current Philox
+seed and offset, as the same ops would advance it eagerly). The first token of a reply is
+sampled eagerly with the generator, reseeded per reply; a seeded reply is the same with graphs as
+without either way.
 
 Design after vLLM's ``CUDAGraphRunner``, mini-sglang's ``engine/graph.py`` and gpt-fast's static
 decode step; STYLE.md rule 12.

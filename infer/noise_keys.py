@@ -17,11 +17,12 @@ from kernels.topk_sample import MAX_TOP_K
 # Whether the decode runner's fused top-k draws take their noise from per-row keys that the host
 # writes with each step (``row_keys``; the kernel draws it with Triton's Philox) instead of a
 # torch generator: a captured sampling step then registers no generator, whose registration
-# slowed every graph replayed after the capture by ~40 us a step on an H100, and its replays
-# lose the noise launch and torch's two seed/offset fills (BENCHMARKS.md). OFF until a GPU run has
-# passed its tests and measured it (``benchmarks/gpu_check.sh graphorder``; CPU-tested only).
-# NOTE: read when a runner captures a step and begins a batch: set it before making an engine.
-KEYED_NOISE = False
+# slows every graph replayed after the capture by ~40 us a step on an H100, and its replays lose
+# the noise launch and torch's two seed/offset fills (BENCHMARKS.md: a sampled 0.6B step at 4k
+# +4 %). False: every draw uses the runner's generator (``benchmarks/graph_order.py`` without
+# ``--keyed-noise``). NOTE: read when a runner captures a step and begins a batch: set it before
+# making an engine.
+KEYED_NOISE = True
 _M64 = (1 << 64) - 1
 
 
