@@ -70,7 +70,8 @@ except BaseException:  # no cli: SIGINT as it was
 DEFAULT_SUMMARY_MODEL = "Qwen/Qwen3-0.6B"
 
 app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+                  pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 @app.callback()
@@ -106,9 +107,10 @@ def generate(
             raise ValueError("the prompt is empty: give some text, or - to read standard input")
         else:
             prompt = setup.user_text(ui, prompt, "the prompt")
-        if system is not None and raw:
-            raise ValueError("--system has no effect with --raw (the prompt is fed as it is, "
-                             "without the chat template): drop one of them")
+        for flag, given in (("--system", system is not None), ("--think", opts.think)):
+            if given and raw:
+                raise ValueError(f"{flag} has no effect with --raw (the prompt is fed as it is, "
+                                 "without the chat template): drop one of them")
         if system is not None:
             system = setup.system_text(ui, system)
         cfg, tok, plan = setup.prepare(ui, model)

@@ -129,10 +129,11 @@ def parse_lengths(text: str | None, ctx: int, tokens: int, max_ctx: int | None =
              f"{counted(tokens, 'new token')} (--tokens)"
     if max_ctx is not None and lengths[-1] + tokens > max_ctx:
         raise ValueError(f"{prompt} is beyond the largest context the model supports "
-                         f"({counted(max_ctx, 'token')}): lower the length")
+                         f"({counted(max_ctx, 'token')}): lower the length or --tokens")
     if lengths[-1] > room:
         raise ValueError(f"{prompt} does not fit in --ctx {ctx:,}: raise --ctx (e.g. --ctx "
-                         f"{-(-(lengths[-1] + tokens) // 1024)}k) or lower the length")
+                         f"{-(-(lengths[-1] + tokens) // 1024)}k) or lower the length or "
+                         f"--tokens")
     return lengths
 
 

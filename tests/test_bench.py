@@ -71,6 +71,7 @@ def test_bench_table_on_stdout(tiny_ckpt):
 @pytest.mark.parametrize("args,needle", [
     (["--tokens", "1"], "--tokens must be at least 2"),
     (["--lengths", "4k"], "does not fit in --ctx 1,024"),
+    (["--lengths", "512", "--tokens", "700"], "or lower the length or --tokens"),
     (["--lengths", "many"], "invalid length 'many'"),
     (["--lengths", "1,,2"], "--lengths '1,,2' has an empty item"),
     (["--ctx", "oops"], "--ctx must be a token count"),

@@ -262,9 +262,10 @@ def test_max_new_tokens_negative_says_zero_is_allowed(tiny_ckpt):
                           "-1")
 
 
-def test_raw_with_system_is_refused(tiny_ckpt):
-    result = invoke("generate", tiny_ckpt, "hi", "--raw", "--system", "be brief", *FAST)
-    assert_one_line_error(result, 2, "--system has no effect with --raw", "drop one of them")
+@pytest.mark.parametrize("flag", [["--system", "be brief"], ["--think"]])
+def test_raw_with_a_chat_template_flag_is_refused(tiny_ckpt, flag):
+    result = invoke("generate", tiny_ckpt, "hi", "--raw", *flag, *FAST)
+    assert_one_line_error(result, 2, f"{flag[0]} has no effect with --raw", "drop one of them")
 
 
 def test_speculate_on_with_a_presence_penalty_says_it_is_off(tiny_ckpt):

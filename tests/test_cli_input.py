@@ -139,13 +139,17 @@ def test_summarize_bad_files_exit_2(raw, needle, tiny_ckpt, tmp_path):
     path.write_bytes(raw)
     result = invoke("summarize", path, "--model", tiny_ckpt, *FAST)
     assert_one_line_error(result, 2, needle, str(path))
+    if needle != "binary":
+        assert "give a file holding some text" in result.stderr
 
 
 def test_summarize_missing_file_and_empty_stdin_exit_2(tiny_ckpt, tmp_path):
     assert_one_line_error(invoke("summarize", tmp_path / "nope.txt", "--model", tiny_ckpt),
                           2, "no such file")
     assert_one_line_error(invoke("summarize", "-", "--model", tiny_ckpt, input=b""),
-                          2, "<stdin> is empty")
+                          2, "<stdin> is empty: pipe some text in")
+    assert_one_line_error(invoke("generate", tiny_ckpt, "-", input=b""),
+                          2, "<stdin> is empty: pipe some text in")
 
 
 def test_prompt_longer_than_ctx_gives_both_counts(tiny_ckpt, tmp_path, tok):

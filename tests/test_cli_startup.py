@@ -23,6 +23,13 @@ def test_help_names_the_arguments():
     assert "UTF-32" in invoke("summarize", "--help").stdout
 
 
+@pytest.mark.parametrize("command", ["", "generate", "summarize", "chat", "bench"])
+def test_h_is_help(command):
+    short, long = (invoke(*filter(None, [command, flag])) for flag in ("-h", "--help"))
+    assert short.exit_code == long.exit_code == 0, short.output
+    assert short.stdout == long.stdout and "Usage:" in short.stdout
+
+
 def test_help_panels_in_one_order_and_flags_without_a_type():
     orders = {}
     for command in ("", "generate", "summarize", "chat", "bench"):

@@ -36,6 +36,7 @@ MAX_REPLACED_FRACTION = 0.25
 # in parts; /dev/zero or `yes |` cannot exhaust the memory.
 MAX_INPUT_BYTES = 64 << 20
 CHUNK_BYTES = 1 << 20
+STDIN_NAME = "<stdin>"  # how standard input is named in messages
 
 
 # Runs of surrogateescape'd bytes (U+DC80-U+DCFF), and any other lone surrogate.
@@ -78,6 +79,11 @@ def detect_encoding(data: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
+def _give_text(name: str) -> str:
+    """What to do about an input without text, for the error message about ``name``."""
+    return "pipe some text in" if name == STDIN_NAME else "give a file holding some text"
+
+
 def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
     """Decode raw bytes to text with ``\\n`` line endings.
 
@@ -93,12 +99,12 @@ def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
         ValueError: the input is empty, whitespace-only or binary.
     """
     if not data:
-        raise ValueError(f"{name} is empty: give a file (or standard input) holding some text")
+        raise ValueError(f"{name} is empty: {_give_text(name)}")
     encoding, bom_len = detect_encoding(data)
     body = data[bom_len:]
     if not body:
-        raise ValueError(f"{name} is empty (it holds only a byte-order mark): give a file (or "
-                         "standard input) holding some text")
+        raise ValueError(f"{name} is empty (it holds only a byte-order mark): "
+                         f"{_give_text(name)}")
     text = body.decode(encoding, errors="replace")
     # U+FFFD that were in the input decode the same both ways; the rest were inserted.
     n_replaced = text.count("\ufffd") - body.decode(encoding, errors="ignore").count("\ufffd")
@@ -113,8 +119,7 @@ def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
             "e.g. iconv -f latin1 -t utf-8")
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
-        raise ValueError(f"{name} holds only whitespace: give a file (or standard input) holding "
-                         "some text")
+        raise ValueError(f"{name} holds only whitespace: {_give_text(name)}")
     return text, n_replaced
 
 
@@ -136,7 +141,7 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
         if stdin is None:
             require_stdin("- reads the text from it", "pipe the text in, or give a file")
         stream = stdin if stdin is not None else sys.stdin.buffer
-        return decode_text(read_capped(stream, "<stdin>"), "<stdin>")
+        return decode_text(read_capped(stream, STDIN_NAME), STDIN_NAME)
     path = expand_user(path_or_dash)
     check_symlink_loop(path, "a text file, or - to read standard input")
     if not path.exists():
