@@ -25,11 +25,11 @@ print("heavy:" + ",".join(m for m in {HEAVY!r} if m in sys.modules), file=sys.st
 
 
 @pytest.mark.parametrize("argv", [
-    ["--help"], ["--version"], ["generate", "--help"], ["summarize", "--help"],
+    ["--help"], ["--version"], ["generate", "--help"], ["summarize", "--help"], ["chat", "-h"],
     ["generate", "M", "P", "--no-such-flag"], ["generate", "M", " "],
     ["summarize", "{missing}", "--model", "M"], ["summarize", "-", "--part-tokens", "0"],
-], ids=["help", "version", "generate-help", "summarize-help", "bad-flag", "empty-prompt",
-        "missing-file", "bad-part-tokens"])
+], ids=["help", "version", "generate-help", "summarize-help", "chat-h", "bad-flag",
+        "empty-prompt", "missing-file", "bad-part-tokens"])
 def test_help_version_and_early_errors_import_no_heavy_module(argv, tmp_path):
     """`infer --help`, `--version` and the errors found before the model is read take ~0.15 s:
     torch, triton, tokenizers, safetensors, huggingface_hub, jinja2 are imported by the commands
