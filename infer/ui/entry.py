@@ -84,6 +84,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
         where = ctx.command_path if ctx is not None else _command_named(app, args)
         # click 8.2+ words a bad enum choice "Value error, 'x' is not one of ...": drop the prefix
         text = " ".join(e.format_message().split()).replace("Value error, ", "")
+        if text.startswith("Got unexpected extra argument") and where.endswith(" summarize"):
+            text += ": summarize takes one FILE, and the model with --model (-m)"
         msg = text + f" (see {where} --help)"
         print_error(msg, e.exit_code, json_wanted(args))
         sys.exit(e.exit_code)

@@ -147,6 +147,9 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
     if not path.exists():
         raise ValueError(f"no such file: {path} (give a text file, or - to read standard input)")
     if path.is_dir():
+        if (path / "config.json").is_file():
+            raise ValueError(f"{path} is a model folder: give the text FILE to summarize first, "
+                             "and the model with --model (-m)")
         raise ValueError(f"{path} is a folder: give a text file")
     try:
         with path.open("rb") as f:
