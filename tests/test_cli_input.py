@@ -215,13 +215,10 @@ def test_a_symlink_loop_is_reported_as_one(command, loop, tiny_ckpt, tmp_path):
     assert "does not exist" not in result.stderr and "no such file" not in result.stderr
 
 
-def test_summarize_with_the_model_where_the_file_goes_says_how(tiny_ckpt, tmp_path):
-    """`infer summarize MODEL FILE` (MODEL first, as in generate, chat and bench) and
-    `infer summarize MODEL -m MODEL`: the error says FILE comes first and the model by --model."""
-    text = tmp_path / "book.txt"
-    text.write_text("Some text to summarize.\n")
-    assert_one_line_error(invoke("summarize", tiny_ckpt, text), 2, "unexpected extra argument",
-                          "summarize takes one FILE, and the model with --model (-m)")
+def test_summarize_given_a_model_folder_as_file_says_how(tiny_ckpt, tmp_path):
+    """`infer summarize MODEL -m MODEL` (MODEL first, as in generate, chat and bench): the error
+    says FILE comes first and the model by --model (`summarize MODEL FILE`, a usage error:
+    ``test_cli_edges.test_main_prints_usage_errors_as_one_line``)."""
     assert_one_line_error(invoke("summarize", tiny_ckpt, "--model", tiny_ckpt), 2,
                           "is a model folder: give the text FILE to summarize first")
     assert_one_line_error(invoke("summarize", tmp_path, "--model", tiny_ckpt), 2,
