@@ -52,3 +52,11 @@ def test_seeds_differing_above_32_bits_give_different_replies_on_the_cpu(tiny_ck
 
     assert text(1) != text(1 + 2**32)
     assert text(2**63 - 1) == text(2**63 - 1)
+
+
+def test_a_seed_with_greedy_sampling_gets_a_note(tiny_ckpt):
+    greedy = invoke("generate", tiny_ckpt, "hi", *FAST, "--temperature", "0", "--seed", "3")
+    assert greedy.exit_code == 0, greedy.output
+    assert "note: --seed does nothing with greedy sampling" in greedy.stderr
+    sampled = invoke("generate", tiny_ckpt, "hi", *FAST, "--temperature", "0.7", "--seed", "3")
+    assert sampled.exit_code == 0 and "--seed does nothing" not in sampled.stderr

@@ -66,6 +66,9 @@ def prepare(ui: UI, model: str):
     cfg = ui.startup.cfg = replace(cfg, model=str(folder))  # a Ctrl-C from here: its header
     # the file's sampling defaults: a bad value is refused before the weights load
     sampling = SamplingParams.from_generation_config(folder, **o.sampling_overrides())
+    if o.seed is not None and sampling.greedy:
+        ui.note("--seed does nothing with greedy sampling (temperature 0): the reply is the "
+                "same without it")
     if o.speculate == "on" and sampling.presence_penalty and not o.presence_penalty:
         ui.note(f"--speculate on does nothing with the presence penalty of "
                 f"{folder / 'generation_config.json'} ({sampling.presence_penalty:g}; speculative "
