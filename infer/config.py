@@ -41,6 +41,8 @@ def parse_ctx(text: str | int) -> int:
         n = text
     else:
         m = _CTX_RE.match(str(text))
+        if not m and _CTX_RE.match(str(text).strip().removeprefix("-")):  # "-5", "-4k"
+            raise OptionError("ctx", f"must be at least 1 token, got {text!r}")
         if not m:
             raise OptionError("ctx", f"must be a token count such as 32768 or 32k (k = 1024 "
                                      f"tokens), got {text!r}")

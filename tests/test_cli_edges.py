@@ -24,6 +24,7 @@ pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
     (["generate", "M"], "Missing argument 'PROMPT'"),
     (["frobnicate"], "No such command"),
     (["summarize", "M", "book.txt"], "summarize takes one FILE, and the model with --model (-m)"),
+    (["generate", "--version"], "--version goes before the command: "),
 ])
 def test_main_prints_usage_errors_as_one_line(argv, needle, capsys):
     from cli import main

@@ -26,6 +26,12 @@ def test_parse_ctx_errors(text):
         parse_ctx(text)
 
 
+@pytest.mark.parametrize("text", ["0", "0k", "-5", " -4k"])
+def test_parse_ctx_zero_or_negative_counts_say_at_least_one_token(text):
+    with pytest.raises(OptionError, match="^ctx must be at least 1 token"):
+        parse_ctx(text)
+
+
 def test_engine_config_defaults_on_cpu():
     c = EngineConfig("m", device="cpu")
     assert c.torch_device == torch.device("cpu")

@@ -86,6 +86,8 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
         text = " ".join(e.format_message().split()).replace("Value error, ", "")
         if text.startswith("Got unexpected extra argument") and where.endswith(" summarize"):
             text += ": summarize takes one FILE, and the model with --model (-m)"
+        if text.startswith("No such option: --version") and " " in where:  # after a command
+            text = f"--version goes before the command: {where.split()[0]} --version"
         msg = text + f" (see {where} --help)"
         print_error(msg, e.exit_code, json_wanted(args))
         sys.exit(e.exit_code)
