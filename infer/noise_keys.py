@@ -12,7 +12,6 @@ import torch
 import infer.sampling as sampling
 from infer.config import MAX_BATCH
 from infer.sampling_params import SamplingParams
-from kernels.topk_sample import MAX_TOP_K
 
 # Whether the decode runner's fused top-k draws take their noise from per-row keys that the host
 # writes with each step (``row_keys``; the kernel draws it with Triton's Philox) instead of a
@@ -28,11 +27,11 @@ _M64 = (1 << 64) - 1
 
 def uses_keys(params: SamplingParams, vocab_size: int, device: torch.device | str) -> bool:
     """Whether a runner's step with ``params`` draws from ``row_keys`` (``KEYED_NOISE``): a
-    draw that takes ``kernels.topk_sample`` (``FUSED_TOPK``, top-k 1..``MAX_TOP_K`` below the
-    vocabulary, no presence penalty, CUDA)."""
-    return (KEYED_NOISE and sampling.FUSED_TOPK and not params.greedy
-            and 0 < params.top_k <= MAX_TOP_K and params.top_k < vocab_size
-            and not params.presence_penalty and torch.device(device).type == "cuda")
+    draw that takes ``kernels.topk_sample`` (``infer.sampling.fused_topk_takes``: top-k
+    1..``MAX_TOP_K`` below the vocabulary, no presence penalty, CUDA). The runner passes the
+    presence mask exactly when ``params`` has a penalty."""
+    return KEYED_NOISE and sampling.fused_topk_takes(
+        params, vocab_size, torch.device(device).type == "cuda", bool(params.presence_penalty))
 
 
 def row_keys(seed: int, step: int, rows: int) -> list[int]:

@@ -216,14 +216,21 @@ def _use_fused_greedy(logits: torch.Tensor, params: SamplingParams,
             and not (presence is not None and params.presence_penalty))
 
 
+def fused_topk_takes(params: SamplingParams, vocab_size: int, on_cuda: bool,
+                     penalized: bool) -> bool:
+    """Whether a sampled pick of ``params`` over ``vocab_size`` columns goes through
+    ``kernels.topk_sample`` (module notes): ``FUSED_TOPK``, not greedy, ``0 < top_k <=
+    MAX_TOP_K`` and below the vocabulary, no presence penalty to apply (``penalized``), CUDA."""
+    return (FUSED_TOPK and not params.greedy and 0 < params.top_k <= MAX_TOP_K
+            and params.top_k < vocab_size and on_cuda and not penalized)
+
+
 def _use_fused_topk(logits: torch.Tensor, params: SamplingParams,
                     presence: torch.Tensor | None) -> bool:
-    """Whether a sampled pick goes through ``kernels.topk_sample`` (module notes):
-    ``FUSED_TOPK``, not greedy, ``0 < top_k <= MAX_TOP_K`` and below the vocabulary, no presence
-    penalty to apply, CUDA logits. Tests patch it to run the kernels in the interpreter."""
-    return (FUSED_TOPK and not params.greedy and 0 < params.top_k <= MAX_TOP_K
-            and params.top_k < logits.shape[-1] and logits.is_cuda
-            and not (presence is not None and params.presence_penalty))
+    """``fused_topk_takes`` for these logits and presence mask. Tests patch it to run the
+    kernels in the interpreter."""
+    return fused_topk_takes(params, logits.shape[-1], logits.is_cuda,
+                            bool(presence is not None and params.presence_penalty))
 
 
 def _noise(logits: torch.Tensor, params: SamplingParams,
