@@ -216,18 +216,13 @@ def test_runner_keyed_draws_on_a_cpu(monkeypatch):
     reply stages ``row_keys(seed, i, bucket)``, the steps draw from them (only the eager first
     token draws the generator's noise), a seeded reply is the same twice and another seed
     changes it. (That a keyed step is captured without the generator is a GPU test's.)"""
-    from types import SimpleNamespace
+    from keyed_helpers import keyed_draws_on_cpu
 
-    import infer.graphs as graphs
     import infer.noise_keys as noise_keys
     import infer.sampling as sampling
     from infer.step_io import StepIO
 
-    monkeypatch.setattr(noise_keys, "KEYED_NOISE", True)
-    real_use, real_keys = sampling._use_fused_topk, noise_keys.uses_keys
-    monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, p, presence: real_use(
-        SimpleNamespace(is_cuda=True, shape=logits.shape), p, presence))
-    monkeypatch.setattr(graphs, "uses_keys", lambda p, vocab, dev: real_keys(p, vocab, "cuda"))
+    keyed_draws_on_cpu(monkeypatch)
     staged, real_stage = [], StepIO.stage
 
     def stage(self, bucket, tokens, rows, drafts=None, keys=None):

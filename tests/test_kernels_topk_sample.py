@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from keyed_helpers import topk_kernels_on_cpu
 
 import infer.sampling as sampling
 from infer.sampling import make_generator, topk_probs
@@ -257,15 +258,14 @@ def test_fused_path_is_taken_only_for_top_k_sampling_without_penalty(monkeypatch
 def kernels_on_cpu(monkeypatch, name: str) -> list:
     """``infer.sampling`` taking the kernels for CPU logits as for CUDA ones; returns the list of
     the ``vocab_limit`` each call of ``sampling.<name>`` (``topk_sample``/``topk_verify``) got."""
-    real_use, real = sampling._use_fused_topk, getattr(sampling, name)
+    real = getattr(sampling, name)
     calls = []
 
     def spy(*args):
         calls.append(args[-1])
         return real(*args)
 
-    monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, params, presence: real_use(
-        SimpleNamespace(is_cuda=True, shape=logits.shape), params, presence))
+    topk_kernels_on_cpu(monkeypatch)
     monkeypatch.setattr(sampling, name, spy)
     return calls
 

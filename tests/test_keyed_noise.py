@@ -12,11 +12,10 @@ reproducible, each step (verify steps too) staging its own keys; errors. The GPU
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
+from keyed_helpers import keyed_draws_on_cpu, topk_kernels_on_cpu
 
 import infer.noise_keys as noise_keys
 import infer.sampling as sampling
@@ -137,9 +136,7 @@ def test_uses_keys_only_for_fused_top_k_draws_on_cuda(monkeypatch):
 
 
 def test_sample_takes_the_keys_on_the_fused_path(monkeypatch):
-    real_use = sampling._use_fused_topk
-    monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, params, presence: real_use(
-        SimpleNamespace(is_cuda=True, shape=logits.shape), params, presence))
+    topk_kernels_on_cpu(monkeypatch)
     x = _logits(3, 300, 3)
     p = SamplingParams(temperature=0.6, top_k=20, top_p=0.95)
     keys = torch.tensor(KEYS[:4], dtype=torch.int64)  # one more than the rows: sliced
@@ -172,15 +169,10 @@ def test_keyed_speculative_reply_on_a_cpu(monkeypatch):
     from mock_engine import mock_engine, prompt_of
     from spec_helpers import TailLookup
 
-    import infer.graphs as graphs
     import infer.verify_step as verify_step
     from infer.step_io import StepIO
 
-    monkeypatch.setattr(noise_keys, "KEYED_NOISE", True)
-    real_use, real_keys = sampling._use_fused_topk, noise_keys.uses_keys
-    monkeypatch.setattr(sampling, "_use_fused_topk", lambda logits, p, presence: real_use(
-        SimpleNamespace(is_cuda=True, shape=logits.shape), p, presence))
-    monkeypatch.setattr(graphs, "uses_keys", lambda p, vocab, dev: real_keys(p, vocab, "cuda"))
+    keyed_draws_on_cpu(monkeypatch)
     monkeypatch.setattr(verify_step, "PromptLookup", TailLookup)
     staged, real_stage = [], StepIO.stage
 
