@@ -24,9 +24,10 @@ waits for the qkv projection. Steps of more tokens per program (a verify step's 
 prompt) loop over the rest after the wait, one token's rows at a time, so that no ``[rows,
 HEAD_DIM]`` table of angles is held.
 
-16-bit pools only. With an INT8 pool (one-warp programs, 8 per SM, ~130 splits per KV head) the
-q-norm that every split recomputes made the step 6-22 % slower than the fused q/k-norm + RoPE +
-KV store launch (``kernels/qk_norm_rope_store.py``) that INT8 decode steps keep (BENCHMARKS.md).
+16-bit pools only. With an INT8 pool (then one-warp programs, 8 per SM, ~130 splits per KV head)
+the q-norm that every split recomputes made the step 6-22 % slower than the fused q/k-norm + RoPE
++ KV store launch (``kernels/qk_norm_rope_store.py``) that INT8 decode steps keep (BENCHMARKS.md);
+not measured with the 4-warp INT8 tile (4 programs per SM, 66 splits) that replaced it.
 
 Numerics: the element-wise steps and their roundings to the model dtype are those of
 ``qk_norm_rope``; the row's sum of squares is reduced over the whole row at once instead of over

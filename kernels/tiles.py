@@ -69,12 +69,13 @@ class DecodeTiles:
 
 
 # On a GPU, per cache kind (BENCHMARKS.md, "Decode"): 16-bit caches 128-key blocks on 4 warps,
-# two programs per SM; INT8 one warp per program (no cross-warp row max and sum) with 64-key
-# blocks and eight programs per SM, the codes converted by the packed magic number.
+# two programs per SM; INT8 64-key blocks on 4 warps, four programs per SM (66 splits for 8 KV
+# heads on 132 SMs), the codes converted by the packed magic number. (INT8 ran one-warp programs,
+# eight per SM, before: BENCHMARKS.md has the A/B.)
 _DECODE_16BIT = DecodeTiles(block_n=128, num_warps=4, num_stages=2, int8_magic=0,
                             programs_per_sm=2)
-_DECODE_INT8 = DecodeTiles(block_n=64, num_warps=1, num_stages=2, int8_magic=2,
-                           programs_per_sm=8)
+_DECODE_INT8 = DecodeTiles(block_n=64, num_warps=4, num_stages=2, int8_magic=2,
+                           programs_per_sm=4)
 
 
 def decode_tiles(device: torch.device | str, kv_dtype: torch.dtype | None, *,
@@ -82,9 +83,9 @@ def decode_tiles(device: torch.device | str, kv_dtype: torch.dtype | None, *,
     """The default ``DecodeTiles`` for a cache of ``kv_dtype`` (int8 or the model dtype; None:
     16-bit) on ``device``, for steps of ``rows = n * group`` tile rows.
 
-    A one-warp tile (INT8) with more than 16 rows would hold a ``64 x head_dim`` float32
-    accumulator in one warp: such steps take 4 warps and 64-key blocks. Under the interpreter
-    (a CPU device) a block is one page (``block_n = page_size``).
+    A tile of fewer than 4 warps with more than 16 rows would hold a ``64 x head_dim`` float32
+    accumulator in one or two warps: such steps take 4 warps and 64-key blocks. Under the
+    interpreter (a CPU device) a block is one page (``block_n = page_size``).
     """
     base = _DECODE_INT8 if kv_dtype == torch.int8 else _DECODE_16BIT
     big_tile = max(16, triton.next_power_of_2(rows)) > 16 and base.num_warps < 4
