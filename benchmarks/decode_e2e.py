@@ -35,7 +35,9 @@ registered generator (``infer.noise_keys.KEYED_NOISE``): ``split_k+pdl_chain+red
 fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue+keyed_noise`` is what
 ships; ``+`` joins them (``default+X``: as shipped, with X on as well) and ``-`` turns one off
 (``default-X``: as shipped, with X off). Each JSON line names its variant and round.
-Decoding is greedy unless ``--temperature`` is above 0 (a real Qwen3's ``generation_config``:
+``--decode-tiles`` replaces the default decode tiles (``kernels.tiles``) for the whole process,
+so an in-step A/B of a tile runs one process per tile, alternating. Decoding is greedy
+unless ``--temperature`` is above 0 (a real Qwen3's ``generation_config``:
 ``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded). NOTE: once a graph is captured with a
 generator registered (a sampled step with ``keyed_noise`` off), every graph replayed in the
 process runs slower (BENCHMARKS.md): A/B such variants in separate processes, one each.
@@ -47,6 +49,7 @@ the checkpoint is kept in ``--workdir`` and reused.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import re
@@ -110,6 +113,41 @@ def set_variant(name: str) -> None:
     off = {part for sign, part in signed if sign == "-"}
     for key, (module, attr) in FLAGS.items():
         setattr(module, attr, (("default" in on and SHIPPED[key]) or key in on) and key not in off)
+
+
+TILE_CONSTANTS = {"bf16": "_DECODE_16BIT", "int8": "_DECODE_INT8"}
+
+
+def decode_tile_overrides(text: str) -> dict[str, dict]:
+    """``--decode-tiles``: a JSON object of cache kind (``bf16``, ``int8``) to ``DecodeTiles``
+    fields, e.g. ``{"int8": {"num_warps": 1, "programs_per_sm": 8}}`` (the INT8 tile that
+    shipped before the 4-warp one). Checked by building the tiles; raises ValueError on anything
+    else."""
+    try:
+        overrides = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"--decode-tiles is not JSON: {e}") from None
+    if not isinstance(overrides, dict):
+        raise ValueError("--decode-tiles must be a JSON object, e.g. "
+                         "'{\"int8\": {\"num_warps\": 4}}'")
+    for kind, fields in overrides.items():
+        if kind not in TILE_CONSTANTS or not isinstance(fields, dict):
+            raise ValueError(f"--decode-tiles: {kind!r} must be bf16 or int8, mapped to an "
+                             "object of DecodeTiles fields")
+        try:
+            dataclasses.replace(getattr(kernels.tiles, TILE_CONSTANTS[kind]), **fields)
+        except TypeError as e:  # an unknown field
+            raise ValueError(f"--decode-tiles {kind}: {e}") from None
+    return overrides
+
+
+def apply_decode_tiles(overrides: dict[str, dict]) -> None:
+    """Replace the default decode tiles of ``kernels.tiles`` for the rest of the process (what
+    ``kernels.tiles.decode_tiles`` and the engine's split count read). For an in-step A/B of a
+    tile: one process each, alternating (the tiles are fixed when a graph is captured)."""
+    for kind, fields in overrides.items():
+        name = TILE_CONSTANTS[kind]
+        setattr(kernels.tiles, name, dataclasses.replace(getattr(kernels.tiles, name), **fields))
 
 
 def checkpoint(args) -> Path:
@@ -198,6 +236,9 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--decode-tiles", default=None,
+                    help='JSON: the decode tiles per cache kind replaced for this process, e.g. '
+                         '\'{"int8": {"num_warps": 1, "programs_per_sm": 8}}\'')
     args = ap.parse_args()
     try:
         variants = parse_variants(args.variants)
@@ -210,11 +251,14 @@ def main() -> None:
         ap.error("--tokens must be >= 2 and --eager-tokens 0 (skip) or >= 2")
     try:
         sampling(args, 2)
+        tiles = decode_tile_overrides(args.decode_tiles) if args.decode_tiles else None
     except ValueError as e:
         ap.error(str(e))
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")
 
+    if tiles:
+        apply_decode_tiles(tiles)
     folder = checkpoint(args)
     t0 = time.perf_counter()
     model = load_model(folder, device="cuda", dtype=torch.bfloat16)
@@ -229,7 +273,8 @@ def main() -> None:
         for rnd in range(args.rounds):
             for variant in variants:
                 set_variant(variant)
-                tag = {"variant": variant, "round": rnd}
+                tag = {"variant": variant, "round": rnd} | ({"decode_tiles": tiles} if tiles
+                                                               else {})
                 cfg = EngineConfig(str(folder), ctx=ctx, kv_cache=kv, page_size=args.page_size,
                                    device="cuda", attention="triton", cuda_graphs=True)
                 eng = Engine(cfg, model=model, tokenizer=tokenizer)
