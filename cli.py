@@ -133,9 +133,9 @@ def summarize(
     no_split: Annotated[bool, typer.Option(
         "--no-split", help="Refuse a text longer than the context instead of summarizing it in "
         "parts.", rich_help_panel=SUMMARIZE)] = False,
-    part_tokens: Annotated[int, typer.Option(
-        help="Most tokens of each part's summary (a text longer than the context).",
-        rich_help_panel=SUMMARIZE)] = 512,
+    part_tokens: Annotated[int | None, typer.Option(
+        help="Most tokens of each part's summary (a text longer than the context; default "
+        "512).", show_default=False, rich_help_panel=SUMMARIZE)] = None,
     batch: Annotated[int | None, typer.Option(
         help="Parts decoded together, 1 to 16 (default: as many as fit in memory).",
         show_default=False, rich_help_panel=SUMMARIZE)] = None,
@@ -151,13 +151,16 @@ def summarize(
         from infer.ui.oneshot import chat_messages
         from infer.ui.summary_view import summarize_text
 
-        if part_tokens < 1:
+        if part_tokens is not None and part_tokens < 1:
             raise ValueError(f"--part-tokens must be at least 1, got {part_tokens}")
         if batch is not None and not 1 <= batch <= 16:
             raise ValueError(f"--batch must be 1 to 16 parts, got {batch}")
         if batch is not None and no_split:
             raise ValueError("--batch sets how many parts decode together, and --no-split "
                              "makes no parts: give one or the other")
+        if part_tokens is not None and no_split:
+            raise ValueError("--part-tokens sets the length of each part's summary, and "
+                             "--no-split makes no parts: give one or the other")
         text, n_bad = setup.read_input(ui, file)
         extra = dict(input_chars=len(text), replaced_bytes=n_bad)
         ui.startup.extra = {**extra, "split": None}  # decided once the prompt is read

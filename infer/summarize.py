@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # torch, through infer.sampling_params: `infer --help` import
     from infer.sampling_params import SamplingParams
 
 _THINK_END = "</think>"
+PART_TOKENS = 512  # the reply budget of a part's summary when --part-tokens is not given
 
 Splitter = Callable[[str, int], list[str]]  # (text, max tokens per part) -> parts, joined == text
 
@@ -112,7 +113,7 @@ class Summarizer:
     tokenizer: object
     split: Splitter
     sampling: SamplingParams
-    part_tokens: int = 512
+    part_tokens: int = PART_TOKENS
     final_tokens: int | None = 1024
     think: bool = False
     speculate: bool = False

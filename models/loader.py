@@ -210,8 +210,17 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
 def _staged(device: torch.device) -> bool:
     """Whether the weights go through ``models.weight_stream``'s pinned staging buffers (CUDA,
     unless ``INFER_STAGED_LOAD=0``), or tensor by tensor (that opt-out, and always on the CPU,
-    where there is no host-to-device copy to overlap)."""
-    return device.type == "cuda" and os.environ.get("INFER_STAGED_LOAD", "1") != "0"
+    where there is no host-to-device copy to overlap).
+
+    Raises:
+        ValueError: ``INFER_STAGED_LOAD`` set to anything but 0 or 1 (a typo would otherwise
+            leave the default on unnoticed).
+    """
+    value = os.environ.get("INFER_STAGED_LOAD", "1").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"INFER_STAGED_LOAD must be 0 (load tensor by tensor) or 1 (staged, "
+                         f"the default), got {value!r}")
+    return device.type == "cuda" and value == "1"
 
 
 def _copy_plain(stored: dict, targets: dict, params: dict) -> None:

@@ -154,6 +154,9 @@ def test_chat_scripted_session(tiny_ckpt):
     assert len(cached) == 2
     assert "context: 0 of 1,024 tokens cached" in cached[1]  # /reset freed the conversation
     assert "context: 0 of" not in cached[0]
+    # the last reply's numbers, before and after /reset (it clears the conversation, not them)
+    assert "tok/s decode" in cached[0] and "tok/s decode" in cached[1]
+    assert "no reply yet" not in err
 
 
 def test_chat_second_turn_reuses_the_cache_json_lines(tiny_ckpt):

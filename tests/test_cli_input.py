@@ -54,6 +54,24 @@ def test_summarize_batch_on_a_text_that_fits_says_it_does_nothing(tiny_ckpt, tmp
     assert json.loads(result.stdout)["text"] == plain_summary["text"]
 
 
+@pytest.mark.parametrize("flags, note", [
+    (["--part-tokens", "64"], "note: --part-tokens 64 does nothing: the text fits"),
+    (["--batch", "2", "--part-tokens", "64"],
+     "note: --batch 2 and --part-tokens 64 do nothing: the text fits"),
+])
+def test_summarize_part_flags_on_a_text_that_fits_say_they_do_nothing(tiny_ckpt, tmp_path,
+                                                                      plain_summary, flags,
+                                                                      note):
+    """``--part-tokens`` (like ``--batch``) acts only on parts: on a text that fits, a note and
+    the same reply as without it."""
+    path = tmp_path / "story.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    result = invoke("summarize", path, "--model", tiny_ckpt, *FAST, "--json", *flags)
+    assert result.exit_code == 0, result.output
+    assert note in result.stderr
+    assert json.loads(result.stdout)["text"] == plain_summary["text"]
+
+
 @pytest.mark.parametrize("raw", [
     pytest.param(codecs.BOM_UTF8 + TEXT.encode(), id="utf8-bom"),
     pytest.param(TEXT.encode("utf-16"), id="utf16"),

@@ -66,7 +66,10 @@ def test_long_file_shows_parts_then_streams_the_summary(tiny_ckpt, book):
 
 def test_no_split_refuses_with_both_counts(tiny_ckpt, book):
     path, _ = book
-    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--no-split")
+    args = list(LONG)
+    i = args.index("--part-tokens")
+    del args[i:i + 2]  # (with --no-split it is refused: no parts)
+    result = invoke("summarize", path, "--model", tiny_ckpt, *args, "--no-split")
     assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "prompt is" in lines[0]
@@ -106,6 +109,8 @@ def test_bad_batch_is_refused_for_a_text_that_fits_too(tiny_ckpt, tmp_path):
     (["--part-tokens", "0"], "--part-tokens must be at least 1"),
     (["--part-tokens", "1500"], "too small to summarize a text in parts"),
     (["--batch", "4", "--no-split"], "--no-split makes no parts"),  # was silently ignored
+    (["--no-split"], "--part-tokens sets the length of each part's summary, and --no-split "
+                     "makes no parts"),  # (the --part-tokens 16 below; was silently ignored)
 ])
 def test_bad_split_flags_are_one_line_errors(tiny_ckpt, book, flags, needle):
     path, _ = book
@@ -142,17 +147,20 @@ def test_the_stated_minimum_ctx_works_and_one_less_does_not(tiny_ckpt, book, tmp
     assert json.loads(result.stdout)["stages"]["parts"] >= 2
 
 
-def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch):
+@pytest.mark.parametrize("fits, count", [(2, "2 sequences"), (1, "1 sequence")])
+def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch, fits, count):
     """``--batch`` more than fit in memory: the error names the dtype the pool stores (float32
-    for ``--kv-cache bf16`` on the CPU), as the other capacity errors do."""
+    for ``--kv-cache bf16`` on the CPU), as the other capacity errors do, and counts what fits
+    in words ("1 sequence", not "1 sequences")."""
     import infer.capacity
 
-    monkeypatch.setattr(infer.capacity, "largest_batch", lambda *a, **k: 2)
+    monkeypatch.setattr(infer.capacity, "largest_batch", lambda *a, **k: fits)
     path, _ = book
     result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "3")
     assert result.exit_code == 2, result.output
-    assert result.stderr.strip().splitlines()[-1].endswith(
-        "fit in memory with --kv-cache bf16 (float32 on the CPU)")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.endswith("fit in memory with --kv-cache bf16 (float32 on the CPU)")
+    assert f"does not fit: {count} of --ctx " in last
 
 
 def ctrl_c_at_prefill(monkeypatch, start: int) -> None:

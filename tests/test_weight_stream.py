@@ -113,6 +113,13 @@ def test_staged_is_the_cuda_default_and_opts_out(monkeypatch, env, device, want)
     assert loader._staged(torch.device(device)) is want
 
 
+@pytest.mark.parametrize("env", ["false", "off", "yes", "2"])
+def test_staged_refuses_other_values(monkeypatch, env):
+    monkeypatch.setenv("INFER_STAGED_LOAD", env)
+    with pytest.raises(ValueError, match="INFER_STAGED_LOAD must be 0 .* or 1"):
+        loader._staged(torch.device("cpu"))
+
+
 def test_mixed_dtypes_with_odd_sizes_are_aligned_and_exact(tmp_path):
     """A file whose float32 tensors sit at offsets that are not multiples of 4 (after odd-sized
     float16 ones): each piece starts a batch where its dtype's view would be misaligned."""

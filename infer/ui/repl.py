@@ -142,8 +142,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
                 return code
             if cmd == "/reset":
                 session.reset()
-                conv.reset()
-                last = None
+                conv.reset()  # (the last reply's numbers stay: /stats still shows them)
                 ui.err.print("[dim]conversation cleared[/]")
                 continue
             if cmd == "/stats":

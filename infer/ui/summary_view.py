@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 
 from infer.fits import check_fits
-from infer.summarize import StageTimes, Summarizer
+from infer.summarize import PART_TOKENS, StageTimes, Summarizer
 from infer.summary_prompts import SUMMARY_PROMPT, check_plan
 from infer.ui.console import UI, is_ctrl_c
 from infer.ui.oneshot import one_shot, reply_once, template_tokens
@@ -34,8 +34,9 @@ from infer.wording import counted
 
 
 def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_split: bool,
-                   part_tokens: int, batch: int | None, extra: dict) -> None:
-    """Summarize ``text`` (its one-reply prompt is ``ids``) as the module docstring says.
+                   part_tokens: int | None, batch: int | None, extra: dict) -> None:
+    """Summarize ``text`` (its one-reply prompt is ``ids``) as the module docstring says;
+    ``part_tokens`` and ``batch`` None: not given (``PART_TOKENS``; as many as fit in memory).
 
     Raises:
         ValueError: a text too long with ``--no-split``, a context too small for parts, a
@@ -47,14 +48,21 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     # parts help when the text is too long, not when the prompt fits and the reply budget is
     # what does not (check_fits then says so)
     if no_split or len(ids) + 1 <= cfg.ctx:
-        if batch is not None:  # (with --no-split the command refused it already)
-            ui.note(f"--batch {batch} does nothing: the text fits in the context of "
-                    f"{cfg.ctx:,} tokens, so it is summarized in one reply, not in parts")
+        # (with --no-split the command refused both already)
+        unused = [f"--{flag} {value}" for flag, value in (("batch", batch),
+                                                          ("part-tokens", part_tokens))
+                  if value is not None]
+        if unused:
+            ui.note(f"{' and '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing: "
+                    f"the text fits in the context of {cfg.ctx:,} tokens, so it is summarized "
+                    "in one reply, not in parts")
         fixed = template_tokens(tok, None, ui.opts.think, SUMMARY_PROMPT)
         one_shot("summarize", ui, cfg, tok, ids, max_ctx=plan.max_ctx, fixed=fixed, **extra,
                  split=False)
         return
     from infer.textsplit import split_text
+
+    part_tokens = PART_TOKENS if part_tokens is None else part_tokens
 
     # the prompt is as long as the context or longer: no room for even one reply token
     size = "longer than" if len(ids) > cfg.ctx else "which leaves no room for a reply in"
@@ -164,8 +172,8 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
     if fits == 0:
         return 1  # the engine's capacity check names the largest context that fits
     if batch is not None and batch > fits:
-        raise ValueError(f"--batch {batch} does not fit: {fits} sequences of --ctx {cfg.ctx:,} "
-                         f"fit in memory with {kv_cache_words(cfg)}")
+        raise ValueError(f"--batch {batch} does not fit: {counted(fits, 'sequence')} of --ctx "
+                         f"{cfg.ctx:,} fit in memory with {kv_cache_words(cfg)}")
     chosen = min(batch or want, want, fits)
     cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
     ui.note(f"decoding {counted(chosen, 'part')} at a time ({fits} fit in "
