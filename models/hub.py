@@ -12,6 +12,7 @@ cached copy) and 1 for a runtime failure (the hub could not be reached).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -128,6 +129,10 @@ def resolve_model(name_or_path: str | Path) -> Path:
         fetch = f"cannot fetch {name} from the Hugging Face hub"
         # an id is also a relative path: say that no such folder exists (a mistyped path)
         here = f" (there is no folder {name} here either)"
+        local = _local_file_error(e)
+        if local is not None:  # the HF cache or token file, not the network
+            raise ValueError(f"{fetch}: the Hugging Face cache cannot be used ({local}); set "
+                             f"HF_HOME to a writable folder, or {_LOCAL_HINT}{here}") from None
         if offline:  # bad input: the user asked for the cache only
             raise ValueError(f"{fetch}: HF_HUB_OFFLINE is set and it is not in the HF cache; "
                              f"unset HF_HUB_OFFLINE, or {_LOCAL_HINT}{here}") from None
@@ -139,6 +144,22 @@ def resolve_model(name_or_path: str | Path) -> Path:
             f"{fetch}: the hub cannot be reached{f' ({reason})' if reason else ''} and it is "
             f"not in the HF cache; check the network, or {_LOCAL_HINT}{here}") from None
     return check_model_folder(Path(folder))
+
+
+# what a broken HF_HOME / HF_HUB_CACHE gives (a file in the path, no permission, a full or
+# read-only disk); the network's OSErrors name no file
+_LOCAL_ERRNOS = (errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC,
+                 errno.EEXIST, errno.EISDIR)
+
+
+def _local_file_error(e: BaseException) -> str | None:
+    """``"not a directory: '/dev/null/token'"`` when the innermost cause of ``e`` is an OSError
+    of a local file (``_LOCAL_ERRNOS``, a file named), else None."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    if isinstance(e, OSError) and e.filename and e.errno in _LOCAL_ERRNOS:
+        return f"{os.strerror(e.errno).lower()}: {str(e.filename)!r}"
+    return None
 
 
 def _reason(e: BaseException) -> str:

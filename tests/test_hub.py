@@ -127,6 +127,23 @@ def test_unreachable_hub_is_a_runtime_error(kind, monkeypatch, tmp_path):
     assert "Error" not in str(info.value) and "Errno" not in str(info.value)  # the words only
 
 
+def test_unusable_hf_cache_is_bad_input_not_the_network(monkeypatch, tmp_path):
+    """HF_HOME under a file (``HF_HOME=/dev/null``): a ValueError naming the cache and the
+    file, not "the hub cannot be reached"."""
+    import huggingface_hub
+
+    def fail(*args, **kw):
+        raise NotADirectoryError(20, "Not a directory", "/dev/null/token")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+    with pytest.raises(ValueError, match=r"the Hugging Face cache cannot be used \(not a "
+                       r"directory: '/dev/null/token'\); set HF_HOME") as info:
+        resolve_model("Qwen/Qwen3-0.6B")
+    assert "cannot be reached" not in str(info.value)
+
+
 @pytest.mark.parametrize("cls", ["RepositoryNotFoundError", "GatedRepoError",
                                  "RevisionNotFoundError"])
 def test_missing_repo_is_bad_input(cls, monkeypatch, tmp_path):
