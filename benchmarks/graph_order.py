@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rec = {"what": mode if kind == "decode" else kind if bare else f"{kind}:{mode}"}
         if kind == "register":
             graph = torch.cuda.CUDAGraph()
-            graph.register_generator_state(eng.graph_runner().generator)
+            graph.register_generator_state(eng.graph_runner().noise.generator)
             kept.append(graph)
             torch.cuda.synchronize()
         elif kind == "alloc":
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         elif kind == "eager":
             runner = eng.graph_runner()
             sample(torch.randn(1, eng.model_config.vocab_size, device="cuda"), MODES[mode],
-                   runner.generator)
+                   runner.noise.generator)
             torch.cuda.synchronize()
         elif kind in ("gencapture", "ownpool"):  # no begin: it would capture the runner's own
             runner = eng.graph_runner()
@@ -152,7 +152,7 @@ def _capture_outside(runner, params: SamplingParams, kind: str):
     and uses the shared pool; ``ownpool`` a new pool (the generator only when sampling)."""
     from infer.graph_capture import capture_step
 
-    gen = runner.generator if kind == "gencapture" or not params.greedy else None
+    gen = runner.noise.generator if kind == "gencapture" or not params.greedy else None
     pool = runner._graphs._pool if kind == "gencapture" else torch.cuda.graph_pool_handle()
     with torch.cuda.device(runner.device), torch.inference_mode():  # as StepGraphs.capture
         runner.bufs.pad_all()

@@ -45,9 +45,10 @@ from benchmarks.kv_outliers import channel_stats  # noqa: E402
 from benchmarks.run_info import run_info  # noqa: E402
 from infer import Engine, EngineConfig  # noqa: E402
 from infer.meta import build_meta, grow_pages  # noqa: E402
+from models.checkpoint_folder import read_config  # noqa: E402
 from models.key_balance import MODES as BALANCE_MODES  # noqa: E402
 from models.key_balance import balance_keys  # noqa: E402
-from models.loader import load_model, read_config  # noqa: E402
+from models.loader import load_model  # noqa: E402
 from models.random_checkpoint import SHARED  # noqa: E402
 from models.tokenizer import Qwen3Tokenizer  # noqa: E402
 

@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 from models import loader, weight_stream
-from models.loader import checkpoint_files, load_model
+from models.checkpoint_folder import checkpoint_files
+from models.loader import load_model
 
 
 def emit(rec: dict) -> None:

@@ -55,8 +55,9 @@ from benchmarks.kernel_gaps import idle_gaps
 from infer import Engine, EngineConfig, SamplingParams
 from infer.meta import grow_pages
 from kernels import pdl_chain
+from models.checkpoint_folder import read_config
 from models.context import plan_context
-from models.loader import load_model, read_config
+from models.loader import load_model
 
 VOCAB_LIMIT = 151669  # Qwen3: ids above are padding, never sampled
 GREEDY = SamplingParams(temperature=0.0)  # the steps' default sampling

@@ -37,7 +37,8 @@ import torch
 
 from benchmarks.profile_decode import VOCAB_LIMIT, DecodeSteps, profiled_events, step_wall_us
 from infer import Engine, EngineConfig, SamplingParams
-from models.loader import load_model, read_config
+from models.checkpoint_folder import read_config
+from models.loader import load_model
 
 QWEN3_SAMPLED = dict(temperature=0.6, top_k=20, top_p=0.95)
 

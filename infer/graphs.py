@@ -15,7 +15,8 @@ This file owns the runner's API (a batch's ``begin``, its tickets and buckets, `
 step itself (``_run``). The static buffers are ``infer/step_buffers.py``'s, the host side of a
 step (its rows into the buffers, padding rows and slabs, the sampled tokens back)
 ``infer/step_io.py``'s, the captured graphs (capture, the shared pool, which are kept)
-``infer/graph_capture.py``'s. The decode kernels' grid depends only on the bucket
+``infer/graph_capture.py``'s, the noise a sampled step draws (per-row keys or the runner's
+generator) ``infer/step_noise.py``'s. The decode kernels' grid depends only on the bucket
 (``kernels/decode_attention.py``), never on the context length, so one graph serves every length.
 Replay = write the host staging buffer, one copy, ``replay()``; the only host sync per step is
 reading the sampled ids.
@@ -24,18 +25,6 @@ Buckets are 1, 2, 4, 8 ... up to ``max_rows`` (at most 16: the projections' GEMM
 for up to 16 rows, and the split count is fixed per engine, so a sequence's tokens are the same
 bit for bit whatever the batch it decodes in). A fed id of -1 (``sampling.NON_FINITE``: the
 previous step's logits were not finite) is clamped to 0 on the device; the host raises on it.
-
-Randomness: a fused top-k draw (``infer.noise_keys.uses_keys``; Qwen3's default sampling) takes
-its noise from per-row keys that the host writes with each step's inputs
-(``infer.noise_keys.row_keys`` of the reply's seed, the step and the row), drawn inside the
-kernel by Triton's counter-based Philox, and its graph registers no generator (a capture with one
-slows every graph replayed after it: BENCHMARKS.md). Every other sampled step (torch's ops:
-top-k 0 or above 64, a presence penalty; or ``infer.noise_keys.KEYED_NOISE`` off) draws from
-the runner's ``torch.Generator``, registered with its graph
-(``CUDAGraph.register_generator_state``: torch feeds each replay the generator's current Philox
-seed and offset, as the same ops would advance it eagerly). The first token of a reply is
-sampled eagerly with the generator, reseeded per reply; a seeded reply is the same with graphs as
-without either way.
 
 Design after vLLM's ``CUDAGraphRunner``, mini-sglang's ``engine/graph.py`` and gpt-fast's static
 decode step; STYLE.md rule 12.
@@ -49,11 +38,11 @@ import torch
 
 from infer.config import MAX_BATCH
 from infer.graph_capture import MAX_GRAPHS, Captured, StepGraphs, step_key
-from infer.noise_keys import row_keys, uses_keys
-from infer.sampling import resolve_seed, sample, seed_generator, verify_sample
+from infer.sampling import sample, verify_sample
 from infer.sampling_params import SamplingParams
 from infer.step_buffers import StaticBuffers, batch_buckets
 from infer.step_io import Row, StepIO
+from infer.step_noise import StepNoise
 
 __all__ = ["MAX_GRAPHS", "GraphRunner"]  # MAX_GRAPHS: infer/graph_capture.py's, re-exported
 
@@ -88,6 +77,8 @@ class GraphRunner:
 
     Attributes:
         io: the host side of the steps (``infer/step_io.py``'s ``StepIO``).
+        noise: where sampled steps draw their noise (``infer/step_noise.py``'s ``StepNoise``; its
+            ``generator`` is the runner's).
         capture_s: host seconds spent capturing graphs so far (warm-up calls, which compile
             the kernels on a first run, and recording; the device is not waited for, so most of
             it overlaps a prefill when ``prepare`` runs during one). 0.0 without capture.
@@ -117,8 +108,7 @@ class GraphRunner:
         with torch.inference_mode(False):  # plain tensors: writable in and out of it
             self.bufs = StaticBuffers.allocate(max_rows, vocab_size, max_pages, self.device)
         self._metas = {b: self.bufs.meta(b, page_size) for b in self.buckets}
-        self.generator = torch.Generator(device=self.device)
-        self._keys: list[int] | None = None  # [seed, next step] of a keyed batch, else None
+        self.noise = StepNoise(vocab_size, self.device)
         self.io = StepIO(self.bufs, page_size, getattr(attn, "slab_tokens", 1),
                          getattr(attn, "slab_block_n", 1))
         self._graphs = StepGraphs(self.bufs, self.device) if capture else None
@@ -204,11 +194,7 @@ class GraphRunner:
         self.io.rows.reset(pages, bucket)
         self._bucket = bucket
         b.presence[:bucket].zero_()
-        self._gen = None
-        if not params.greedy:
-            self._gen = self.generator
-            seed_generator(self._gen, params.seed)
-        self._keys = [resolve_seed(params.seed), 0] if self._keyed(params) else None
+        self._gen = self.noise.begin(params)
         self._ticket += 1
         presence = b.presence[:len(pages)] if params.presence_penalty else None
         return self._ticket, self._gen, presence
@@ -249,11 +235,8 @@ class GraphRunner:
             tokens = tokens.clone()  # capturing overwrites next_token
         cap = self._graph(bucket, verify)
         self._bucket = bucket
-        keys = None
-        if self._keys is not None:  # this step's keys, the next step's count
-            keys = row_keys(self._keys[0], self._keys[1], bucket)
-            self._keys[1] += 1
-        self.io.stage(bucket, tokens, rows, drafts if verify else None, keys)
+        self.io.stage(bucket, tokens, rows, drafts if verify else None,
+                      self.noise.step_keys(bucket))
         if cap is not None:
             cap.graph.replay()
         else:
@@ -278,7 +261,7 @@ class GraphRunner:
             return None
         key = step_key(bucket, self._params, verify)
         if key not in self._graphs:
-            gen = None if self._keyed(self._params) else self.generator
+            gen = None if self.noise.keyed(self._params) else self.noise.generator
             self.capture_s += self._graphs.capture(key, self._run, gen)
             self.captures += 1
         cap = self._graphs.get(key)
@@ -298,7 +281,7 @@ class GraphRunner:
         meta = self._metas[bucket]
         hidden = self.model.forward(ids, meta.positions, self.attn, meta)
         logits = self.model.compute_logits(hidden)
-        keys = b.step[6, :bucket] if self._keyed(params) else None
+        keys = b.step[6, :bucket] if self.noise.keyed(params) else None
         if verify:
             b.verify_out[:, :bucket].copy_(verify_sample(
                 logits, b.step[5, :bucket], params, gen, vocab_limit=self.vocab_limit,
@@ -307,7 +290,3 @@ class GraphRunner:
             b.next_token[:bucket].copy_(sample(logits, params, gen, presence=presence,
                                                vocab_limit=self.vocab_limit, noise_keys=keys))
         return hidden, logits
-
-    def _keyed(self, params: SamplingParams) -> bool:
-        """Whether steps of ``params`` draw from the rows' keys (``infer.noise_keys.uses_keys``)."""
-        return uses_keys(params, self.bufs.presence.shape[1], self.device)

@@ -4,7 +4,8 @@ Order (as in HF transformers' logits processors): mask padded vocabulary ids, pr
 then greedy argmax at temperature 0; otherwise temperature, top-k, softmax, top-p, min-p, and a draw
 by the exponential-race trick: with ``q ~ Exp(1)`` i.i.d., ``argmax(p / q)`` is a sample from
 ``p`` (gpt-fast's ``multinomial_sample_one_no_sync``). With top-k on, the filters and the draw run
-on the k candidates of ``torch.topk`` (``topk_probs``) instead of the whole vocabulary. Every
+on the k candidates of ``torch.topk`` instead of the whole vocabulary (the filters:
+``infer/sampling_filters.py``). Every
 operation has a shape fixed by the vocabulary or by top_k and branches only on host values of
 ``SamplingParams``, so it can live in a CUDA graph.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from infer.sampling_filters import full_probs, topk_probs
 from infer.sampling_params import SamplingParams, draw_seed
 from kernels.greedy import NON_FINITE, greedy_tokens  # NON_FINITE: re-exported, its home is there
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify
@@ -266,58 +268,3 @@ def _race(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tenso
     ``q ~ Exp(1)`` i.i.d."""
     q = torch.empty_like(probs).exponential_(1.0, generator=generator).clamp_(min=_TINY)
     return (probs / q).argmax(dim=-1)
-
-
-def full_probs(x: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The filtered distribution over the whole vocabulary (sorts all V entries for top-p).
-
-    Args:
-        x: float32 [N, V] logits after the temperature.
-        params: top_k (masking below the k-th value, ties kept), top_p, min_p.
-
-    Returns:
-        float32 [N, V] probabilities (unnormalized after top-p/min-p; the draw does not care).
-    """
-    vocab = x.shape[-1]
-    if 0 < params.top_k < vocab:
-        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]  # [N, 1]
-        x = x.masked_fill(x < kth, float("-inf"))
-    probs = torch.softmax(x, dim=-1)
-    if params.top_p < 1.0:
-        sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
-        # Drop a token when the mass strictly before it already reaches top_p: the first
-        # (most likely) token always survives.
-        before = torch.cumsum(sorted_p, dim=-1) - sorted_p
-        sorted_p = sorted_p.masked_fill(before >= params.top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
-    if params.min_p > 0.0:
-        top = probs.amax(dim=-1, keepdim=True)
-        probs = probs.masked_fill(probs < params.min_p * top, 0.0)
-    return probs
-
-
-def topk_probs(x: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same filtered distribution as ``full_probs``, computed on the top-k candidates only.
-
-    ``torch.topk`` (fixed k: no data-dependent shape, no host sync, CUDA-graph safe) returns the
-    k best logits already sorted, so top-p needs no sort of the vocabulary: with Qwen3's default
-    top_k 20 this works on 20 values instead of sorting 151,936 per token (vLLM's
-    ``apply_top_k_top_p`` does the same). The kept set and probabilities equal ``full_probs``'s,
-    except when several logits tie at the k-th value: this keeps exactly k of them.
-
-    Args:
-        x: float32 [N, V] logits after the temperature; requires 0 < params.top_k < V.
-        params: top_k, top_p, min_p.
-
-    Returns:
-        ``(probs float32 [N, k], ids int64 [N, k])``: probabilities (0 = dropped), in descending
-        order, and their vocabulary ids.
-    """
-    vals, idx = torch.topk(x, params.top_k, dim=-1)  # sorted, descending
-    probs = torch.softmax(vals, dim=-1)
-    if params.top_p < 1.0:
-        before = torch.cumsum(probs, dim=-1) - probs  # already sorted: no sort needed
-        probs = probs.masked_fill(before >= params.top_p, 0.0)
-    if params.min_p > 0.0:
-        probs = probs.masked_fill(probs < params.min_p * probs[..., :1], 0.0)
-    return probs, idx

@@ -13,16 +13,16 @@ read once, in their own dtype, and the rest works on candidates:
   taking its element out, give the k best. Ids ``>= vocab_limit`` enter as -inf (as in the torch
   path's mask); a NaN or a +inf among the allowed ids makes the block write ``BAD_KEY``, which
   decodes to NaN: the row's ``NON_FINITE``.
-- Stage 2, one program per row: the k best of the row's ``P * k`` keys the same way, in
-  descending order, then what ``infer.sampling.topk_probs`` and ``_race`` do on them: divide by
-  the temperature, softmax, drop a candidate when the mass before it reaches ``top_p``, drop one
-  below ``min_p`` times the best, and pick ``argmax(p / q)`` with the caller's Exp(1) noise ``q``
-  ``[N, k]`` (the exponential race: gpt-fast's ``multinomial_sample_one_no_sync``). With the noise
-  the torch path draws from the same generator state, the token is the torch path's; only float
-  rounding (the softmax's sum, the cumulative sum, the temperature) can tell them apart at a
+- Stage 2, one program per row: the k best of the row's ``P * k`` keys the same way, in descending
+  order, then what ``infer.sampling_filters.topk_probs`` and ``infer.sampling._race`` do on them:
+  divide by the temperature, softmax, drop a candidate when the mass before it reaches ``top_p``,
+  drop one below ``min_p`` times the best, and pick ``argmax(p / q)`` with the caller's Exp(1) noise
+  ``q`` ``[N, k]`` (the exponential race: gpt-fast's ``multinomial_sample_one_no_sync``). With the
+  noise the torch path draws from the same generator state, the token is the torch path's; only
+  float rounding (the softmax's sum, the cumulative sum, the temperature) can tell them apart at a
   near-tie. ``topk_verify`` runs speculative decoding's verify rule in the same stage 2
-  (``infer.sampling.verify_sample``: accept the draft with probability p(d), else race on p
-  without it).
+  (``infer.sampling.verify_sample``: accept the draft with probability p(d), else race on p without
+  it).
 - Keyed noise: instead of the noise, the caller may pass one int64 key per row; stage 2 then
   draws ``q = -log(1 - U)`` itself, ``U`` from Triton's counter-based Philox (``tl.rand``) seeded
   with the key at counters ``0..k-1`` (the verify rule's ``u`` at counter ``MAX_TOP_K``;
@@ -201,8 +201,9 @@ def topk_sample(logits: torch.Tensor, noise: torch.Tensor, top_k: int, temperatu
         max over the allowed ids is NaN or +-inf); float32 [N, top_k] the filtered
         probabilities in descending order (normalized before top-p and min-p, 0 = dropped;
         unspecified in a ``NON_FINITE`` row); int64 [N, top_k] their ids.
-        ``infer.sampling.topk_probs`` gives the same probabilities and ids (up to rounding, and
-        up to which of several ids tied at the k-th value is kept: here the smallest).
+        ``infer.sampling_filters.topk_probs`` gives the same probabilities and ids (up to
+        rounding, and up to which of several ids tied at the k-th value is kept: here the
+        smallest).
         Allocation only, no host sync: safe under graph capture.
 
     Raises:

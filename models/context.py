@@ -90,7 +90,7 @@ def plan_context(config: Qwen3Config, ctx: int) -> ContextPlan:
     """Decide how the model runs a context of ``ctx`` tokens (the rule: the module docstring).
 
     Args:
-        config: the checkpoint's config (``models.loader.read_config(folder)``).
+        config: the checkpoint's config (``models.checkpoint_folder.read_config(folder)``).
         ctx: the context length in tokens (``--ctx``), positive.
 
     Returns:

@@ -6,6 +6,7 @@ Design (after mini-sglang ``models/weight.py`` and nano-vllm ``utils/loader.py``
 2. Find the files: ``model.safetensors``, or the shards named in ``model.safetensors.index.json``.
 3. Read only the safetensors headers and check every name, shape and dtype against the model
    before any weight memory is allocated: missing and unexpected tensors are errors naming them.
+   (Steps 1-3 read the folder through ``models/checkpoint_folder.py``; the checks are here.)
 4. Build the model on the ``meta`` device, materialize it empty on the target device in the run
    dtype, then copy every tensor straight into its place (a fused ``qkv_proj``/``gate_up_proj``
    receives each part into its rows, per ``Qwen3ForCausalLM.packed_modules_mapping``). Host
@@ -24,7 +25,6 @@ stored, lm_head shares the embedding matrix; a stored ``lm_head.weight`` is alwa
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -32,78 +32,15 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from models.checkpoint_folder import checkpoint_files, read_config, read_headers
 from models.config import Qwen3Config
 from models.dtypes import SAFETENSORS_DTYPES, TORCH_DTYPES
 from models.meta_modules import empty, meta_modules, to_empty
 from models.qwen3 import Qwen3ForCausalLM
 from models.weight_stream import TensorCopy, copy_tensors, tensor_offsets
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 LM_HEAD = "lm_head.weight"
 _MAX_NAMES = 8  # tensor names listed in an error message
-
-
-def read_config(folder: str | Path) -> Qwen3Config:
-    """The folder's ``config.json`` as a Qwen3Config. Raises ValueError naming the problem."""
-    path = Path(folder) / "config.json"
-    if not path.is_file():
-        raise ValueError(f"no config.json in {folder}: pass a Hugging Face Qwen3 model folder")
-    try:
-        return Qwen3Config.from_json(path)
-    except OSError as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-
-
-def checkpoint_files(folder: str | Path) -> list[Path]:
-    """The safetensors files of a checkpoint folder, from the index when there is one.
-
-    Raises ValueError for a folder with neither file (naming the index when shards are there), an
-    unreadable index, or a missing shard (naming the file).
-    """
-    folder = Path(folder)
-    index = folder / INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' ({e})") \
-                from None
-        missing = [n for n in names if not (folder / n).is_file()]
-        if missing:
-            raise ValueError(f"missing checkpoint shard {', '.join(missing)} in {folder} "
-                             f"(listed in {INDEX_FILE}); download the complete checkpoint")
-        return [folder / n for n in names]
-    if (folder / SINGLE_FILE).is_file():
-        return [folder / SINGLE_FILE]
-    shards = sorted(p.name for p in folder.glob("*.safetensors"))
-    if shards:  # shards without their index: say which file is missing
-        names = ", ".join(shards[:3]) + (", ..." if len(shards) > 3 else "")
-        raise ValueError(f"{INDEX_FILE} is missing in {folder}, which holds {len(shards)} "
-                         f"safetensors file{'s' * (len(shards) > 1)} ({names}): download the "
-                         f"index with the shards (a single file must be named {SINGLE_FILE})")
-    raise ValueError(f"no {SINGLE_FILE} or {INDEX_FILE} in {folder}: infer loads Hugging Face "
-                     "safetensors checkpoints (.bin/.pth/GGUF are not supported)")
-
-
-def _read_headers(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...], str]]:
-    """name -> (file, shape, safetensors dtype string) over all files; duplicates are errors."""
-    found: dict[str, tuple[Path, tuple[int, ...], str]] = {}
-    for path in files:
-        try:
-            with safe_open(path, framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                    sl = f.get_slice(name)
-                    if name in found:
-                        raise ValueError(f"tensor {name} is stored twice, in {found[name][0].name} "
-                                         f"and {path.name}")
-                    found[name] = (path, tuple(sl.get_shape()), sl.get_dtype())
-        except ValueError:
-            raise
-        except Exception as e:  # safetensors raises its own error type for corrupt files
-            raise ValueError(f"cannot read {path}: not a valid safetensors file ({e})") from None
-    return found
 
 
 def _name_list(names) -> str:
@@ -147,7 +84,7 @@ def check_same_shapes(ours: Qwen3Config, checkpoint: Qwen3Config, folder: str | 
     if diff:
         raise ValueError(f"the config passed to load_model does not fit the checkpoint {folder}: "
                          f"{'; '.join(diff)}; derive it from that folder's config.json "
-                         "(models.loader.read_config)")
+                         "(models.checkpoint_folder.read_config)")
 
 
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
@@ -185,7 +122,7 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         config = read_config(folder)
     else:
         check_same_shapes(config, read_config(folder), folder)
-    stored = _read_headers(checkpoint_files(folder))
+    stored = read_headers(checkpoint_files(folder))
 
     with meta_modules():
         model = Qwen3ForCausalLM(config)

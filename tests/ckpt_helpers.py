@@ -10,7 +10,7 @@ import shutil
 import torch
 from safetensors.torch import load_file
 
-from models.loader import checkpoint_files
+from models.checkpoint_folder import checkpoint_files
 
 SMALL = dict(vocab_size=512)  # mutation tests copy folders: keep them small
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import infer.graphs as graphs
 import infer.noise_keys as noise_keys
 import infer.sampling as sampling
+import infer.step_noise as step_noise
 
 
 def topk_kernels_on_cpu(monkeypatch) -> None:
@@ -23,4 +23,5 @@ def keyed_draws_on_cpu(monkeypatch) -> None:
     topk_kernels_on_cpu(monkeypatch)
     monkeypatch.setattr(noise_keys, "KEYED_NOISE", True)
     real_keys = noise_keys.uses_keys
-    monkeypatch.setattr(graphs, "uses_keys", lambda p, vocab, dev: real_keys(p, vocab, "cuda"))
+    monkeypatch.setattr(step_noise, "uses_keys",
+                        lambda p, vocab, dev: real_keys(p, vocab, "cuda"))

@@ -1,7 +1,8 @@
-"""The `infer` command line under bad input (exit codes, one-line errors, JSON errors, the hub's
-errors, chat commands), through typer's test runner on a tiny random checkpoint on the CPU. The
-context rule is in ``test_cli_context.py``, the input and output edges in ``test_cli_streams.py``,
-the start-up in ``test_cli_startup.py``, the package layout in ``test_cli_layout.py``."""
+"""The `infer` command line under bad input (exit codes, one-line errors, the hub's errors, chat
+commands), through typer's test runner on a tiny random checkpoint on the CPU. The errors under
+``--json`` are in ``test_cli_json_errors.py``, the context rule in ``test_cli_context.py``, the
+input and output edges in ``test_cli_streams.py``, the start-up in ``test_cli_startup.py``, the
+package layout in ``test_cli_layout.py``."""
 
 from __future__ import annotations
 
@@ -167,82 +168,6 @@ def test_chat_piped_prompts_go_to_stderr(tiny_ckpt):
 
 
 # ---------------------------------------------------------------------------- second trial
-
-
-def error_json(result, code: int, *needles: str) -> dict:
-    """--json and an error: the one-line error on stderr and one JSON object on stdout."""
-    assert result.exit_code == code, result.output
-    obj = json.loads(result.stdout)
-    assert obj["exit_code"] == code
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1] == f"error: {obj['error']}", result.stderr
-    for needle in needles:
-        assert needle in obj["error"]
-    return obj
-
-
-def test_json_errors_print_one_object_on_stdout(tiny_ckpt, monkeypatch):
-    error_json(invoke("generate", tiny_ckpt, "   ", "--json"), 2, "prompt is empty")
-    error_json(invoke("generate", tiny_ckpt, "hi", "--json", "--device", "cpu", "--ctx", "8"),
-               2, "context of 8 tokens")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    error_json(invoke("generate", "no-such-owner-xyz/m", "hi", "--json", "--device", "cpu"), 2,
-               "no-such-owner-xyz/m")
-
-    def boom(self, *args, **kwargs):
-        raise RuntimeError("the device fell over")
-
-    monkeypatch.setattr("infer.engine.Engine.__init__", boom)
-    error_json(invoke("generate", tiny_ckpt, "hi", *FAST, "--json"), 1,
-               "RuntimeError: the device fell over")
-    assert invoke("generate", tiny_ckpt, "hi", *FAST).stdout == ""  # no JSON without --json
-
-
-def test_json_usage_errors_through_main(capsys):
-    from cli import main
-
-    with pytest.raises(SystemExit) as info:
-        main(["generate", "M", "P", "--json", "--kv-cache", "fp8"])
-    assert info.value.code == 2
-    out, err = capsys.readouterr()
-    obj = json.loads(out)
-    assert obj["exit_code"] == 2 and "fp8" in obj["error"] and "--help" in obj["error"]
-    assert err.strip() == f"error: {obj['error']}"
-    with pytest.raises(SystemExit):
-        main(["generate", "M", "P", "--kv-cache", "fp8"])
-    assert capsys.readouterr().out == ""
-
-
-def test_chat_json_failed_turn_is_a_line_and_piped_chat_exits_2(tiny_ckpt):
-    result = invoke("chat", tiny_ckpt, "--ctx", "64", "--device", "cpu", "--max-new-tokens", "2",
-                    "--json", input="hi\n" + "word " * 100 + "\nhello\n")
-    assert result.exit_code == 2, result.output
-    first, failed, third = (json.loads(line) for line in result.stdout.splitlines())
-    assert first["new_tokens"] >= 1 and third["new_tokens"] >= 1
-    assert failed["turn"] == 2 and "the context's 64 are left" in failed["error"]
-    assert f"error: {failed['error']}" in result.stderr
-    assert third["reused_tokens"] > 0  # the failed message was dropped, the cache kept
-
-
-def test_chat_runtime_failure_in_a_turn_exits_1_at_the_end(tiny_ckpt, monkeypatch):
-    from infer.ui.render import ReplyView
-
-    real_run, calls = ReplyView.run, []
-
-    def fail_first(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("out of memory")
-        return real_run(self, *args, **kwargs)
-
-    monkeypatch.setattr(ReplyView, "run", fail_first)
-    result = invoke("chat", tiny_ckpt, *FAST, "--ctx", "64", "--json",
-                    input="hi\n" + "word " * 100 + "\nhello\n")
-    assert result.exit_code == 1, result.output  # a runtime failure wins over bad input
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [line.get("turn") for line in lines] == [1, 2, None]
-    assert "RuntimeError: out of memory" in lines[0]["error"]
-    assert lines[2]["reused_tokens"] == 0 and lines[2]["new_tokens"] >= 1
 
 
 def test_chat_commands_and_double_slash(tiny_ckpt, tok):

@@ -10,9 +10,10 @@ import torch
 from conftest import CONFIGS_DIR
 from mock_engine import VOCAB_LIMIT
 
+from models.checkpoint_folder import read_config
 from models.config import Qwen3Config, YarnScaling
 from models.context import ContextPlan, plan_context, yarn_factor_for
-from models.loader import load_model, read_config
+from models.loader import load_model
 
 PROMPT_LEN = 24
 

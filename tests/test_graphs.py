@@ -245,5 +245,5 @@ def test_runner_keyed_draws_on_a_cpu(monkeypatch):
     assert len(staged) == 11 and len(draws) == 1  # the first token: eagerly, the generator
     assert reply(5) == a and reply(6) != a
     runner = eng.graph_runner()
-    assert runner._keyed(hot) and not runner._keyed(GREEDY)
-    assert not runner._keyed(SAMPLED)  # a presence penalty: the torch path and the generator
+    assert runner.noise.keyed(hot) and not runner.noise.keyed(GREEDY)
+    assert not runner.noise.keyed(SAMPLED)  # a presence penalty: the torch path and the generator

@@ -103,7 +103,7 @@ def test_gpu_seeded_sampling_reproducible(gpu_bf16_model, keyed, monkeypatch):
     assert a == b and a != c
     assert all(t < VOCAB_LIMIT for t in a + c)
     assert eng.graph_runner().num_graphs == 1
-    assert gens == [None if keyed else eng.graph_runner().generator]
+    assert gens == [None if keyed else eng.graph_runner().noise.generator]
 
 
 @pytest.mark.gpu

@@ -5,7 +5,7 @@ strided rows, empty input, bad input. float16 must equal the reference bit for b
 element (so a kernel that skipped the rounding after silu fails). bfloat16 is not testable here:
 the interpreter truncates float32 to bfloat16 instead of rounding to nearest. GPU (``-m gpu``):
 bfloat16 at the Qwen3-8B width (I = 12288), max error printed. Whole models with the fused kernels
-against the torch path: tests/test_kernels_norm_rope.py (CPU and GPU).
+against the torch path: tests/test_model_fused_forward.py (CPU and GPU).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ import torch
 from keyed_helpers import topk_kernels_on_cpu
 
 import infer.sampling as sampling
-from infer.sampling import make_generator, topk_probs
+from infer.sampling import make_generator
+from infer.sampling_filters import topk_probs
 from infer.sampling_params import SamplingParams
 from kernels.topk_sample import INTERPRETER_BLOCK as B
 from kernels.topk_sample import MAX_TOP_K, NON_FINITE, topk_sample, topk_verify

@@ -20,7 +20,7 @@ from keyed_helpers import keyed_draws_on_cpu, topk_kernels_on_cpu
 import infer.noise_keys as noise_keys
 import infer.sampling as sampling
 from infer.noise_keys import row_keys, uses_keys
-from infer.sampling import topk_probs
+from infer.sampling_filters import topk_probs
 from infer.sampling_params import SamplingParams
 from kernels.keyed_noise import keyed_noise
 from kernels.topk_sample import MAX_TOP_K, topk_sample, topk_verify

@@ -170,7 +170,7 @@ def test_sampling_never_syncs_on_cuda():
                                                (7, 0.9, 0.2), (1, 0.95, 0.0)])
 def test_top_k_fast_path_keeps_the_same_candidates_and_probabilities(top_k, top_p, min_p):
     """topk_probs (k candidates) against full_probs (sorts the vocabulary) on random logits."""
-    from infer.sampling import full_probs, topk_probs
+    from infer.sampling_filters import full_probs, topk_probs
 
     torch.manual_seed(top_k)
     x = torch.randn(64, 3000) * torch.rand(64, 1) * 6  # peaked and flat rows

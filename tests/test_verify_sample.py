@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infer.sampling import NON_FINITE, full_probs, make_generator, sample, verify_sample
+from infer.sampling import NON_FINITE, make_generator, sample, verify_sample
+from infer.sampling_filters import full_probs
 from infer.sampling_params import SamplingParams
 
 N = 20000  # rows verified at once, each with the same logits and draft

@@ -1,0 +1,83 @@
+"""What a Qwen3 checkpoint folder (Hugging Face layout) holds, read without loading a weight.
+
+``read_config`` reads its ``config.json`` (``models.config.Qwen3Config``; a wrong architecture is
+a ValueError); ``checkpoint_files`` finds its weights: ``model.safetensors``, or the shards named
+in ``model.safetensors.index.json``; ``read_headers`` reads only the safetensors headers (every
+tensor's name, shape and dtype), which the loader (``models/loader.py``) checks against the model
+before any weight memory is allocated. Every problem is a ValueError naming the file and what to
+do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors import safe_open
+
+from models.config import Qwen3Config
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def read_config(folder: str | Path) -> Qwen3Config:
+    """The folder's ``config.json`` as a Qwen3Config. Raises ValueError naming the problem."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"no config.json in {folder}: pass a Hugging Face Qwen3 model folder")
+    try:
+        return Qwen3Config.from_json(path)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e}") from None
+
+
+def checkpoint_files(folder: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder, from the index when there is one.
+
+    Raises ValueError for a folder with neither file (naming the index when shards are there), an
+    unreadable index, or a missing shard (naming the file).
+    """
+    folder = Path(folder)
+    index = folder / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' ({e})") \
+                from None
+        missing = [n for n in names if not (folder / n).is_file()]
+        if missing:
+            raise ValueError(f"missing checkpoint shard {', '.join(missing)} in {folder} "
+                             f"(listed in {INDEX_FILE}); download the complete checkpoint")
+        return [folder / n for n in names]
+    if (folder / SINGLE_FILE).is_file():
+        return [folder / SINGLE_FILE]
+    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    if shards:  # shards without their index: say which file is missing
+        names = ", ".join(shards[:3]) + (", ..." if len(shards) > 3 else "")
+        raise ValueError(f"{INDEX_FILE} is missing in {folder}, which holds {len(shards)} "
+                         f"safetensors file{'s' * (len(shards) > 1)} ({names}): download the "
+                         f"index with the shards (a single file must be named {SINGLE_FILE})")
+    raise ValueError(f"no {SINGLE_FILE} or {INDEX_FILE} in {folder}: infer loads Hugging Face "
+                     "safetensors checkpoints (.bin/.pth/GGUF are not supported)")
+
+
+def read_headers(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...], str]]:
+    """name -> (file, shape, safetensors dtype string) over all files; duplicates are errors."""
+    found: dict[str, tuple[Path, tuple[int, ...], str]] = {}
+    for path in files:
+        try:
+            with safe_open(path, framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                    sl = f.get_slice(name)
+                    if name in found:
+                        raise ValueError(f"tensor {name} is stored twice, in {found[name][0].name} "
+                                         f"and {path.name}")
+                    found[name] = (path, tuple(sl.get_shape()), sl.get_dtype())
+        except ValueError:
+            raise
+        except Exception as e:  # safetensors raises its own error type for corrupt files
+            raise ValueError(f"cannot read {path}: not a valid safetensors file ({e})") from None
+    return found
