@@ -5,6 +5,10 @@ pool must fit in what is left. Weight bytes are the checkpoint's ``*.safetensors
 to the run dtype), or derived from ``config.json`` when there are none. The activation margin covers
 one prefill chunk: hidden/MLP activations, the last row's logits, and for the reference attention
 its float32 score matrix over the whole context (the Triton kernels never materialize it).
+
+A refusal suggests the largest context that fits in the budget less ``HINT_MARGIN_PERCENT`` of it
+(``hint_budget``): free memory drifts a little between runs (the CUDA context, other processes,
+the page cache), and a context that fit to the page on one run was refused on the next.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from models.config import Qwen3Config
 from models.context import largest_context
 
 FIXED_MARGIN = 1 << 30  # CUDA context leftovers, allocator fragmentation, workspaces (bytes)
+HINT_MARGIN_PERCENT = 2  # of the budget, left unused by a suggested context (module docstring)
 
 
 def weight_bytes(folder: str | Path, mc: Qwen3Config, dtype: torch.dtype) -> int:
@@ -75,6 +80,13 @@ def largest_ctx(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
     return lo * cfg.page_size
 
 
+def hint_budget(budget: int) -> int:
+    """The part of ``budget`` (bytes) a context suggested in a message may take: all but
+    ``HINT_MARGIN_PERCENT`` of it, so that the suggestion still fits when the free memory is a
+    little lower on the next run. A budget of 0 or less stays as it is (nothing fits)."""
+    return budget - max(budget, 0) * HINT_MARGIN_PERCENT // 100
+
+
 def kv_cache_words(cfg: EngineConfig) -> str:
     """``--kv-cache NAME`` as an error message says it, naming the dtype the pool really stores:
     bf16 is K/V in the activation dtype, e.g. ``--kv-cache bf16 (float32 on the CPU)``."""
@@ -89,8 +101,9 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
                    device: torch.device) -> None:
     """Raise ``ValueError`` if ``cfg.ctx`` does not fit on ``device`` next to the weights.
 
-    The message gives the free memory, the weight bytes and the largest context that fits for
-    each cache dtype. CUDA only (call it before loading the weights).
+    The message gives the free memory, the weight bytes and, for each cache dtype, the largest
+    context that fits with ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``).
+    CUDA only (call it before loading the weights).
     """
     free, _total = torch.cuda.mem_get_info(device)
     weights = weight_bytes(cfg.model, mc, cfg.torch_dtype)
@@ -98,13 +111,15 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     if bytes_needed(cfg, mc, attention, cfg.kv_cache, cfg.ctx) <= budget:
         return
     cap = largest_context(mc)  # no hint past what the checkpoint supports
+    hint = hint_budget(budget)
     fits = ", ".join(
-        f"{kv}: {counted(min(largest_ctx(budget, cfg, mc, attention, kv), cap), 'token')}"
+        f"{kv}: {counted(min(largest_ctx(hint, cfg, mc, attention, kv), cap), 'token')}"
         for kv in KV_CACHES)
     gib = 1 << 30
     raise ValueError(f"--ctx {cfg.ctx:,} with {kv_cache_words(cfg)} does not fit: "
                      f"{free / gib:.1f} GiB free, weights take {weights / gib:.1f} GiB. "
-                     f"Largest context that fits: {fits}. Lower --ctx"
+                     f"Largest context that fits: {fits} (with a {HINT_MARGIN_PERCENT} % margin, "
+                     "as free memory varies between runs). Lower --ctx"
                      + ("" if cfg.kv_cache == "int8" else " or use --kv-cache int8"))
 
 
@@ -148,8 +163,9 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = T
     does not fit in available host memory, before anything is allocated (CPU runs).
 
     The message names the dtype the pool stores, the largest context whose pool fits, and,
-    unless the cache is int8 already, the largest one ``--kv-cache int8`` fits. Does nothing when
-    the available memory cannot be read.
+    unless the cache is int8 already, the largest one ``--kv-cache int8`` fits, each with
+    ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``). Does nothing when the
+    available memory cannot be read.
     """
     avail = available_host_bytes()
     if avail is None:
@@ -162,7 +178,7 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = T
 
     def largest(kv_cache: str) -> int:  # one context and its slack page (batch 1), at most
         # what the checkpoint supports
-        fit = max(0, (avail - wbytes) // per_page(kv_cache) - 1) * cfg.page_size
+        fit = max(0, hint_budget(avail - wbytes) // per_page(kv_cache) - 1) * cfg.page_size
         return min(fit, largest_context(mc))
 
     wbytes = weight_bytes(cfg.model, mc, cfg.torch_dtype) if weights else 0
@@ -174,7 +190,8 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = T
                      f"memory: its KV cache takes {pool / gib:.1f} GiB"
                      + (f" plus {wbytes / gib:.1f} GiB of weights" if weights else "")
                      + f", {avail / gib:.1f} GiB available. The largest context that fits is "
-                     f"{counted(largest(cfg.kv_cache), 'token')}: lower --ctx"
+                     f"{counted(largest(cfg.kv_cache), 'token')} (with a {HINT_MARGIN_PERCENT} % "
+                     "margin, as available memory varies between runs): lower --ctx"
                      + ("" if cfg.kv_cache == "int8" else
                         f", or use --kv-cache int8 (it fits {counted(largest('int8'), 'token')})"))
 

@@ -1,8 +1,10 @@
 """infer/capacity.py: weight bytes, KV + activation needs, the largest context that fits, and the
-error message when --ctx does not fit (free GPU memory mocked)."""
+error message when --ctx does not fit (free GPU memory mocked), whose suggested contexts still fit
+with a little less free memory."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -73,9 +75,11 @@ def test_check_capacity_message(qwen8b, monkeypatch, tmp_path):
     with pytest.raises(ValueError) as e:
         capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"))
     msg = str(e.value)
-    bf16 = capacity.largest_ctx(free - weights, cfg, qwen8b, "triton", "bf16")
-    int8 = capacity.largest_ctx(free - weights, cfg, qwen8b, "triton", "int8")
+    hint = capacity.hint_budget(free - weights)
+    bf16 = capacity.largest_ctx(hint, cfg, qwen8b, "triton", "bf16")
+    int8 = capacity.largest_ctx(hint, cfg, qwen8b, "triton", "int8")
     assert 0 < bf16 < 131072 and bf16 < int8
+    assert bf16 < capacity.largest_ctx(free - weights, cfg, qwen8b, "triton", "bf16")
     assert f"bf16: {bf16:,} tokens" in msg and f"int8: {int8:,} tokens" in msg
     assert "--ctx 131,072" in msg and "Lower --ctx" in msg
 
@@ -95,10 +99,10 @@ def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
         capacity.check_host_capacity(huge, qwen8b)
     largest = int(str(e.value).split("largest context that fits is ")[1].split()[0]
                   .replace(",", ""))
-    assert largest == 32768
+    assert 32768 * 0.97 < largest < 32768  # the tight fit less the margin
     capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest, device="cpu"), qwen8b)
     with pytest.raises(ValueError, match="lower --ctx"):
-        capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest + 1, device="cpu"),
+        capacity.check_host_capacity(EngineConfig(tmp_path, ctx=32768 + 1, device="cpu"),
                                      qwen8b)
     assert capacity.check_host_capacity(cfg, qwen8b, weights=False) is None
     monkeypatch.undo()
@@ -165,3 +169,53 @@ def test_gpu_capacity_suggests_int8_only_when_it_is_not_int8(qwen8b, monkeypatch
     cfg16 = EngineConfig(tmp_path, ctx=1 << 24, device="cuda", dtype="float16")
     with pytest.raises(ValueError, match=r"--kv-cache bf16 \(float16 with --dtype float16\)"):
         capacity.check_capacity(cfg16, qwen8b, "triton", torch.device("cuda"))
+
+
+def _suggested(msg: str, pattern: str) -> int:
+    """The token count ``pattern``'s group matches in ``msg`` (``94,528`` -> 94528)."""
+    return int(re.search(pattern, msg)[1].replace(",", ""))
+
+
+def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, monkeypatch,
+                                                                      tmp_path):
+    """Free memory drifts between runs: a user was told 94,528 tokens fit, then refused at
+    94,528 on the next run. Each context a refusal suggests (GPU and host, bf16 and int8, below
+    the checkpoint's largest context so that the cap does not hide the margin) must still fit
+    with 1 % of the budget gone; the tight fit would not."""
+    budget = 8 << 30
+    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.bfloat16)
+    gpu = EngineConfig(tmp_path, ctx=1 << 20, device="cuda", kv_cache="bf16")
+
+    def free(n: int):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (weights + n, 1 << 40))
+
+    free(budget)
+    with pytest.raises(ValueError) as e:
+        capacity.check_capacity(gpu, qwen8b, "triton", torch.device("cuda"))
+    msg = str(e.value)
+    assert "with a 2 % margin" in msg
+    free(budget - budget // 100)
+    for kv in ("bf16", "int8"):
+        ctx = _suggested(msg, rf"{kv}: ([\d,]+) tokens")
+        tight = capacity.largest_ctx(budget, gpu, qwen8b, "triton", kv)
+        assert 0 < ctx < tight < 131072
+        capacity.check_capacity(replace(gpu, ctx=ctx, kv_cache=kv), qwen8b, "triton",
+                                torch.device("cuda"))
+        with pytest.raises(ValueError):  # what the message said before the margin
+            capacity.check_capacity(replace(gpu, ctx=tight, kv_cache=kv), qwen8b, "triton",
+                                    torch.device("cuda"))
+
+    host = EngineConfig(tmp_path, ctx=1 << 20, device="cpu", kv_cache="bf16")
+    host_weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: host_weights + budget)
+    with pytest.raises(ValueError) as e:
+        capacity.check_host_capacity(host, qwen8b)
+    msg = str(e.value)
+    assert "with a 2 % margin" in msg
+    monkeypatch.setattr(capacity, "available_host_bytes",
+                        lambda: host_weights + budget - budget // 100)
+    for kv, pattern in (("bf16", r"largest context that fits is ([\d,]+) tokens"),
+                        ("int8", r"int8 \(it fits ([\d,]+) tokens\)")):
+        ctx = _suggested(msg, pattern)
+        assert 0 < ctx < 131072
+        capacity.check_host_capacity(replace(host, ctx=ctx, kv_cache=kv), qwen8b)
