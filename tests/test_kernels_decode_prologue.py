@@ -3,13 +3,13 @@ equals ``qk_norm_rope``, then ``store_kv``, then ``decode_attention`` (the unfus
 oracle; each of those is held to ``kernels/reference.py`` by its own tests).
 
 CPU (Triton interpreter, tiny shapes): float32 and float16 activations, 16-bit pools (the model
-dtype) and INT8 pools (codes and scales, V pages transposed); steps of 1 and 3 tokens per sequence with a padding sequence, a
-verify step's slabs, GQA groups 2 and 5 (a group that is no power of two), 1 to 4 splits so that
-a step's new tokens fall into one split or straddle two, positions past 100k with YaRN. Pools
-start as random data, so every slot the kernel must not write is checked too. The only expected
-difference is the last float32 bit of a row's rstd (the sum of squares is reduced in another
-order): float32 results agree to 1e-5, float16 to 2e-3; in an INT8 pool a key's code may move by
-one (``prologue_case.check_prologue``). GPU (``-m gpu``,
+dtype) and INT8 pools (codes and scales, V pages transposed); steps of 1 and 3 tokens per
+sequence with a padding sequence, a verify step's slabs, GQA groups 2 and 5 (a group that is no
+power of two), 1 to 4 splits so that a step's new tokens fall into one split or straddle two,
+positions past 100k with YaRN. Pools start as random data, so every slot the kernel must not
+write is checked too. The only expected difference is the last float32 bit of a row's rstd (the
+sum of squares is reduced in another order): float32 results agree to 1e-5, float16 to 2e-3; in
+an INT8 pool a key's code may move by one (``prologue_case.check_prologue``). GPU (``-m gpu``,
 ``test_decode_prologue_gpu.py``): bfloat16 at Qwen3 shapes and the model path.
 """
 
