@@ -30,7 +30,6 @@ folded into them (``models.qwen3_fused.NORM_IN_GEMV``, ``kernels/gemv_norm.py``)
 only with ``--temperature`` > 0 and ``--top-k`` 1..64), ``attention_prologue`` with a decode
 step's q/k-norm + RoPE and KV store inside decode stage 1
 (``models.qwen3_fused.ATTENTION_PROLOGUE``, ``kernels/decode_prologue.py``),
-``attention_prologue_int8`` with that prologue for INT8 pools too (``ATTENTION_PROLOGUE_INT8``),
 ``keyed_noise`` with the runner's top-k draws taking their noise from per-row keys instead of a
 registered generator (``infer.noise_keys.KEYED_NOISE``): ``split_k+pdl_chain+reduce_in_norm+
 fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue+keyed_noise`` is what
@@ -87,7 +86,6 @@ FLAGS = {"split_k": (kernels.tiles, "GEMV_SPLIT_K"),
          "fused_greedy": (infer.sampling, "FUSED_GREEDY"),
          "fused_topk": (infer.sampling, "FUSED_TOPK"),
          "attention_prologue": (models.qwen3_fused, "ATTENTION_PROLOGUE"),
-         "attention_prologue_int8": (models.qwen3_fused, "ATTENTION_PROLOGUE_INT8"),
          "keyed_noise": (infer.noise_keys, "KEYED_NOISE")}
 SHIPPED = {key: getattr(module, attr) for key, (module, attr) in FLAGS.items()}
 

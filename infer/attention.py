@@ -132,12 +132,15 @@ class TritonAttention:
     def attend_prologue(self, layer_idx: int, q: torch.Tensor, prologue: DecodePrologue,
                         meta: AttnMeta) -> torch.Tensor:
         """One layer's attention for one step from its raw q ([T, Hq, D], before q-norm and
-        RoPE) and ``prologue`` (the raw k and v, the norm and RoPE parameters, the slots): a
-        decode step's stage 1 normalizes, rotates and stores them itself
+        RoPE) and ``prologue`` (the raw k and v, the norm and RoPE parameters, the slots), over
+        a 16-bit pool: a decode step's stage 1 normalizes, rotates and stores them itself
         (``kernels.decode_prologue``; a verify step's one-query rows of one sequence included);
         any other step (a prefill chunk, sequences adding unequal numbers of tokens) runs
         ``qk_norm_rope``, the store and attention as three launches. Returns [T, Hq, D] in q's
-        dtype."""
+        dtype.
+
+        Raises:
+            ValueError: for an INT8 pool's decode step (``kernels.decode_prologue``)."""
         cache = self.pool.layer(layer_idx)
         if self._is_decode(q, meta):
             return self._attend(cache, q, meta, q_from_predecessor=False, prologue=prologue)

@@ -90,9 +90,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             rotates q and the prologue's k itself and stores the step's K/V at its
             ``slot_mapping`` before reading them: the work of ``kernels.qk_norm_rope`` and
             ``kernels.store_kv`` in this launch (with PDL, after waiting for the kernel before).
-            An INT8 pool gets ``kernels.store_kv``'s codes and scales. Only the keys of the
-            step's queries' positions are stored (``seq_lens[b] - n ..``; a padding sequence,
-            seq_len 0, stores nothing). With
+            A 16-bit pool only. Only the keys of the step's queries' positions are stored
+            (``seq_lens[b] - n ..``; a padding sequence, seq_len 0, stores nothing). With
             ``num_queries`` 1, rows may be one sequence's consecutive queries (a verify step,
             with or without ``slab_rows``): each program stores every row's key it reads.
 
@@ -102,9 +101,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
     Raises:
         ValueError: naming the argument, on inconsistent shapes/dtypes/strides, a missing or
-            unexpected scale, a too-small workspace, tiles that do not fit the pages, bad
-            prologue tensors (``DecodePrologue``), or an unsupported head_dim (must be a power
-            of two >= 16).
+            unexpected scale, a too-small workspace, tiles that do not fit the pages, a prologue
+            with an INT8 pool or bad prologue tensors (``DecodePrologue``), or an
+            unsupported head_dim (must be a power of two >= 16).
     """
     if out is None:
         out = torch.empty_like(q)

@@ -24,19 +24,17 @@ waits for the qkv projection. Steps of more tokens per program (a verify step's 
 prompt) loop over the rest after the wait, one token's rows at a time, so that no ``[rows,
 HEAD_DIM]`` table of angles is held.
 
-INT8 pools get ``kernels/store_kv.py``'s codes and per-(token, head) scales (V pages
-transposed). Whether INT8 decode steps use the prologue is ``models.qwen3_fused``'s
-``ATTENTION_PROLOGUE_INT8``: with the one-warp INT8 tile of ~130 splits per KV head, each redoing
-the q-norm, it measured 6-22 % slower than the fused q/k-norm + RoPE + KV store launch
-(``kernels/qk_norm_rope_store.py``; BENCHMARKS.md).
+16-bit pools only. With an INT8 pool (then one-warp programs, 8 per SM, ~130 splits per KV head)
+the q-norm that every split recomputes made the step 6-22 % slower than the fused q/k-norm + RoPE
++ KV store launch (``kernels/qk_norm_rope_store.py``) that INT8 decode steps keep (BENCHMARKS.md);
+with the 4-warp INT8 tile (4 programs per SM, 66 splits) that replaced it, still 0.2-3 % slower.
 
-Numerics: the element-wise steps, their roundings to the model dtype and the INT8 quantization
-are those of ``qk_norm_rope`` and ``store_kv``; the row's sum of squares is reduced over the
-whole row at once instead of over its two halves, so a row's rstd may differ from the unfused
-path's in its last float32 bit (the tests' tolerance), and an INT8 key's code then by one. The
-rotate-half pairs are formed in the full ``[rows, HEAD_DIM]`` layout: element ``d`` reads its
-partner at ``(d + HEAD_DIM / 2) % HEAD_DIM``, a second load of the same L2 lines, and takes
-``-sin`` below the half, ``+sin`` above.
+Numerics: the element-wise steps and their roundings to the model dtype are those of
+``qk_norm_rope``; the row's sum of squares is reduced over the whole row at once instead of over
+its two halves, so a row's rstd may differ from the unfused path's in its last float32 bit (the
+tests' tolerance). The rotate-half pairs are formed in the full
+``[rows, HEAD_DIM]`` layout: element ``d`` reads its partner at ``(d + HEAD_DIM / 2) % HEAD_DIM``,
+a second load of the same L2 lines, and takes ``-sin`` below the half, ``+sin`` above.
 
 Fusion after TensorRT-LLM's and FlashInfer's decode attention with RoPE applied inside the
 attention kernel ("pos_encoding_mode"), with Qwen3's q/k-norm and the paged KV write folded in as
@@ -55,7 +53,6 @@ import triton.language as tl
 from kernels.qk_norm_rope import _check_inputs as _check_qk_inputs
 from kernels.qk_norm_rope import rope_trig
 from kernels.store_kv import _check_inputs as _check_store_inputs
-from kernels.store_kv import _quantize_rows
 
 
 class DecodePrologue(NamedTuple):
@@ -100,6 +97,9 @@ def prologue_args(prologue: DecodePrologue | None, q: torch.Tensor, k_cache: tor
                     slot_ptr=q, eps=0.0, attention_factor=1.0, stride_kt=0, stride_kh=0,
                     stride_vt=0, stride_vh=0, num_rows=0, PROLOGUE=False, PRECISE_TRIG=False)
     p = prologue
+    if k_cache.dtype == torch.int8:
+        raise ValueError("decode_attention: the prologue takes a 16-bit pool (an INT8 pool's "
+                         "step stores through kernels.qk_norm_rope_store)")
     _check_qk_inputs("decode_attention", q, p.k, p.q_weight, p.k_weight, p.positions, p.inv_freq)
     _check_store_inputs("decode_attention", p.k, p.v, k_cache, v_cache, p.slot_mapping, k_scale,
                         v_scale)
@@ -149,9 +149,9 @@ def norm_rope_rows(row_ptr, valid, w_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr)
 @triton.jit
 def store_new_kv(tok0, first, n_tok, lo, hi, cos0, sin0, pos_ptr, inv_freq_ptr,
                  attention_factor, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt,
-                 stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, ks_head_ptr,
-                 vs_head_ptr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 PAGE_SIZE: tl.constexpr, IS_INT8: tl.constexpr, PRECISE_TRIG: tl.constexpr):
+                 stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr,
+                 NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                 PRECISE_TRIG: tl.constexpr):
     """A step of several tokens per sequence (one program holds all of a sequence's rows):
     store KV head ``h``'s new keys and values of the step's tokens ``tok0 + i`` (at positions
     ``first + i``, ``i < n_tok``) whose position lies in ``[lo, hi)`` (this program's key
@@ -164,17 +164,16 @@ def store_new_kv(tok0, first, n_tok, lo, hi, cos0, sin0, pos_ptr, inv_freq_ptr,
             cos, sin = rope_cos_sin(tl.load(pos_ptr + tok), inv_freq_ptr, attention_factor,
                                     HEAD_DIM, k_new_ptr.dtype.element_ty, PRECISE_TRIG)
         store_token(tok, cos, sin, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt,
-                    stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, ks_head_ptr,
-                    vs_head_ptr, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, IS_INT8)
+                    stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, NUM_KV_HEADS,
+                    HEAD_DIM, PAGE_SIZE)
 
 
 @triton.jit
 def store_read_keys(tok0, num_rows, seq_len, lo, hi, cos0, sin0, seq_lens_ptr, pt_row_ptr,
                     pos_ptr, inv_freq_ptr, attention_factor, k_new_ptr, v_new_ptr, kw_ptr,
                     slot_ptr, eps, stride_kt, stride_kh, stride_vt, stride_vh, h, k_head_ptr,
-                    v_head_ptr, ks_head_ptr, vs_head_ptr, NUM_KV_HEADS: tl.constexpr,
-                    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, IS_INT8: tl.constexpr,
-                    PRECISE_TRIG: tl.constexpr):
+                    v_head_ptr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    PAGE_SIZE: tl.constexpr, PRECISE_TRIG: tl.constexpr):
     """A step of one token per row (``num_rows`` rows; rows may be one sequence's queries, as
     in a speculative verify step): store KV head ``h``'s new key and value of every row ``r``
     whose key this program reads, i.e. at a position ``seq_lens[r] - 1`` in ``[lo, hi)`` (its
@@ -195,20 +194,17 @@ def store_read_keys(tok0, num_rows, seq_len, lo, hi, cos0, sin0, seq_lens_ptr, p
                                             k_new_ptr.dtype.element_ty, PRECISE_TRIG)
                 store_token(r, cos, sin, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps,
                             stride_kt, stride_kh, stride_vt, stride_vh, h, k_head_ptr,
-                            v_head_ptr, ks_head_ptr, vs_head_ptr, NUM_KV_HEADS, HEAD_DIM,
-                            PAGE_SIZE, IS_INT8)
+                            v_head_ptr, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE)
 
 
 @triton.jit
 def store_token(tok, cos, sin, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt,
-                stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, ks_head_ptr,
-                vs_head_ptr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                PAGE_SIZE: tl.constexpr, IS_INT8: tl.constexpr):
+                stride_kh, stride_vt, stride_vh, h, k_head_ptr, v_head_ptr,
+                NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr):
     """Normalize and rotate KV head ``h``'s new key of step token ``tok`` (``cos``/``sin``: its
     position's) and store it and the raw value at the token's slot (negative: nothing). The pool
-    is addressed as stage 1 reads it: ``*_head_ptr`` are head ``h``'s bases of the contiguous K,
-    V and (INT8) scale pools; an INT8 pool gets ``kernels/store_kv.py``'s codes and per-(token,
-    head) scales, its V pages transposed."""
+    is addressed as stage 1 reads it: ``*_head_ptr`` are head ``h``'s bases of the contiguous
+    16-bit K and V pools."""
     offs_d = tl.arange(0, HEAD_DIM)
     one = tl.arange(0, 2) == 0  # a two-row tile holding one token (row 0)
     slot = tl.load(slot_ptr + tok)
@@ -221,16 +217,5 @@ def store_token(tok, cos, sin, k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stri
     v = tl.load(v_row[:, None] + offs_d[None, :], mask=mine[:, None], other=0.0)
     page_off = page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_DIM)
     kv_off = (page_off + off * HEAD_DIM)[:, None] + offs_d[None, :]
-    if IS_INT8:
-        s_off = page * (NUM_KV_HEADS * PAGE_SIZE) + off
-        k_codes, k_sc = _quantize_rows(k)
-        v_codes, v_sc = _quantize_rows(v)
-        tl.store(k_head_ptr + kv_off, k_codes, mask=mine[:, None])
-        tl.store(ks_head_ptr + s_off, k_sc, mask=mine)
-        # transposed V pages: code (slot, d) at d * PAGE_SIZE + slot
-        tl.store(v_head_ptr + (page_off + off)[:, None] + offs_d[None, :] * PAGE_SIZE, v_codes,
-                 mask=mine[:, None])
-        tl.store(vs_head_ptr + s_off, v_sc, mask=mine)
-    else:
-        tl.store(k_head_ptr + kv_off, k.to(k_head_ptr.dtype.element_ty), mask=mine[:, None])
-        tl.store(v_head_ptr + kv_off, v.to(v_head_ptr.dtype.element_ty), mask=mine[:, None])
+    tl.store(k_head_ptr + kv_off, k.to(k_head_ptr.dtype.element_ty), mask=mine[:, None])
+    tl.store(v_head_ptr + kv_off, v.to(v_head_ptr.dtype.element_ty), mask=mine[:, None])

@@ -127,7 +127,7 @@ def _decode_split_kernel(
     USE_PDL: tl.constexpr,
     Q_AFTER_WAIT: tl.constexpr,  # USE_PDL only: the predecessor writes q, wait before loading it
     LAZY_RESCALE: tl.constexpr,
-    PROLOGUE: tl.constexpr = False,  # q/k-norm + RoPE and the step's K/V store, in here
+    PROLOGUE: tl.constexpr = False,  # q/k-norm + RoPE and the step's K/V store (16-bit pools)
     PRECISE_TRIG: tl.constexpr = False,  # PROLOGUE: libdevice cos/sin (GPU), else tl.cos/sin
 ):
     if USE_PDL:
@@ -211,15 +211,14 @@ def _decode_split_kernel(
             store_read_keys(tok0, num_rows, seq_len, start * BLOCK_N, end * BLOCK_N, cos0, sin0,
                             seq_lens_ptr, pt_row_ptr, pos_ptr, inv_freq_ptr, attention_factor,
                             k_new_ptr, v_new_ptr, kw_ptr, slot_ptr, eps, stride_kt, stride_kh,
-                            stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, ks_head_ptr,
-                            vs_head_ptr, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE, IS_INT8,
-                            PRECISE_TRIG)
+                            stride_vt, stride_vh, h, k_head_ptr, v_head_ptr, NUM_KV_HEADS,
+                            HEAD_DIM, PAGE_SIZE, PRECISE_TRIG)
         else:
             store_new_kv(tok0, first, n_tok, start * BLOCK_N, end * BLOCK_N, cos0, sin0,
                          pos_ptr, inv_freq_ptr, attention_factor, k_new_ptr, v_new_ptr, kw_ptr,
                          slot_ptr, eps, stride_kt, stride_kh, stride_vt, stride_vh, h,
-                         k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, NUM_KV_HEADS,
-                         HEAD_DIM, PAGE_SIZE, IS_INT8, PRECISE_TRIG)
+                         k_head_ptr, v_head_ptr, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE,
+                         PRECISE_TRIG)
 
     acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     m_i = tl.full([ROWS], float("-inf"), dtype=tl.float32)

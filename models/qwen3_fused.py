@@ -51,20 +51,15 @@ REDUCE_IN_NORM = True
 NORM_IN_GEMV = True
 # Whether a decode step's q/k-norm + RoPE and KV store run inside decode stage 1
 # (``kernels/decode_prologue.py``), for a backend that takes the raw q, k and v
-# (``attend_prologue``: ``infer.attention.TritonAttention``): two launches a
+# (``attend_prologue``: ``infer.attention.TritonAttention``) over a 16-bit pool: two launches a
 # layer fewer than q/k-norm + RoPE, the store and stage 1. Not the unfused path's bits: a row's
 # sum of squares is reduced in another order. In a step of one token per row (a verify step's
 # drafts), each program stores every row's key it reads (``store_read_keys``): programs run in
 # no set order. On: +0.6 to +4.2 % tok/s (0.6B and 8B, BF16, 4k and 32k) on an H100
 # (BENCHMARKS.md; the A/B: ``benchmarks/decode_e2e.py --variants default,default+
-# attention_prologue`` with this flag False). INT8 pools only with ``ATTENTION_PROLOGUE_INT8``.
+# attention_prologue`` with this flag False). INT8 pools keep the fused q/k-norm + RoPE + KV
+# store launch (``models.qwen3.FUSED_KV_STORE_INT8``): the prologue measured slower there.
 ATTENTION_PROLOGUE = True
-# Whether ``ATTENTION_PROLOGUE`` covers INT8 pools too (stage 1 then quantizes and stores the
-# step's K/V). Off: INT8 decode steps keep the fused q/k-norm + RoPE + KV store launch
-# (``models.qwen3.FUSED_KV_STORE_INT8``); with the one-warp INT8 tile the prologue measured
-# 6-22 % slower (BENCHMARKS.md). The A/B: ``benchmarks/decode_e2e.py --kv int8 --variants
-# default,default+attention_prologue_int8``.
-ATTENTION_PROLOGUE_INT8 = False
 
 
 def gemv_rows(x: torch.Tensor) -> bool:
@@ -82,10 +77,9 @@ def project(linear: nn.Linear, x: torch.Tensor, reduce: bool = True):
 def attention_prologue(attn, qkv: torch.Tensor) -> bool:
     """Whether the step of ``qkv`` [T, q + 2 kv] hands its raw q, k and v to ``attn``
     (``ATTENTION_PROLOGUE``; a step of 1 to 16 tokens, which ``attn`` attends in decode stage 1
-    when every sequence adds as many; a backend with ``attend_prologue``; a 16-bit pool, or an
-    INT8 one with ``ATTENTION_PROLOGUE_INT8``)."""
+    when every sequence adds as many; a backend with ``attend_prologue``; a 16-bit pool)."""
     return (ATTENTION_PROLOGUE and gemv_rows(qkv) and hasattr(attn, "attend_prologue")
-            and (ATTENTION_PROLOGUE_INT8 or attn.layer_cache(0).k.dtype != torch.int8))
+            and attn.layer_cache(0).k.dtype != torch.int8)
 
 
 def attend(layer, qkv: torch.Tensor, positions: torch.Tensor, rotary, attn, meta,

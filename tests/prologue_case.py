@@ -102,31 +102,16 @@ class Step:
 def check_prologue(step: Step, num_splits: int | None) -> None:
     """Stage 1 with the prologue against the oracle: the outputs within the dtype's tolerance,
     values stored bit for bit, keys within the tolerance, every other slot of the pool
-    untouched. An INT8 pool: values' codes and scales bit for bit, keys' codes within one (the
-    rstd's last bit may move a code across a rounding boundary) and their scales within the
-    tolerance; the output is then held to the oracle's attention over the pool as the prologue
-    stored it (a moved code moves the output by more than the dtype's tolerance)."""
+    untouched."""
     want, want_pool = step.unfused(num_splits)
     got = step.fused(num_splits)
     tol = TOL[step.dtype]
+    torch.testing.assert_close(got.float(), want.float(), **tol)
     pool, new = step.cache, step.slots[step.slots >= 0]
     page, off = new // step.page, new % step.page
     assert torch.equal(pool.v, want_pool.v)
+    torch.testing.assert_close(pool.k.float(), want_pool.k.float(), **tol)
     untouched = torch.ones(pool.k.shape[:3], dtype=torch.bool, device=pool.k.device)
     untouched[page, :, off] = False
     assert torch.equal(pool.k[untouched], want_pool.k[untouched])
-    if pool.k.dtype != torch.int8:
-        torch.testing.assert_close(got.float(), want.float(), **tol)
-        torch.testing.assert_close(pool.k.float(), want_pool.k.float(), **tol)
-        return
-    assert torch.equal(pool.v_scale, want_pool.v_scale)
-    assert torch.equal(pool.k_scale[untouched], want_pool.k_scale[untouched])
-    torch.testing.assert_close(pool.k_scale, want_pool.k_scale, **tol)
-    assert (pool.k.int() - want_pool.k.int()).abs().max() <= 1
-    moved = (pool.k != want_pool.k).sum().item()
-    assert moved <= max(1, pool.k[~untouched].numel() // 50), f"{moved} key codes moved"
-    qo, _ = qk_norm_rope(step.q, step.k, *step.norm)
-    over_stored = step.attend(qo, pool, num_splits, None)
-    torch.testing.assert_close(got.float(), over_stored.float(), **tol)
-    if moved == 0:
-        torch.testing.assert_close(got.float(), want.float(), **tol)
+

@@ -5,9 +5,7 @@ Qwen3-8B attention shape (a BF16 pool; 1 and 4 tokens per sequence, a verify ste
 padding sequence; the default split count); the 4-layer 0.6B's logits and pool with the
 prologue on and off; its greedy tokens through the engine, graphs == eager either way; with the
 prologue on, a verify step's rows against one-row steps and speculation against plain decoding,
-bit for bit. INT8 pools (``models.qwen3_fused.ATTENTION_PROLOGUE_INT8``, off as shipped): the
-kernel at the 8B shape, graphs == eager through the engine, and the verify and speculation
-checks with it on.
+bit for bit.
 """
 
 from __future__ import annotations
@@ -24,12 +22,6 @@ SHAPE_8B = dict(kv_heads=8, head_dim=128, page=64, device="cuda")
 @pytest.mark.parametrize("n,seq_lens", [(1, [4100, 0, 37]), (4, [3000, 129])])
 def test_gpu_prologue_bf16_8b_shape(n, seq_lens):
     check_prologue(Step(seq_lens, n, 4, torch.bfloat16, False, **SHAPE_8B), None)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n,seq_lens", [(1, [4100, 0, 37]), (4, [3000, 129])])
-def test_gpu_prologue_int8_8b_shape(n, seq_lens):
-    check_prologue(Step(seq_lens, n, 4, torch.bfloat16, True, **SHAPE_8B), None)
 
 
 @pytest.mark.gpu
@@ -88,38 +80,3 @@ def test_gpu_verify_rows_with_the_prologue_equal_one_row_steps(gpu_qwen3_4l, gra
     spec.test_gpu_verify_rows_equal_one_row_steps(gpu_qwen3_4l, "bf16", graphs)
     if graphs:
         spec.test_gpu_speculation_equals_plain_over_1000_tokens(gpu_qwen3_4l, "bf16")
-
-
-@pytest.mark.gpu
-def test_gpu_engine_prologue_int8_graphs_equal_eager(gpu_qwen3_4l, monkeypatch):
-    """The 4-layer 0.6B over an INT8 pool with ``ATTENTION_PROLOGUE_INT8`` on and off: graphs ==
-    eager bit for bit either way; the tokens of on and off agree from the start (count printed)."""
-    from mock_engine import greedy_by_flag
-
-    import models.qwen3_fused as fused
-
-    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", True)
-    out = greedy_by_flag(gpu_qwen3_4l, "int8", monkeypatch, fused, "ATTENTION_PROLOGUE_INT8")
-    assert len(out[True, True]) == 40
-    assert out[True, True] == out[True, False]
-    assert out[False, True] == out[False, False]
-    same = next((i for i, (a, b) in enumerate(zip(out[True, True], out[False, True], strict=True))
-                 if a != b), 40)
-    print(f"the first {same} of 40 tokens agree with the INT8 prologue on and off")
-    assert same >= 8
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
-def test_gpu_verify_rows_with_the_int8_prologue(gpu_qwen3_4l, graphs, monkeypatch):
-    """The verify-step and speculation checks of ``test_speculative_gpu.py`` over an INT8 pool
-    with the prologue storing its codes (``ATTENTION_PROLOGUE_INT8``)."""
-    import test_speculative_gpu as spec
-
-    import models.qwen3_fused as fused
-
-    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE", True)
-    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE_INT8", True)
-    spec.test_gpu_verify_rows_equal_one_row_steps(gpu_qwen3_4l, "int8", graphs)
-    if graphs:
-        spec.test_gpu_speculation_equals_plain_over_1000_tokens(gpu_qwen3_4l, "int8")

@@ -3,19 +3,16 @@ equals ``qk_norm_rope``, then ``store_kv``, then ``decode_attention`` (the unfus
 oracle; each of those is held to ``kernels/reference.py`` by its own tests).
 
 CPU (Triton interpreter, tiny shapes): float32 and float16 activations, 16-bit pools (the model
-dtype) and INT8 pools (codes and scales, V pages transposed); steps of 1 and 3 tokens per
-sequence with a padding sequence, a verify step's slabs, GQA groups 2 and 5 (a group that is no
-power of two), 1 to 4 splits so that a step's new tokens fall into one split or straddle two,
-positions past 100k with YaRN. Pools start as random data, so every slot the kernel must not
-write is checked too. The only expected difference is the last float32 bit of a row's rstd (the
-sum of squares is reduced in another order): float32 results agree to 1e-5, float16 to 2e-3; in
-an INT8 pool a key's code may move by one (``prologue_case.check_prologue``). GPU (``-m gpu``,
+dtype; an INT8 pool is refused); steps of 1 and 3 tokens per sequence with a padding sequence, a
+verify step's slabs, GQA groups 2 and 5 (a group that is no power of two), 1 to 4 splits so that
+a step's new tokens fall into one split or straddle two, positions past 100k with YaRN. Pools
+start as random data, so every slot the kernel must not write is checked too. The only expected
+difference is the last float32 bit of a row's rstd (the sum of squares is reduced in another
+order): float32 results agree to 1e-5, float16 to 2e-3. GPU (``-m gpu``,
 ``test_decode_prologue_gpu.py``): bfloat16 at Qwen3 shapes and the model path.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 import torch
@@ -24,7 +21,6 @@ from prologue_case import Step, check_prologue
 from infer.meta import plan_slabs
 
 
-@pytest.mark.parametrize("int8", [False, True], ids=["16-bit", "int8"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("n,group,seq_lens,splits", [
     (1, 2, [9, 0, 30], 3),  # one token, a padding sequence, splits of one or two pages
@@ -32,8 +28,8 @@ from infer.meta import plan_slabs
     (1, 5, [40], 1),
     (3, 2, [25], 4),
 ])
-def test_prologue_equals_unfused(dtype, n, group, seq_lens, splits, int8):
-    check_prologue(Step(seq_lens, n, group, dtype, int8), splits)
+def test_prologue_equals_unfused(dtype, n, group, seq_lens, splits):
+    check_prologue(Step(seq_lens, n, group, dtype, False), splits)
 
 
 def test_prologue_slabs():
@@ -44,11 +40,10 @@ def test_prologue_slabs():
     check_prologue(step, 2)
 
 
-@pytest.mark.parametrize("int8", [False, True], ids=["16-bit", "int8"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["grid-order", "reversed"])
 @pytest.mark.parametrize("slabs", [True, False], ids=["slabs", "row-programs"])
 @pytest.mark.parametrize("splits", [1, 2])
-def test_prologue_verify_rows_of_one_sequence(reverse, slabs, splits, reversed_grid, int8):
+def test_prologue_verify_rows_of_one_sequence(reverse, slabs, splits, reversed_grid):
     # a verify step as the graph runner feeds it: one sequence's 5 one-query rows at positions
     # 14..18 (across a page), plus a padding row; with slabs (plan_slabs: [2, 0, 3, 0, 0, 1] at
     # 8-key blocks) or one program per row. A later row reads keys the earlier rows add: run
@@ -56,7 +51,7 @@ def test_prologue_verify_rows_of_one_sequence(reverse, slabs, splits, reversed_g
     reversed_grid(reverse)
     rows = [((), p) for p in range(14, 19)] + [None]
     slab_rows = torch.tensor(plan_slabs(rows, 6, 8, 8), dtype=torch.int32) if slabs else None
-    step = Step([p + 1 for _, p in rows[:5]] + [0], 1, 2, torch.float32, int8,
+    step = Step([p + 1 for _, p in rows[:5]] + [0], 1, 2, torch.float32, False,
                 slab_rows=slab_rows, one_sequence=True)
     check_prologue(step, splits)
 
@@ -70,6 +65,6 @@ def test_prologue_rejects_bad_arguments():
         step.attend(step.q, step.cache, 1, p._replace(slot_mapping=p.slot_mapping[:0]))
     with pytest.raises(ValueError, match="k/v"):
         step.attend(step.q, step.cache, 1, p._replace(v=p.v.half()))
-    int8 = Step([9], 1, 2, torch.float32, True)
-    with pytest.raises(ValueError, match="scale"):
-        int8.attend(int8.q, dataclasses.replace(int8.cache, k_scale=None), 1, int8.prologue())
+    int8 = Step([9], 1, 2, torch.float32, True)  # INT8 pools keep the fused store kernel
+    with pytest.raises(ValueError, match="16-bit pool"):
+        int8.attend(int8.q, int8.cache, 1, int8.prologue())

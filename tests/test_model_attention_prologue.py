@@ -76,34 +76,10 @@ def test_model_prologue_equals_unfused_cpu(tiny_ckpt_factory, monkeypatch):
     assert_prologue_matches(model, "bf16", monkeypatch, atol=1e-4, rtol=1e-4)
 
 
-def test_model_prologue_int8_close_to_unfused_cpu(tiny_ckpt_factory, monkeypatch):
-    """With ``ATTENTION_PROLOGUE_INT8`` an INT8 pool's decode steps store their codes and
-    scales in stage 1: the logits agree with the unfused launches' (a key's code may move by one
-    where a row's rstd moves by its last bit), codes within one, values of layer 0 bit for bit."""
-    import models.qwen3_fused as fused
-    from models.loader import load_model
-
-    model = load_model(tiny_ckpt_factory(vocab_size=512), device="cpu", dtype=torch.float32)
-    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE_INT8", True)
-    on, pool_on, launches_on = model_steps(model, "int8", True, monkeypatch)
-    off, pool_off, launches_off = model_steps(model, "int8", False, monkeypatch)
-    layers = model.config.num_hidden_layers
-    assert launches_off == {"qk_norm_rope": 3 * layers, "store_kv": 3 * layers}
-    assert launches_on == {"qk_norm_rope": layers, "store_kv": layers}
-    for a, b in zip(on, off, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-3 * b.abs().max().item(), rtol=0)
-    x, y = pool_on.layer(0), pool_off.layer(0)
-    assert torch.equal(x.v, y.v) and torch.equal(x.v_scale, y.v_scale)
-    for i in range(layers):
-        x, y = pool_on.layer(i), pool_off.layer(i)
-        for a, b in ((x.k, y.k), (x.v, y.v)):
-            assert (a.int() - b.int()).abs().max() <= 1
-
-
 def test_the_prologue_is_on_for_decode_steps_only(tiny_ckpt_factory, monkeypatch):
     """On as shipped: a decode step (up to 16 tokens) hands raw q, k, v to a backend with
     ``attend_prologue`` over a 16-bit pool; a prefill chunk, an INT8 pool (its fused store
-    kernel instead, unless ``ATTENTION_PROLOGUE_INT8``) and a backend without it do not."""
+    kernel instead) and a backend without it do not."""
     import infer.attention as attention
     import models.qwen3_fused as fused
     from models.loader import load_model
@@ -124,10 +100,7 @@ def test_the_prologue_is_on_for_decode_steps_only(tiny_ckpt_factory, monkeypatch
                                         torch.zeros(1, width))
     int8 = KVPool(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 8, 16, "int8",
                   model.dtype, model.device)
-    assert not fused.ATTENTION_PROLOGUE_INT8  # off as shipped (BENCHMARKS.md)
     assert not fused.attention_prologue(attention.TritonAttention(int8), torch.zeros(1, width))
-    monkeypatch.setattr(fused, "ATTENTION_PROLOGUE_INT8", True)
-    assert fused.attention_prologue(attention.TritonAttention(int8), torch.zeros(1, width))
 
 
 @pytest.mark.parametrize("reverse", [False, True], ids=["grid-order", "reversed"])
