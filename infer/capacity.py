@@ -26,7 +26,7 @@ from models.config import Qwen3Config
 from models.context import largest_context
 
 FIXED_MARGIN = 1 << 30  # CUDA context leftovers, allocator fragmentation, workspaces (bytes)
-HINT_MARGIN_PERCENT = 2  # of the budget, left unused by a suggested context (module docstring)
+HINT_MARGIN_PERCENT = 5  # of the budget, left unused by a suggested context (module docstring)
 
 
 def weight_bytes(folder: str | Path, mc: Qwen3Config, dtype: torch.dtype) -> int:

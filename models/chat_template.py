@@ -119,7 +119,8 @@ class ChatTemplate:
                 messages=messages, tools=None, documents=None,
                 add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking,
                 **self._tokens)
-        except jinja2.exceptions.TemplateError as e:
+        except (jinja2.exceptions.TemplateError, TypeError, ValueError, LookupError,
+                AttributeError, ArithmeticError) as e:  # the template's own expressions too
             raise ValueError(f"the chat template failed: {e}") from e
 
     def _split_thinking(self, m: dict) -> dict:

@@ -108,7 +108,8 @@ def plan_context(config: Qwen3Config, ctx: int) -> ContextPlan:
     if ctx > max_ctx:
         raise ValueError(f"--ctx {ctx:,} is beyond the largest context this checkpoint "
                          f"supports, {max_ctx:,} tokens ({_limit_reason(config)}): lower --ctx "
-                         f"to at most {max_ctx:,} ({max_ctx // 1024}k)")
+                         f"to at most {max_ctx:,}"
+                         + (f" ({max_ctx // 1024}k)" if max_ctx % 1024 == 0 else ""))
     if scaling is not None:
         return ContextPlan(config, ctx, max_ctx, yarn_factor=scaling.factor)
     if ctx <= native:

@@ -99,7 +99,7 @@ def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
         capacity.check_host_capacity(huge, qwen8b)
     largest = int(str(e.value).split("largest context that fits is ")[1].split()[0]
                   .replace(",", ""))
-    assert 32768 * 0.97 < largest < 32768  # the tight fit less the margin
+    assert 32768 * 0.94 < largest < 32768  # the tight fit less the margin
     capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest, device="cpu"), qwen8b)
     with pytest.raises(ValueError, match="lower --ctx"):
         capacity.check_host_capacity(EngineConfig(tmp_path, ctx=32768 + 1, device="cpu"),
@@ -181,7 +181,7 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
     """Free memory drifts between runs: a user was told 94,528 tokens fit, then refused at
     94,528 on the next run. Each context a refusal suggests (GPU and host, bf16 and int8, below
     the checkpoint's largest context so that the cap does not hide the margin) must still fit
-    with 1 % of the budget gone; the tight fit would not."""
+    with 4 % of the budget gone; the tight fit would not."""
     budget = 8 << 30
     weights = capacity.weight_bytes(tmp_path, qwen8b, torch.bfloat16)
     gpu = EngineConfig(tmp_path, ctx=1 << 20, device="cuda", kv_cache="bf16")
@@ -193,8 +193,8 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
     with pytest.raises(ValueError) as e:
         capacity.check_capacity(gpu, qwen8b, "triton", torch.device("cuda"))
     msg = str(e.value)
-    assert "with a 2 % margin" in msg
-    free(budget - budget // 100)
+    assert f"with a {capacity.HINT_MARGIN_PERCENT} % margin" in msg
+    free(budget - budget * 4 // 100)  # 4 %: the drift a user's machine showed between runs
     for kv in ("bf16", "int8"):
         ctx = _suggested(msg, rf"{kv}: ([\d,]+) tokens")
         tight = capacity.largest_ctx(budget, gpu, qwen8b, "triton", kv)
@@ -211,9 +211,9 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
     with pytest.raises(ValueError) as e:
         capacity.check_host_capacity(host, qwen8b)
     msg = str(e.value)
-    assert "with a 2 % margin" in msg
+    assert f"with a {capacity.HINT_MARGIN_PERCENT} % margin" in msg
     monkeypatch.setattr(capacity, "available_host_bytes",
-                        lambda: host_weights + budget - budget // 100)
+                        lambda: host_weights + budget - budget * 4 // 100)
     for kv, pattern in (("bf16", r"largest context that fits is ([\d,]+) tokens"),
                         ("int8", r"int8 \(it fits ([\d,]+) tokens\)")):
         ctx = _suggested(msg, pattern)

@@ -53,6 +53,14 @@ def test_a_chat_template_that_does_not_parse(folder):
     assert raw.exit_code == 0, raw.output
 
 
+def test_a_chat_template_whose_expression_fails_at_render_is_bad_input(folder):
+    # parses, but dividing a message's text by 2 raises TypeError inside jinja2 (was exit 1)
+    _edit(folder / "tokenizer_config.json", lambda d: d.update(
+        chat_template="{% for m in messages %}{{ m.content / 2 }}{% endfor %}"))
+    assert_one_line_error(invoke("generate", folder, "Hi", *FAST), 2,
+                          "the chat template failed", "unsupported operand")
+
+
 def test_a_vocabulary_smaller_than_the_tokenizer_is_bad_input(folder):
     _edit(folder / "config.json", lambda d: d.update(vocab_size=1000))
     assert_one_line_error(invoke("generate", folder, "Hi", *FAST), 2,

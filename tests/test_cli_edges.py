@@ -172,8 +172,11 @@ def test_chat_piped_prompts_go_to_stderr(tiny_ckpt):
 
 def test_chat_commands_and_double_slash(tiny_ckpt, tok):
     result = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json",
-                    input="/stats extra\n/foo bar\n//etc/hosts\n/STATS\n/Quit\nnot sent\n")
+                    input="/stats extra\n/foo bar\n//etc/hosts\n/STATS\n/help\n/Quit\nnot sent\n")
     assert result.exit_code == 0, result.output
+    # the banner, the warnings of /stats extra and /foo, and /help itself (not a warning)
+    assert result.stderr.count("/help shows this") == 4
+    assert "unknown command /help" not in result.stderr
     assert "/stats takes no argument" in result.stderr
     assert "unknown command" not in result.stderr.replace("unknown command /foo", "")
     assert "context: " in result.stderr  # /STATS is /stats

@@ -58,6 +58,13 @@ def test_beyond_yarn_limit_is_an_error_naming_the_largest(ctx):
         plan_context(_qwen3(), ctx)
 
 
+def test_a_limit_under_1k_is_not_written_as_0k():
+    mc = dataclasses.replace(_qwen3(), max_position_embeddings=100)
+    with pytest.raises(ValueError) as info:
+        plan_context(mc, 1024)
+    assert str(info.value).endswith("lower --ctx to at most 400") and "0k" not in str(info.value)
+
+
 @pytest.mark.parametrize("name", ["Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-4B", "Qwen3-14B"])
 def test_every_qwen3_release_config_allows_128k_with_yarn(name):
     plan = plan_context(_qwen3(name), 131072)

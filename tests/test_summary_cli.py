@@ -147,11 +147,13 @@ def test_the_stated_minimum_ctx_works_and_one_less_does_not(tiny_ckpt, book, tmp
     assert json.loads(result.stdout)["stages"]["parts"] >= 2
 
 
-@pytest.mark.parametrize("fits, count", [(2, "2 sequences"), (1, "1 sequence")])
+@pytest.mark.parametrize("fits, count", [(2, "2 sequences fit"), (1, "1 sequence fits"),
+                                        (0, "0 sequences fit")])
 def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch, fits, count):
     """``--batch`` more than fit in memory: the error names the dtype the pool stores (float32
     for ``--kv-cache bf16`` on the CPU), as the other capacity errors do, and counts what fits
-    in words ("1 sequence", not "1 sequences")."""
+    in words ("1 sequence fits", not "1 sequences fit"); also when not even one fits (the
+    engine's own check may still let one sequence run: it was ignored silently)."""
     import infer.capacity
 
     monkeypatch.setattr(infer.capacity, "largest_batch", lambda *a, **k: fits)
@@ -159,8 +161,23 @@ def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch, f
     result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--batch", "3")
     assert result.exit_code == 2, result.output
     last = result.stderr.strip().splitlines()[-1]
-    assert last.endswith("fit in memory with --kv-cache bf16 (float32 on the CPU)")
-    assert f"does not fit: {count} of --ctx " in last
+    assert last.endswith(" in memory with --kv-cache bf16 (float32 on the CPU)")
+    assert f"does not fit: {count.rsplit(' ', 1)[0]} of --ctx " in last
+    assert f" {count.rsplit(' ', 1)[1]} in memory" in last
+
+
+def test_no_sequence_fitting_says_so_and_decodes_one_part_at_a_time(tiny_ckpt, book,
+                                                                  monkeypatch):
+    """Not one sequence of --ctx fits with a prefill chunk's working set, and the engine's check
+    lets it run (the host's counts the KV cache and weights only): a note says so, one part at a
+    time."""
+    import infer.capacity
+
+    monkeypatch.setattr(infer.capacity, "largest_batch", lambda *a, **k: 0)
+    path, _ = book
+    result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--json")
+    assert result.exit_code == 0, result.output
+    assert "decoding 1 part at a time: not even one sequence of --ctx" in result.stderr
 
 
 def ctrl_c_at_prefill(monkeypatch, start: int) -> None:

@@ -29,8 +29,8 @@ from infer.ui.stats_line import capture_note, format_stats
 from infer.wording import counted
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
-             "(or /quit) quits, //text sends /text")
-CHAT_COMMANDS = ("/reset", "/stats", "/exit", "/quit")
+             "(or /quit) quits, /help shows this, //text sends /text")
+CHAT_COMMANDS = ("/reset", "/stats", "/exit", "/quit", "/help")
 
 _COMMAND = re.compile(r"/[A-Za-z]")
 
@@ -144,6 +144,9 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
                 session.reset()
                 conv.reset()  # (the last reply's numbers stay: /stats still shows them)
                 ui.err.print("[dim]conversation cleared[/]")
+                continue
+            if cmd == "/help":
+                ui.err.print(CHAT_HELP)
                 continue
             if cmd == "/stats":
                 used = f"context: {session.num_cached:,} of {engine.ctx:,} tokens cached"
