@@ -79,5 +79,8 @@ def read_headers(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...], st
         except ValueError:
             raise
         except Exception as e:  # safetensors raises its own error type for corrupt files
+            if "Cannot allocate memory" in str(e):  # mmap refused: memory, not the file
+                raise MemoryError(f"out of memory mapping {path} ({e}): free memory or use a "
+                                  "machine with more") from None
             raise ValueError(f"cannot read {path}: not a valid safetensors file ({e})") from None
     return found

@@ -122,6 +122,28 @@ def test_unknown_model_suggests_a_local_folder(tmp_path, monkeypatch):
     assert_one_line_error(result, 2, "no-such-owner-xyz/no-such-model", "local folder")
 
 
+def test_out_of_host_memory_says_so(tiny_ckpt, monkeypatch):
+    """torch's CPU allocator failing (a RuntimeError) and mmap refusing the weights (which read
+    as a corrupt file before): exit 1, one line that says memory ran out, no --debug hint."""
+    def no_memory(self, *args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] data. DefaultCPUAllocator: can't "
+                           "allocate memory: you tried to allocate 8589934592 bytes.")
+
+    monkeypatch.setattr("infer.engine.Engine.__init__", no_memory)
+    result = invoke("generate", tiny_ckpt, "hi", *FAST)
+    assert_one_line_error(result, 1, "error: out of host memory: [enforce fail")
+    assert "--debug" not in result.stderr and "RuntimeError" not in result.stderr
+    monkeypatch.undo()
+
+    def no_mmap(*args, **kwargs):
+        raise OSError("unable to mmap 1192135096 bytes from file: Cannot allocate memory (12)")
+
+    monkeypatch.setattr("models.checkpoint_folder.safe_open", no_mmap)
+    result = invoke("generate", tiny_ckpt, "hi", *FAST)
+    assert_one_line_error(result, 1, "out of memory mapping", "model.safetensors")
+    assert "not a valid safetensors file" not in result.stderr
+
+
 def test_runtime_failure_exits_1_with_traceback_only_under_debug(tiny_ckpt, monkeypatch):
     def boom(self, *args, **kwargs):
         raise RuntimeError("the device fell over")

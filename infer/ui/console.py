@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from infer.ui.options import Options
 
 # Runtime failures (exit 1) whose message already says what happened and what to do.
-KNOWN_FAILURES: tuple[type[BaseException], ...] = (HubUnreachableError, NonFiniteLogits)
+KNOWN_FAILURES: tuple[type[BaseException], ...] = (HubUnreachableError, NonFiniteLogits,
+                                                    MemoryError)
 
 
 class OutputError(Exception):
@@ -212,6 +213,8 @@ def error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
     alone; any other one is named by its class, with the ``--debug`` hint."""
     bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
     msg = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, RuntimeError) and "can't allocate memory" in msg:  # torch's CPU allocator
+        e, msg = MemoryError(), f"out of host memory: {msg}"
     if not bad_input and not isinstance(e, KNOWN_FAILURES):
         msg = f"{type(e).__name__}: {msg}"
         if not debug:
