@@ -75,7 +75,9 @@ class Qwen3Config:
     """The fields of a Qwen3 ``config.json`` that the model needs.
 
     Raises ``ValueError`` from ``from_dict``/``from_json`` for a config that is not a dense Qwen3
-    model or that is internally inconsistent (the message names the field).
+    model or that is internally inconsistent (the message names the field). ``sliding_window``
+    is the window of the layers that slide (None: none does, as in every published Qwen3);
+    ``models.context.plan_context`` refuses a context longer than it (full attention only here).
     """
 
     vocab_size: int
@@ -91,6 +93,8 @@ class Qwen3Config:
     max_position_embeddings: int = 40960
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
+    hidden_act: str = "silu"
+    sliding_window: int | None = None
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -111,6 +115,11 @@ class Qwen3Config:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         if self.torch_dtype not in TORCH_DTYPES:
             raise ValueError(f"unsupported torch_dtype {self.torch_dtype!r}")
+        if self.hidden_act != "silu":  # the MLP is SwiGLU: another activation is another model
+            raise ValueError(f"config field hidden_act must be \"silu\" (Qwen3's MLP; infer "
+                             f"has no other activation), got {self.hidden_act!r}")
+        if self.sliding_window is not None and _to_int("sliding_window", self.sliding_window) <= 0:
+            raise ValueError("config field sliding_window must be a positive integer or null")
 
     @property
     def gqa_group(self) -> int:
@@ -199,6 +208,8 @@ class Qwen3Config:
                                                 d.get("max_position_embeddings", 40960)),
                 tie_word_embeddings=d.get("tie_word_embeddings", False),  # checked: a bool
                 torch_dtype=str(dtype),
+                hidden_act=d.get("hidden_act", "silu"),
+                sliding_window=_sliding_window(d),
             )
         except KeyError as e:
             raise ValueError(f"config.json is missing the field {e.args[0]!r}") from None
@@ -234,6 +245,26 @@ def _positive_number(name: str, value) -> float:
             math.isfinite(value) and value > 0):
         raise ValueError(f"config field {name} must be a positive finite number, got {value!r}")
     return float(value)
+
+
+def _sliding_window(d: dict) -> int | None:
+    """The attention window of ``d``'s sliding layers as transformers' Qwen3 reads it, None when
+    every layer attends to the whole context: ``sliding_window`` (default 4096) when
+    ``use_sliding_window`` is true and a layer slides (one of ``layer_types`` is
+    "sliding_attention", else a layer at or past ``max_window_layers``, default 28)."""
+    use = d.get("use_sliding_window", False)
+    if not isinstance(use, bool | None):
+        raise ValueError(f"config field use_sliding_window must be true or false, got {use!r}")
+    window = d.get("sliding_window", 4096)
+    if not use or window is None:
+        return None
+    types = d.get("layer_types")
+    if isinstance(types, list):
+        slides = "sliding_attention" in types
+    else:
+        slides = _to_int("max_window_layers", d.get("max_window_layers", 28)) < _to_int(
+            "num_hidden_layers", d["num_hidden_layers"])
+    return _to_int("sliding_window", window) if slides else None
 
 
 def _parse_rope_scaling(s: dict | None) -> YarnScaling | None:

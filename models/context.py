@@ -98,7 +98,8 @@ def plan_context(config: Qwen3Config, ctx: int) -> ContextPlan:
 
     Raises:
         ValueError: ``ctx`` not a positive integer, or more than the checkpoint supports (the
-            message names the largest context and how it comes about).
+            message names the largest context and how it comes about), or longer than its
+            sliding attention window (``Qwen3Config.sliding_window``).
     """
     if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx <= 0:
         raise ValueError(f"context size must be a positive number of tokens, got {ctx!r}")
@@ -110,6 +111,11 @@ def plan_context(config: Qwen3Config, ctx: int) -> ContextPlan:
                          f"supports, {max_ctx:,} tokens ({_limit_reason(config)}): lower --ctx "
                          f"to at most {max_ctx:,}"
                          + (f" ({max_ctx // 1024}k)" if max_ctx % 1024 == 0 else ""))
+    window = config.sliding_window
+    if window is not None and ctx > window:  # up to the window, full attention is the same
+        raise ValueError(f"config.json sets use_sliding_window true with sliding_window "
+                         f"{window:,}: infer has full attention only, which gives other output "
+                         f"past {window:,} tokens: lower --ctx to at most {window:,}")
     if scaling is not None:
         return ContextPlan(config, ctx, max_ctx, yarn_factor=scaling.factor)
     if ctx <= native:

@@ -207,14 +207,31 @@ def test_speculate_on_with_a_presence_penalty_says_it_is_off(tiny_ckpt):
     assert "presence" not in quiet.stderr
 
 
-def _with_generation_config(ckpt, folder: Path, text: str) -> Path:
-    """``folder``: ``ckpt``'s files linked, with ``text`` as its generation_config.json."""
+def _with_generation_config(ckpt, folder: Path, text: str,
+                            name: str = "generation_config.json") -> Path:
+    """``folder``: ``ckpt``'s files linked, with ``text`` as its ``name`` (generation_config.json
+    unless said)."""
     folder.mkdir()
     for f in Path(ckpt).iterdir():
-        if f.name != "generation_config.json":
+        if f.name != name:
             (folder / f.name).symlink_to(f.resolve())
-    (folder / "generation_config.json").write_text(text)
+    (folder / name).write_text(text)
     return folder
+
+
+@pytest.mark.parametrize("extra,words", [
+    ({"hidden_act": "gelu"}, "hidden_act must be \"silu\""),
+    ({"use_sliding_window": True, "sliding_window": 512, "max_window_layers": 0},
+     "use_sliding_window true with sliding_window 512")])
+def test_a_config_infer_would_run_wrongly_is_a_one_line_error(tiny_ckpt, tmp_path, extra, words):
+    """Another activation, or a sliding window shorter than --ctx (1k): refused before the
+    weights load; with --ctx at most the window the sliding model runs (full attention is it)."""
+    config = {**json.loads((Path(tiny_ckpt) / "config.json").read_text()), **extra}
+    folder = _with_generation_config(tiny_ckpt, tmp_path / "odd", json.dumps(config),
+                                     name="config.json")
+    assert_one_line_error(invoke("generate", str(folder), "hi", *FAST), 2, words)
+    if "sliding_window" in extra:
+        assert invoke("generate", str(folder), "hi", *FAST, "--ctx", "512").exit_code == 0
 
 
 def test_speculate_on_with_the_files_presence_penalty_says_it_is_off(tiny_ckpt, tmp_path):

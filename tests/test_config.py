@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from conftest import CONFIGS_DIR
 
 from infer.config import EngineConfig, parse_ctx
 from infer.errors import OptionError
@@ -242,3 +243,41 @@ def test_qwen3_config_direct_construction_is_checked():
     for bad in ({"rope_theta": -1.0}, {"rms_norm_eps": 0.0}, {"tie_word_embeddings": "no"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Qwen3Config(**kw, **bad)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS_DIR.iterdir()))
+def test_every_published_qwen3_config_loads_with_full_attention(name):
+    """The published configs say hidden_act "silu" and use_sliding_window false: they load."""
+    from models.config import Qwen3Config
+
+    c = Qwen3Config.from_json(CONFIGS_DIR / name)
+    assert c.hidden_act == "silu" and c.sliding_window is None
+
+
+@pytest.mark.parametrize("extra,match", [
+    ({"hidden_act": "gelu"}, "hidden_act must be \"silu\".*got 'gelu'"),
+    ({"hidden_act": None}, "hidden_act must be \"silu\".*got None"),
+    ({"use_sliding_window": "yes"}, "use_sliding_window must be true or false, got 'yes'"),
+    ({"use_sliding_window": True, "sliding_window": 0, "max_window_layers": 0},
+     "sliding_window must be a positive")])
+def test_an_activation_or_window_infer_cannot_run_is_refused_naming_it(extra, match):
+    from models.config import Qwen3Config
+
+    with pytest.raises(ValueError, match=match):
+        Qwen3Config.from_dict({**_qwen3_dict(), **extra})
+
+
+@pytest.mark.parametrize("extra,window", [
+    ({"use_sliding_window": True, "sliding_window": 512, "max_window_layers": 0}, 512),
+    ({"use_sliding_window": True, "max_window_layers": 1}, 4096),  # transformers' default
+    ({"use_sliding_window": True, "sliding_window": 512, "max_window_layers": 2}, None),
+    ({"use_sliding_window": True, "sliding_window": 512,
+      "layer_types": ["full_attention", "sliding_attention"]}, 512),
+    ({"use_sliding_window": True, "sliding_window": None, "max_window_layers": 0}, None),
+    ({"use_sliding_window": False, "sliding_window": 512, "max_window_layers": 0}, None)])
+def test_the_sliding_window_is_read_as_transformers_reads_it(extra, window):
+    """A window only where a layer slides (from max_window_layers of the 2 layers, or
+    layer_types)."""
+    from models.config import Qwen3Config
+
+    assert Qwen3Config.from_dict({**_qwen3_dict(), **extra}).sliding_window == window

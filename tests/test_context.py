@@ -212,3 +212,12 @@ def test_auto_yarn_on_the_gpu_matches_the_cpu(tiny_ckpt_factory):
     out = _logits(gpu, ids.cuda(), pos.cuda()).cpu()
     assert _rel_err(out, ref) < 1e-3
     assert _rel_err(_logits(load_model(folder, dtype=torch.float32), ids, pos), ref) > 1e-3
+
+
+def test_a_context_past_the_sliding_window_is_refused():
+    """Full attention equals a sliding window up to the window's length: refused past it only."""
+    mc = dataclasses.replace(_qwen3(), sliding_window=4096)
+    assert plan_context(mc, 4096).ctx == 4096
+    with pytest.raises(ValueError, match="use_sliding_window true with sliding_window 4,096.*"
+                                         "lower --ctx to at most 4,096"):
+        plan_context(mc, 4097)
