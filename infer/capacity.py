@@ -43,7 +43,21 @@ def weight_bytes(folder: str | Path, mc: Qwen3Config, dtype: torch.dtype) -> int
 
 def activation_bytes(mc: Qwen3Config, chunk: int, ctx: int, attention: str, dtype_bytes: int
                      ) -> int:
-    """Peak transient bytes of one prefill chunk of ``chunk`` tokens at context ``ctx``."""
+    """Peak transient bytes of one prefill chunk of ``chunk`` tokens at context ``ctx`` (the
+    prefill's working set, next to the KV pool and the weights), on the GPU or the host.
+
+    With h = hidden_size, i = intermediate_size, q/kv = the query and K/V projection widths,
+    b = ``dtype_bytes``, V = vocab_size::
+
+        FIXED_MARGIN + 2 * chunk * (4h + 3i + 2(q + 2kv)) * b     hidden/MLP activations
+                     + 4 * V                                      the last row's float32 logits
+
+    and for the ``"reference"`` attention (always on the CPU; ``kernels/reference.py``), which
+    materializes float32 tensors over the whole context, with Hq query heads of dimension d:
+    ``+ 4 * (3 * Hq * chunk * ctx + 4 * ctx * Hq * d + 2 * chunk * Hq * d)``: scores, mask and
+    softmax [Hq, chunk, ctx]; K and V gathered and repeated to Hq heads; the chunk's queries and
+    output. The Triton kernels never materialize the scores.
+    """
     h, i = mc.hidden_size, mc.intermediate_size
     per_tok = 4 * h + 3 * i + 2 * (mc.q_size + 2 * mc.kv_size)
     act = 2 * chunk * per_tok * dtype_bytes + 4 * mc.vocab_size
@@ -158,40 +172,41 @@ def available_host_bytes() -> int | None:
         return None
 
 
-def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, *, weights: bool = True) -> None:
-    """Raise ``ValueError`` if the KV pool for ``cfg.ctx`` (plus the weights, when ``weights``)
-    does not fit in available host memory, before anything is allocated (CPU runs).
+def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *,
+                        weights: bool = True) -> None:
+    """Raise ``ValueError`` if ``cfg.ctx`` does not fit in available host memory (CPU runs),
+    before anything is allocated: the KV pool plus one prefill chunk's working set
+    (``bytes_needed``: ``activation_bytes`` of ``attention``, the same estimate as the GPU
+    check's) plus the weights, when ``weights``.
 
-    The message names the dtype the pool stores, the largest context whose pool fits, and,
-    unless the cache is int8 already, the largest one ``--kv-cache int8`` fits, each with
+    The message names the dtype the pool stores, the largest context that fits one sequence,
+    and, unless the cache is int8 already, the largest one ``--kv-cache int8`` fits, each with
     ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``). Does nothing when the
     available memory cannot be read.
     """
     avail = available_host_bytes()
     if avail is None:
         return
-    dtype_bytes = torch.finfo(cfg.torch_dtype).bits // 8
-
-    def per_page(kv_cache: str) -> int:
-        return KVPool.bytes_per_page(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim,
-                                     cfg.page_size, kv_cache, dtype_bytes)
-
-    def largest(kv_cache: str) -> int:  # one context and its slack page (batch 1), at most
-        # what the checkpoint supports
-        fit = max(0, hint_budget(avail - wbytes) // per_page(kv_cache) - 1) * cfg.page_size
-        return min(fit, largest_context(mc))
-
     wbytes = weight_bytes(cfg.model, mc, cfg.torch_dtype) if weights else 0
-    pool = cfg.num_pages * per_page(cfg.kv_cache)
-    if pool + wbytes <= avail:
+    need = bytes_needed(cfg, mc, attention, cfg.kv_cache, cfg.ctx)
+    if need + wbytes <= avail:
         return
+    one = replace(cfg, max_batch=1)
+
+    def largest(kv_cache: str) -> int:  # one sequence, at most what the checkpoint supports
+        return min(largest_ctx(hint_budget(avail - wbytes), one, mc, attention, kv_cache),
+                   largest_context(mc))
+
+    pool = need - activation_bytes(mc, min(cfg.chunk, cfg.ctx), cfg.ctx, attention,
+                                   torch.finfo(cfg.torch_dtype).bits // 8)
     gib = 1 << 30
     raise ValueError(f"--ctx {cfg.ctx:,} with {kv_cache_words(cfg)} does not fit in host "
-                     f"memory: its KV cache takes {pool / gib:.1f} GiB"
-                     + (f" plus {wbytes / gib:.1f} GiB of weights" if weights else "")
-                     + f", {avail / gib:.1f} GiB available. The largest context that fits is "
+                     f"memory: it needs {(need + wbytes) / gib:.1f} GiB (KV cache "
+                     f"{pool / gib:.1f} GiB, a prefill chunk's working set "
+                     f"{(need - pool) / gib:.1f} GiB"
+                     + (f", weights {wbytes / gib:.1f} GiB" if weights else "")
+                     + f"), {avail / gib:.1f} GiB available. The largest context that fits is "
                      f"{counted(largest(cfg.kv_cache), 'token')} (with a {HINT_MARGIN_PERCENT} % "
                      "margin, as available memory varies between runs): lower --ctx"
                      + ("" if cfg.kv_cache == "int8" else
                         f", or use --kv-cache int8 (it fits {counted(largest('int8'), 'token')})"))
-

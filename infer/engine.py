@@ -104,7 +104,8 @@ class Engine:
         if self.device.type == "cuda" and model is None:
             check_capacity(config, self.model_config, self.attention_kind, self.device)
         if self.device.type == "cpu":
-            check_host_capacity(config, self.model_config, weights=model is None)
+            check_host_capacity(config, self.model_config, self.attention_kind,
+                                weights=model is None)
         if model is None:
             from infer.warm_up import start_triton_key
             from models.loader import load_model

@@ -85,29 +85,57 @@ def test_check_capacity_message(qwen8b, monkeypatch, tmp_path):
 
 
 def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
-    """CPU runs: the pool (+ weights) against available host memory; the largest ctx fits."""
+    """CPU runs: the pool, a prefill chunk's working set (+ weights) against available host
+    memory; the largest ctx fits."""
     cfg = EngineConfig(tmp_path, ctx=32768, device="cpu", kv_cache="bf16")
     weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
-    per_page = capacity.KVPool.bytes_per_page(
-        qwen8b.num_hidden_layers, qwen8b.num_key_value_heads, qwen8b.head_dim, cfg.page_size,
-        "bf16", 4)
-    avail = weights + cfg.num_pages * per_page
+    avail = weights + capacity.bytes_needed(cfg, qwen8b, "reference", "bf16", 32768)
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: avail)
-    capacity.check_host_capacity(cfg, qwen8b)  # fits exactly
+    capacity.check_host_capacity(cfg, qwen8b, "reference")  # fits exactly
     huge = EngineConfig(tmp_path, ctx=99999999999 * 1024, device="cpu", kv_cache="bf16")
     with pytest.raises(ValueError, match="host memory") as e:
-        capacity.check_host_capacity(huge, qwen8b)
+        capacity.check_host_capacity(huge, qwen8b, "reference")
     largest = int(str(e.value).split("largest context that fits is ")[1].split()[0]
                   .replace(",", ""))
     spare = (capacity.HINT_MARGIN_PERCENT + 1) / 100  # the margin, and a page's rounding
     assert 32768 * (1 - spare) < largest < 32768  # the tight fit less the margin
-    capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest, device="cpu"), qwen8b)
+    capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest, device="cpu"), qwen8b,
+                                 "reference")
     with pytest.raises(ValueError, match="lower --ctx"):
         capacity.check_host_capacity(EngineConfig(tmp_path, ctx=32768 + 1, device="cpu"),
-                                     qwen8b)
-    assert capacity.check_host_capacity(cfg, qwen8b, weights=False) is None
+                                     qwen8b, "reference")
+    assert capacity.check_host_capacity(cfg, qwen8b, "reference", weights=False) is None
     monkeypatch.undo()
     assert capacity.available_host_bytes() > 0  # readable on this machine
+
+
+def test_host_capacity_counts_the_prefill_working_set(monkeypatch, tmp_path):
+    """A long prompt near --ctx was OOM-killed mid-prefill: the host check counted the KV cache
+    and the weights, not the reference attention's float32 scores over the whole context and a
+    chunk's activations (several GiB at 64k). It counts them now, as the GPU check does
+    (``activation_bytes``), and agrees with ``largest_batch``, which counted them already."""
+    from conftest import CONFIGS_DIR
+
+    mc = Qwen3Config.from_json(CONFIGS_DIR / "Qwen3-0.6B")
+    cfg = EngineConfig(tmp_path, ctx=65536, device="cpu", kv_cache="bf16")
+    work = capacity.activation_bytes(mc, 512, 65536, "reference", 4)
+    assert work > 6 << 30  # scores [16 heads, 512, 65536] in float32 alone are 2 GiB each
+    weights = capacity.weight_bytes(tmp_path, mc, torch.float32)
+    need = capacity.bytes_needed(cfg, mc, "reference", "bf16", 65536)
+    pool = need - work
+    avail = weights + pool + work // 2  # the cache and the weights fit, the prefill does not
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: avail)
+    with pytest.raises(ValueError) as e:
+        capacity.check_host_capacity(cfg, mc, "reference")
+    msg = str(e.value)
+    assert f"a prefill chunk's working set {work / (1 << 30):.1f} GiB" in msg, msg
+    assert capacity.largest_batch(cfg, mc, "reference", torch.device("cpu")) == 0
+    largest = _suggested(msg, r"largest context that fits is ([\d,]+) tokens")
+    assert 0 < largest < 65536
+    capacity.check_host_capacity(replace(cfg, ctx=largest), mc, "reference")
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: weights + need)
+    capacity.check_host_capacity(cfg, mc, "reference")  # fits exactly
+    assert capacity.largest_batch(cfg, mc, "reference", torch.device("cpu")) == 1
 
 
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
@@ -118,19 +146,20 @@ def test_host_capacity_names_the_stored_dtype_and_suggests_int8(qwen8b, monkeypa
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: 64 << 30)
     cfg = EngineConfig(tmp_path, ctx=1 << 30, device="cpu", kv_cache=kv_cache)
     with pytest.raises(ValueError) as e:
-        capacity.check_host_capacity(cfg, qwen8b)
+        capacity.check_host_capacity(cfg, qwen8b, "reference")
     msg = str(e.value)
     if kv_cache == "bf16":
         assert "--kv-cache bf16 (float32 on the CPU) does not fit" in msg
         int8 = int(msg.split("use --kv-cache int8 (it fits ")[1].split()[0].replace(",", ""))
         largest = int(msg.split("largest context that fits is ")[1].split()[0].replace(",", ""))
         assert int8 > largest > 0
-        capacity.check_host_capacity(replace(cfg, ctx=int8, kv_cache="int8"), qwen8b)
+        capacity.check_host_capacity(replace(cfg, ctx=int8, kv_cache="int8"), qwen8b,
+                                     "reference")
     else:
         assert "--kv-cache int8 does not fit" in msg and "use --kv-cache int8" not in msg
     cfg16 = EngineConfig(tmp_path, ctx=1 << 30, device="cpu", kv_cache="bf16", dtype="bfloat16")
     with pytest.raises(ValueError, match=r"--kv-cache bf16 does not fit"):
-        capacity.check_host_capacity(cfg16, qwen8b)  # bfloat16 activations: bf16 is bf16
+        capacity.check_host_capacity(cfg16, qwen8b, "reference")  # bfloat16: bf16 is bf16
 
 
 def test_capacity_hints_stop_at_the_largest_context_the_model_supports(qwen8b, monkeypatch,
@@ -140,15 +169,15 @@ def test_capacity_hints_stop_at_the_largest_context_the_model_supports(qwen8b, m
     from models.context import largest_context
 
     top = largest_context(qwen8b)
-    per_page = capacity.KVPool.bytes_per_page(
-        qwen8b.num_hidden_layers, qwen8b.num_key_value_heads, qwen8b.head_dim, 64, "bf16", 4)
-    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
-    # float32 pages for 3/4 of the top context: int8 (a quarter of the bytes) holds 3x the top
-    monkeypatch.setattr(capacity, "available_host_bytes",
-                        lambda: weights + (3 * top // 4 // 64 + 1) * per_page)
     cfg = EngineConfig(tmp_path, ctx=top, device="cpu", kv_cache="bf16")
+    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
+    # the int8 cache and a prefill's working set at the top context fit, with room to spare (a
+    # budget for more than the top); the bf16 cache does not
+    int8 = capacity.bytes_needed(cfg, qwen8b, "reference", "int8", top) * 10 // 9
+    assert int8 < capacity.bytes_needed(cfg, qwen8b, "reference", "bf16", top)
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: weights + int8)
     with pytest.raises(ValueError) as e:
-        capacity.check_host_capacity(cfg, qwen8b)
+        capacity.check_host_capacity(cfg, qwen8b, "reference")
     assert f"use --kv-cache int8 (it fits {top:,} tokens)" in str(e.value)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 50, 1 << 50))
     huge = EngineConfig(tmp_path, ctx=1 << 40, device="cuda", kv_cache="bf16")
@@ -210,7 +239,7 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
     host_weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: host_weights + budget)
     with pytest.raises(ValueError) as e:
-        capacity.check_host_capacity(host, qwen8b)
+        capacity.check_host_capacity(host, qwen8b, "reference")
     msg = str(e.value)
     assert f"with a {capacity.HINT_MARGIN_PERCENT} % margin" in msg
     monkeypatch.setattr(capacity, "available_host_bytes",
@@ -219,4 +248,4 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
                         ("int8", r"int8 \(it fits ([\d,]+) tokens\)")):
         ctx = _suggested(msg, pattern)
         assert 0 < ctx < 131072
-        capacity.check_host_capacity(replace(host, ctx=ctx, kv_cache=kv), qwen8b)
+        capacity.check_host_capacity(replace(host, ctx=ctx, kv_cache=kv), qwen8b, "reference")

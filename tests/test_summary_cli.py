@@ -166,18 +166,20 @@ def test_batch_past_memory_names_the_cache_dtype(tiny_ckpt, book, monkeypatch, f
     assert f" {count.rsplit(' ', 1)[1]} in memory" in last
 
 
-def test_no_sequence_fitting_says_so_and_decodes_one_part_at_a_time(tiny_ckpt, book,
-                                                                  monkeypatch):
-    """Not one sequence of --ctx fits with a prefill chunk's working set, and the engine's check
-    lets it run (the host's counts the KV cache and weights only): a note says so, one part at a
-    time."""
+def test_no_sequence_fitting_is_refused_by_the_engine_check(tiny_ckpt, book, monkeypatch):
+    """Not one sequence of --ctx fits with a prefill chunk's working set: the host check counts
+    that working set as ``largest_batch`` does, so the engine refuses it, naming the largest
+    context that fits (a note used to say one part at a time, and to lower --ctx if it ran out
+    of memory, when the host check counted the KV cache and the weights only)."""
     import infer.capacity
 
-    monkeypatch.setattr(infer.capacity, "largest_batch", lambda *a, **k: 0)
+    monkeypatch.setattr(infer.capacity, "available_host_bytes", lambda: 512 << 20)
     path, _ = book
     result = invoke("summarize", path, "--model", tiny_ckpt, *LONG, "--json")
-    assert result.exit_code == 0, result.output
-    assert "decoding 1 part at a time: not even one sequence of --ctx" in result.stderr
+    assert result.exit_code == 2, result.output
+    assert "decoding 1 part at a time" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "does not fit in host memory" in last and "prefill chunk's working set" in last, last
 
 
 def ctrl_c_at_prefill(monkeypatch, start: int) -> None:

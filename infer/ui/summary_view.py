@@ -173,10 +173,8 @@ def _batch(ui: UI, cfg, plan, want: int, batch: int | None) -> int:
         raise ValueError(f"--batch {batch} does not fit: {counted(fits, 'sequence')} of --ctx "
                          f"{cfg.ctx:,} {'fits' if fits == 1 else 'fit'} in memory with "
                          f"{kv_cache_words(cfg)}")
-    if fits == 0:  # the engine's capacity check names the largest context that fits (on a
-        # GPU; the host's counts the KV cache and weights only, not the prefill's working set)
-        ui.note(f"decoding 1 part at a time: not even one sequence of --ctx {cfg.ctx:,} fits "
-                "in memory with a prefill chunk's working set; lower --ctx if it runs out")
+    if fits == 0:  # the engine's capacity check (the same count, prefill working set
+        # included) refuses it, naming the largest context that fits
         return 1
     chosen = min(batch or want, want, fits)
     cache = kv_cache_words(cfg).removeprefix("--kv-cache ")
