@@ -13,13 +13,13 @@ the page cache), and a context that fit to the page on one run was refused on th
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from infer.config import KV_CACHES, MAX_BATCH, EngineConfig, pool_pages
+from infer.host_memory import available_host_bytes
 from infer.kv_pool import KVPool
 from infer.wording import counted
 from models.config import Qwen3Config
@@ -141,7 +141,8 @@ def largest_batch(cfg: EngineConfig, mc: Qwen3Config, attention: str, device: to
                   limit: int = MAX_BATCH) -> int:
     """The most sequences of ``cfg.ctx`` positions (up to ``limit``) whose KV pool fits on
     ``device`` next to the weights: what ``EngineConfig.max_batch`` may be. CUDA: free memory
-    (``torch.cuda.mem_get_info``); CPU: available host memory. 0 if not even one fits.
+    (``torch.cuda.mem_get_info``); CPU: available host memory
+    (``available_host_bytes``, capped by a container's limit). 0 if not even one fits.
     Call it before loading the weights."""
     if torch.device(device).type == "cuda":
         budget = torch.cuda.mem_get_info(device)[0] - weight_bytes(cfg.model, mc, cfg.torch_dtype)
@@ -156,26 +157,11 @@ def largest_batch(cfg: EngineConfig, mc: Qwen3Config, attention: str, device: to
     return 0
 
 
-def available_host_bytes() -> int | None:
-    """Host memory available for new allocations (bytes): ``MemAvailable`` from /proc/meminfo,
-    else free pages from ``sysconf``; None when neither is readable."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *,
                         weights: bool = True) -> None:
-    """Raise ``ValueError`` if ``cfg.ctx`` does not fit in available host memory (CPU runs),
-    before anything is allocated: the KV pool plus one prefill chunk's working set
+    """Raise ``ValueError`` if ``cfg.ctx`` does not fit in available host memory
+    (``available_host_bytes``: a container's memory limit caps it) on a CPU run, before anything
+    is allocated: the KV pool plus one prefill chunk's working set
     (``bytes_needed``: ``activation_bytes`` of ``attention``, the same estimate as the GPU
     check's) plus the weights, when ``weights``.
 
