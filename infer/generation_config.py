@@ -13,9 +13,9 @@ SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "presence_penalty")
 
 def read_sampling_defaults(path: Path) -> dict:
     """The ``SAMPLING_KEYS`` that ``path`` sets (not null), with ``do_sample: false`` as
-    temperature 0, and ``do_sample`` itself when it is neither true, false nor null (a string
-    ``"false"`` must not read as sampling on: the caller refuses it); ``{}`` when there is no
-    such file.
+    temperature 0, an integer ``top_k`` <= 0 (vLLM writes -1) as 0 (no top-k filter), and
+    ``do_sample`` itself when it is neither true, false nor null (a string ``"false"`` must not
+    read as sampling on: the caller refuses it); ``{}`` when there is no such file.
 
     Raises:
         ValueError: the file is not valid JSON or not a JSON object (the message names it).
@@ -28,4 +28,7 @@ def read_sampling_defaults(path: Path) -> dict:
         values["do_sample"] = gen["do_sample"]
     if gen.get("do_sample") is False:
         values["temperature"] = 0.0
+    top_k = values.get("top_k")
+    if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k < 0:
+        values["top_k"] = 0  # "disabled", as 0 is
     return values

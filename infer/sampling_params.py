@@ -117,10 +117,10 @@ class SamplingParams:
         """Defaults from the checkpoint's ``generation_config.json``, then ``overrides``.
 
         Reads ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``presence_penalty`` (and
-        ``do_sample: false`` as temperature 0) when present; fields it lacks keep the class
-        defaults. A missing file means class defaults. Overrides whose value is None are ignored,
-        so a CLI can pass every option straight through. For Qwen3 the file gives temperature 0.6,
-        top_p 0.95, top_k 20.
+        ``do_sample: false`` as temperature 0, a negative ``top_k`` as 0: off) when present;
+        fields it lacks keep the class defaults. A missing file means class defaults. Overrides
+        whose value is None are ignored, so a CLI can pass every option straight through. For
+        Qwen3 the file gives temperature 0.6, top_p 0.95, top_k 20.
 
         Raises:
             ValueError: if the file is not valid JSON or holds a value out of range that no

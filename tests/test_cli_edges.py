@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import FAST, assert_one_line_error, invoke
+from cli_helpers import FAST, assert_one_line_error, invoke, ok_json
 
 pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
 
@@ -245,6 +245,15 @@ def test_speculate_on_with_the_files_presence_penalty_says_it_is_off(tiny_ckpt, 
     for flags in (["--presence-penalty", "0"], ["--speculate", "auto"]):
         quiet = invoke("generate", str(folder), "hi", *FAST, "--speculate", "on", *flags)
         assert quiet.exit_code == 0 and "presence" not in quiet.stderr, quiet.stderr
+
+
+def test_a_disabled_top_k_in_generation_config_decodes_greedily_too(tiny_ckpt, tmp_path):
+    """vLLM's ``top_k: -1`` (off) was refused even for --temperature 0: now it is no filter."""
+    folder = _with_generation_config(tiny_ckpt, tmp_path / "vllm", '{"top_k": -1}')
+    for temperature in ("0", "1"):
+        obj = ok_json(invoke("generate", str(folder), "hi", *FAST, "--temperature", temperature,
+                             "--json"))
+        assert obj["sampling"]["top_k"] == 0
 
 
 def test_a_string_do_sample_in_generation_config_is_a_one_line_error(tiny_ckpt, tmp_path):
