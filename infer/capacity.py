@@ -23,7 +23,6 @@ from infer.host_memory import available_host_bytes
 from infer.kv_pool import KVPool
 from infer.wording import counted
 from models.config import Qwen3Config
-from models.context import largest_context
 
 FIXED_MARGIN = 1 << 30  # CUDA context leftovers, allocator fragmentation, workspaces (bytes)
 HINT_MARGIN_PERCENT = 5  # of the budget, left unused by a suggested context (module docstring)
@@ -112,11 +111,14 @@ def kv_cache_words(cfg: EngineConfig) -> str:
 
 
 def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
-                   device: torch.device) -> None:
+                   device: torch.device, *, max_ctx: int) -> None:
     """Raise ``ValueError`` if ``cfg.ctx`` does not fit on ``device`` next to the weights.
 
     The message gives the free memory, the weight bytes and, for each cache dtype, the largest
-    context that fits with ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``).
+    context that fits with ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``), at
+    most ``max_ctx``: the largest context the checkpoint supports (tokens,
+    ``ContextPlan.max_ctx``), not ``mc``'s own limit, which YaRN added for ``cfg.ctx`` sets
+    lower (a factor 3 for 96k stops at 98,304 where the checkpoint runs 131,072).
     CUDA only (call it before loading the weights).
     """
     free, _total = torch.cuda.mem_get_info(device)
@@ -124,10 +126,9 @@ def check_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str,
     budget = free - weights
     if bytes_needed(cfg, mc, attention, cfg.kv_cache, cfg.ctx) <= budget:
         return
-    cap = largest_context(mc)  # no hint past what the checkpoint supports
     hint = hint_budget(budget)
-    fits = ", ".join(
-        f"{kv}: {counted(min(largest_ctx(hint, cfg, mc, attention, kv), cap), 'token')}"
+    fits = ", ".join(  # no hint past what the checkpoint supports
+        f"{kv}: {counted(min(largest_ctx(hint, cfg, mc, attention, kv), max_ctx), 'token')}"
         for kv in KV_CACHES)
     gib = 1 << 30
     raise ValueError(f"--ctx {cfg.ctx:,} with {kv_cache_words(cfg)} does not fit: "
@@ -157,13 +158,14 @@ def largest_batch(cfg: EngineConfig, mc: Qwen3Config, attention: str, device: to
     return 0
 
 
-def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *,
+def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *, max_ctx: int,
                         weights: bool = True) -> None:
     """Raise ``ValueError`` if ``cfg.ctx`` does not fit in available host memory
     (``available_host_bytes``: a container's memory limit caps it) on a CPU run, before anything
     is allocated: the KV pool plus one prefill chunk's working set
     (``bytes_needed``: ``activation_bytes`` of ``attention``, the same estimate as the GPU
-    check's) plus the weights, when ``weights``.
+    check's) plus the weights, when ``weights``. ``max_ctx``: the largest context the
+    checkpoint supports, the most a suggestion names (as ``check_capacity``).
 
     The message names the dtype the pool stores, the largest context that fits one sequence,
     and, unless the cache is int8 already, the largest one ``--kv-cache int8`` fits, each with
@@ -181,7 +183,7 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *,
 
     def largest(kv_cache: str) -> int:  # one sequence, at most what the checkpoint supports
         return min(largest_ctx(hint_budget(avail - wbytes), one, mc, attention, kv_cache),
-                   largest_context(mc))
+                   max_ctx)
 
     pool = need - activation_bytes(mc, min(cfg.chunk, cfg.ctx), cfg.ctx, attention,
                                    torch.finfo(cfg.torch_dtype).bits // 8)

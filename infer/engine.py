@@ -102,10 +102,11 @@ class Engine:
             else self.context.config
         self.attention_kind = resolve_attention(config.attention, self.device)
         if self.device.type == "cuda" and model is None:
-            check_capacity(config, self.model_config, self.attention_kind, self.device)
+            check_capacity(config, self.model_config, self.attention_kind, self.device,
+                           max_ctx=self.context.max_ctx)
         if self.device.type == "cpu":
             check_host_capacity(config, self.model_config, self.attention_kind,
-                                weights=model is None)
+                                max_ctx=self.context.max_ctx, weights=model is None)
         if model is None:
             from infer.warm_up import start_triton_key
             from models.loader import load_model

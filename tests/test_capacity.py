@@ -14,6 +14,8 @@ from infer import capacity
 from infer.config import EngineConfig
 from models.config import Qwen3Config
 
+TOP = 131072  # the largest context Qwen3 checkpoints support (models/context.py)
+
 
 @pytest.fixture(scope="module")
 def qwen8b():
@@ -69,11 +71,11 @@ def test_check_capacity_message(qwen8b, monkeypatch, tmp_path):
     weights = capacity.weight_bytes(tmp_path, qwen8b, torch.bfloat16)
     need = capacity.bytes_needed(cfg, qwen8b, "triton", "bf16", 131072)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (weights + need, 1 << 40))
-    capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"))  # fits exactly
+    capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"), max_ctx=TOP)  # just fits
     free = weights + need // 2
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 1 << 40))
     with pytest.raises(ValueError) as e:
-        capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"))
+        capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"), max_ctx=TOP)
     msg = str(e.value)
     hint = capacity.hint_budget(free - weights)
     bf16 = capacity.largest_ctx(hint, cfg, qwen8b, "triton", "bf16")
@@ -91,20 +93,21 @@ def test_check_host_capacity(qwen8b, monkeypatch, tmp_path):
     weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
     avail = weights + capacity.bytes_needed(cfg, qwen8b, "reference", "bf16", 32768)
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: avail)
-    capacity.check_host_capacity(cfg, qwen8b, "reference")  # fits exactly
+    capacity.check_host_capacity(cfg, qwen8b, "reference", max_ctx=TOP)  # fits exactly
     huge = EngineConfig(tmp_path, ctx=99999999999 * 1024, device="cpu", kv_cache="bf16")
     with pytest.raises(ValueError, match="host memory") as e:
-        capacity.check_host_capacity(huge, qwen8b, "reference")
+        capacity.check_host_capacity(huge, qwen8b, "reference", max_ctx=TOP)
     largest = int(str(e.value).split("largest context that fits is ")[1].split()[0]
                   .replace(",", ""))
     spare = (capacity.HINT_MARGIN_PERCENT + 1) / 100  # the margin, and a page's rounding
     assert 32768 * (1 - spare) < largest < 32768  # the tight fit less the margin
     capacity.check_host_capacity(EngineConfig(tmp_path, ctx=largest, device="cpu"), qwen8b,
-                                 "reference")
+                                 "reference", max_ctx=TOP)
     with pytest.raises(ValueError, match="lower --ctx"):
         capacity.check_host_capacity(EngineConfig(tmp_path, ctx=32768 + 1, device="cpu"),
-                                     qwen8b, "reference")
-    assert capacity.check_host_capacity(cfg, qwen8b, "reference", weights=False) is None
+                                     qwen8b, "reference", max_ctx=TOP)
+    assert capacity.check_host_capacity(cfg, qwen8b, "reference", max_ctx=TOP,
+                                        weights=False) is None
     monkeypatch.undo()
     assert capacity.available_host_bytes() > 0  # readable on this machine
 
@@ -126,15 +129,15 @@ def test_host_capacity_counts_the_prefill_working_set(monkeypatch, tmp_path):
     avail = weights + pool + work // 2  # the cache and the weights fit, the prefill does not
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: avail)
     with pytest.raises(ValueError) as e:
-        capacity.check_host_capacity(cfg, mc, "reference")
+        capacity.check_host_capacity(cfg, mc, "reference", max_ctx=TOP)
     msg = str(e.value)
     assert f"a prefill chunk's working set {work / (1 << 30):.1f} GiB" in msg, msg
     assert capacity.largest_batch(cfg, mc, "reference", torch.device("cpu")) == 0
     largest = _suggested(msg, r"largest context that fits is ([\d,]+) tokens")
     assert 0 < largest < 65536
-    capacity.check_host_capacity(replace(cfg, ctx=largest), mc, "reference")
+    capacity.check_host_capacity(replace(cfg, ctx=largest), mc, "reference", max_ctx=TOP)
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: weights + need)
-    capacity.check_host_capacity(cfg, mc, "reference")  # fits exactly
+    capacity.check_host_capacity(cfg, mc, "reference", max_ctx=TOP)  # fits exactly
     assert capacity.largest_batch(cfg, mc, "reference", torch.device("cpu")) == 1
 
 
@@ -146,7 +149,7 @@ def test_host_capacity_names_the_stored_dtype_and_suggests_int8(qwen8b, monkeypa
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: 64 << 30)
     cfg = EngineConfig(tmp_path, ctx=1 << 30, device="cpu", kv_cache=kv_cache)
     with pytest.raises(ValueError) as e:
-        capacity.check_host_capacity(cfg, qwen8b, "reference")
+        capacity.check_host_capacity(cfg, qwen8b, "reference", max_ctx=TOP)
     msg = str(e.value)
     if kv_cache == "bf16":
         assert "--kv-cache bf16 (float32 on the CPU) does not fit" in msg
@@ -154,12 +157,12 @@ def test_host_capacity_names_the_stored_dtype_and_suggests_int8(qwen8b, monkeypa
         largest = int(msg.split("largest context that fits is ")[1].split()[0].replace(",", ""))
         assert int8 > largest > 0
         capacity.check_host_capacity(replace(cfg, ctx=int8, kv_cache="int8"), qwen8b,
-                                     "reference")
+                                     "reference", max_ctx=TOP)
     else:
         assert "--kv-cache int8 does not fit" in msg and "use --kv-cache int8" not in msg
     cfg16 = EngineConfig(tmp_path, ctx=1 << 30, device="cpu", kv_cache="bf16", dtype="bfloat16")
     with pytest.raises(ValueError, match=r"--kv-cache bf16 does not fit"):
-        capacity.check_host_capacity(cfg16, qwen8b, "reference")  # bfloat16: bf16 is bf16
+        capacity.check_host_capacity(cfg16, qwen8b, "reference", max_ctx=TOP)  # bf16 is bf16
 
 
 def test_capacity_hints_stop_at_the_largest_context_the_model_supports(qwen8b, monkeypatch,
@@ -177,13 +180,48 @@ def test_capacity_hints_stop_at_the_largest_context_the_model_supports(qwen8b, m
     assert int8 < capacity.bytes_needed(cfg, qwen8b, "reference", "bf16", top)
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: weights + int8)
     with pytest.raises(ValueError) as e:
-        capacity.check_host_capacity(cfg, qwen8b, "reference")
+        capacity.check_host_capacity(cfg, qwen8b, "reference", max_ctx=TOP)
     assert f"use --kv-cache int8 (it fits {top:,} tokens)" in str(e.value)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1 << 50, 1 << 50))
     huge = EngineConfig(tmp_path, ctx=1 << 40, device="cuda", kv_cache="bf16")
     with pytest.raises(ValueError) as e:
-        capacity.check_capacity(huge, qwen8b, "triton", torch.device("cuda"))
+        capacity.check_capacity(huge, qwen8b, "triton", torch.device("cuda"), max_ctx=TOP)
     assert f"bf16: {top:,} tokens, int8: {top:,} tokens" in str(e.value)
+
+
+def test_int8_hint_is_capped_by_the_checkpoint_not_the_yarn_of_this_ctx(qwen8b, monkeypatch,
+                                                                        tmp_path):
+    """--ctx 96k turns on YaRN factor 3 (a config whose own limit is 98,304): a refusal
+    suggested int8 "98,304 tokens" where --ctx 128k with int8 ran. The cap is the checkpoint's
+    largest context (131,072 with factor 4), on the GPU and on the host (through the engine)."""
+    import shutil
+
+    from conftest import CONFIGS_DIR
+
+    from infer.engine import Engine
+    from models.context import plan_context
+
+    plan = plan_context(qwen8b, 96 * 1024)
+    assert plan.config.max_context == 98304 and plan.max_ctx == TOP
+    gpu = EngineConfig(tmp_path, ctx=96 * 1024, device="cuda", kv_cache="bf16")
+    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.bfloat16)
+    room = capacity.bytes_needed(gpu, qwen8b, "triton", "int8", TOP) * 10 // 9
+    assert room < capacity.bytes_needed(gpu, qwen8b, "triton", "bf16", 96 * 1024)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (weights + room, 1 << 40))
+    with pytest.raises(ValueError) as e:
+        capacity.check_capacity(gpu, plan.config, "triton", torch.device("cuda"),
+                                max_ctx=plan.max_ctx)
+    assert f"int8: {TOP:,} tokens" in str(e.value), str(e.value)
+
+    shutil.copy(CONFIGS_DIR / "Qwen3-8B" / "config.json", tmp_path / "config.json")
+    host = EngineConfig(tmp_path, ctx=96 * 1024, device="cpu", kv_cache="bf16")
+    weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
+    room = capacity.bytes_needed(host, qwen8b, "reference", "int8", TOP) * 10 // 9
+    assert room < capacity.bytes_needed(host, qwen8b, "reference", "bf16", 96 * 1024)
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: weights + room)
+    with pytest.raises(ValueError) as e:
+        Engine(host)
+    assert f"use --kv-cache int8 (it fits {TOP:,} tokens)" in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize("kv_cache", ["bf16", "int8"])
@@ -192,13 +230,13 @@ def test_gpu_capacity_suggests_int8_only_when_it_is_not_int8(qwen8b, monkeypatch
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (20 << 30, 1 << 40))
     cfg = EngineConfig(tmp_path, ctx=1 << 24, device="cuda", kv_cache=kv_cache)
     with pytest.raises(ValueError) as e:
-        capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"))
+        capacity.check_capacity(cfg, qwen8b, "triton", torch.device("cuda"), max_ctx=TOP)
     msg = str(e.value)
     assert f"--kv-cache {kv_cache} does not fit" in msg
     assert ("use --kv-cache int8" in msg) == (kv_cache == "bf16"), msg
     cfg16 = EngineConfig(tmp_path, ctx=1 << 24, device="cuda", dtype="float16")
     with pytest.raises(ValueError, match=r"--kv-cache bf16 \(float16 with --dtype float16\)"):
-        capacity.check_capacity(cfg16, qwen8b, "triton", torch.device("cuda"))
+        capacity.check_capacity(cfg16, qwen8b, "triton", torch.device("cuda"), max_ctx=TOP)
 
 
 def _suggested(msg: str, pattern: str) -> int:
@@ -221,7 +259,7 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
 
     free(budget)
     with pytest.raises(ValueError) as e:
-        capacity.check_capacity(gpu, qwen8b, "triton", torch.device("cuda"))
+        capacity.check_capacity(gpu, qwen8b, "triton", torch.device("cuda"), max_ctx=TOP)
     msg = str(e.value)
     assert f"with a {capacity.HINT_MARGIN_PERCENT} % margin" in msg
     free(budget - budget * 4 // 100)  # 4 %: the drift a user's machine showed between runs
@@ -230,16 +268,16 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
         tight = capacity.largest_ctx(budget, gpu, qwen8b, "triton", kv)
         assert 0 < ctx < tight < 131072
         capacity.check_capacity(replace(gpu, ctx=ctx, kv_cache=kv), qwen8b, "triton",
-                                torch.device("cuda"))
+                                torch.device("cuda"), max_ctx=TOP)
         with pytest.raises(ValueError):  # what the message said before the margin
             capacity.check_capacity(replace(gpu, ctx=tight, kv_cache=kv), qwen8b, "triton",
-                                    torch.device("cuda"))
+                                    torch.device("cuda"), max_ctx=TOP)
 
     host = EngineConfig(tmp_path, ctx=1 << 20, device="cpu", kv_cache="bf16")
     host_weights = capacity.weight_bytes(tmp_path, qwen8b, torch.float32)
     monkeypatch.setattr(capacity, "available_host_bytes", lambda: host_weights + budget)
     with pytest.raises(ValueError) as e:
-        capacity.check_host_capacity(host, qwen8b, "reference")
+        capacity.check_host_capacity(host, qwen8b, "reference", max_ctx=TOP)
     msg = str(e.value)
     assert f"with a {capacity.HINT_MARGIN_PERCENT} % margin" in msg
     monkeypatch.setattr(capacity, "available_host_bytes",
@@ -248,4 +286,5 @@ def test_suggested_contexts_still_fit_with_a_little_less_free_memory(qwen8b, mon
                         ("int8", r"int8 \(it fits ([\d,]+) tokens\)")):
         ctx = _suggested(msg, pattern)
         assert 0 < ctx < 131072
-        capacity.check_host_capacity(replace(host, ctx=ctx, kv_cache=kv), qwen8b, "reference")
+        capacity.check_host_capacity(replace(host, ctx=ctx, kv_cache=kv), qwen8b, "reference",
+                                     max_ctx=TOP)
