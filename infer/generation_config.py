@@ -1,6 +1,7 @@
 """The sampling defaults a checkpoint ships in ``generation_config.json`` (read, not validated:
 ``SamplingParams.from_generation_config`` checks them, ``do_sample`` included, and names the file
-on a bad value)."""
+on a bad value), and the settings there that infer does not apply (``unapplied_settings``: the
+CLI notes them)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from models.config import read_json_object
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "presence_penalty")
+# settings infer does not apply -> the value that changes nothing (HF transformers, vLLM)
+UNAPPLIED_KEYS = {"repetition_penalty": 1.0, "frequency_penalty": 0.0}
 
 
 def read_sampling_defaults(path: Path) -> dict:
@@ -32,3 +35,18 @@ def read_sampling_defaults(path: Path) -> dict:
     if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k < 0:
         values["top_k"] = 0  # "disabled", as 0 is
     return values
+
+
+def unapplied_settings(path: Path) -> dict:
+    """The ``UNAPPLIED_KEYS`` that ``path`` sets to a value that would change a reply
+    (``repetition_penalty`` other than 1, ``frequency_penalty`` other than 0), which infer
+    ignores; ``{}`` when there is no such file.
+
+    Raises:
+        ValueError: the file is not valid JSON or not a JSON object (the message names it).
+    """
+    if not path.is_file():
+        return {}
+    gen = read_json_object(path)
+    return {k: gen[k] for k, neutral in UNAPPLIED_KEYS.items()
+            if gen.get(k) is not None and gen[k] != neutral}

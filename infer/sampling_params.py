@@ -120,7 +120,8 @@ class SamplingParams:
         ``do_sample: false`` as temperature 0, a negative ``top_k`` as 0: off) when present;
         fields it lacks keep the class defaults. A missing file means class defaults. Overrides
         whose value is None are ignored, so a CLI can pass every option straight through. For
-        Qwen3 the file gives temperature 0.6, top_p 0.95, top_k 20.
+        Qwen3 the file gives temperature 0.6, top_p 0.95, top_k 20. Its ``repetition_penalty``
+        and ``frequency_penalty`` are not applied (``unapplied_settings``: the CLI notes them).
 
         Raises:
             ValueError: if the file is not valid JSON or holds a value out of range that no

@@ -256,6 +256,27 @@ def test_a_disabled_top_k_in_generation_config_decodes_greedily_too(tiny_ckpt, t
         assert obj["sampling"]["top_k"] == 0
 
 
+@pytest.mark.parametrize("command,stdin", [
+    (["generate", "{ckpt}", "hi"], None), (["chat", "{ckpt}", "--no-think"], "hi\nagain\n")])
+def test_a_repetition_penalty_in_generation_config_is_noted_as_not_applied(
+        tiny_ckpt, tmp_path, command, stdin):
+    """Once per run (chat: two turns, one note), on stderr: --json's stdout stays JSON."""
+    folder = _with_generation_config(tiny_ckpt, tmp_path / "penalty",
+                                     '{"repetition_penalty": 1.05, "frequency_penalty": 0}')
+    args = [str(folder) if a == "{ckpt}" else a for a in command]
+    for json_flag in ([], ["--json"]):
+        result = invoke(*args, *FAST, *json_flag, input=stdin)
+        assert result.exit_code == 0, result.output
+        note = (f"note: {folder / 'generation_config.json'} sets repetition_penalty 1.05, which "
+                "infer does not apply: the replies are sampled without it")
+        assert result.stderr.count(note) == 1 and "frequency" not in result.stderr
+        if json_flag:  # every stdout line a JSON object (chat: one a turn), no note
+            assert all(json.loads(line) for line in result.stdout.splitlines())
+            assert "does not apply" not in result.stdout
+    quiet = invoke("generate", tiny_ckpt, "hi", *FAST)
+    assert "does not apply" not in quiet.stderr
+
+
 def test_a_string_do_sample_in_generation_config_is_a_one_line_error(tiny_ckpt, tmp_path):
     """``"do_sample": "false"`` (a string) would read as sampling on: refused, naming the file;
     with ``--temperature`` (which replaces what it decides) the reply runs."""

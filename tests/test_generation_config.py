@@ -1,5 +1,6 @@
 """infer/generation_config.py: the sampling defaults of a checkpoint's generation_config.json as
-``SamplingParams.from_generation_config`` reads them (vLLM's ``top_k: -1``)."""
+``SamplingParams.from_generation_config`` reads them (vLLM's ``top_k: -1``), and the settings
+there that infer does not apply (``unapplied_settings``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 
-from infer.generation_config import read_sampling_defaults
+from infer.generation_config import read_sampling_defaults, unapplied_settings
 from infer.sampling_params import SamplingParams
 
 
@@ -38,3 +39,13 @@ def test_a_negative_top_k_from_the_caller_is_refused():
     with pytest.raises(ValueError, match=r"^top_k must be an integer >= 0 \(0 = off\), got -1"):
         SamplingParams(top_k=-1)
 
+
+def test_unapplied_settings_are_the_penalties_that_would_change_a_reply(tmp_path):
+    """repetition_penalty other than 1 and frequency_penalty other than 0; presence_penalty is
+    applied (not listed); neutral, null or absent values are not listed."""
+    path = _write(tmp_path, repetition_penalty=1.05, frequency_penalty=0.5, presence_penalty=1.5)
+    assert unapplied_settings(path) == {"repetition_penalty": 1.05, "frequency_penalty": 0.5}
+    path = _write(tmp_path, repetition_penalty=1.0, frequency_penalty=0, temperature=0.6)
+    assert unapplied_settings(path) == {}
+    assert unapplied_settings(_write(tmp_path, repetition_penalty=None)) == {}
+    assert unapplied_settings(tmp_path / "absent.json") == {}

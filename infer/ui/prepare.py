@@ -74,6 +74,7 @@ def prepare(ui: UI, model: str):
                 f"{folder / 'generation_config.json'} ({sampling.presence_penalty:g}; speculative "
                 f"decoding is always off with one): the reply decodes plainly "
                 f"(--presence-penalty 0 drops it)")
+    _note_unapplied(ui, folder / "generation_config.json")
     config = Qwen3Config.from_json(folder)
     plan = plan_context(config, cfg.ctx)
     tokenizer = Qwen3Tokenizer.from_folder(folder)
@@ -84,6 +85,19 @@ def prepare(ui: UI, model: str):
     if plan.note:
         ui.note(plan.note)
     return cfg, tokenizer, plan
+
+
+def _note_unapplied(ui: UI, path) -> None:
+    """One note on stderr naming the settings of ``path`` that the replies go without
+    (``infer.generation_config.unapplied_settings``); none for bench, which decodes greedily."""
+    from infer.generation_config import unapplied_settings
+
+    found = unapplied_settings(path) if ui.startup.command != "bench" else {}
+    if found:
+        said = " and ".join(f"{k} {v:g}" if type(v) in (int, float) else f"{k} {v!r}"
+                            for k, v in found.items())
+        ui.note(f"{path} sets {said}, which infer does not apply: the replies are sampled "
+                f"without {'them' if len(found) > 1 else 'it'}")
 
 
 def flag_message(e: OptionError) -> str:
