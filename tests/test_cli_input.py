@@ -144,6 +144,24 @@ def test_chat_line_with_invalid_utf8_is_replaced_with_a_warning(tiny_ckpt, tok):
     assert obj["prompt_tokens"] == len(ids) and "error" not in obj
 
 
+@pytest.mark.parametrize("first", ["hi", "/exit"])
+def test_a_byte_order_mark_before_piped_chat_input_is_dropped(tiny_ckpt, tok, first):
+    """``infer chat MODEL < file`` with a file saved with a UTF-8 BOM: the first message (or
+    command) is what follows the mark; a mark later in the input is text."""
+    result = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json",
+                    input=codecs.BOM_UTF8 + f"{first}\n\ufeffyo\n".encode())
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    if first == "/exit":
+        assert records == []
+        return
+    ids = tok.chat_ids([{"role": "user", "content": "hi"}], enable_thinking=False)
+    assert records[0]["prompt_tokens"] == len(ids) and "error" not in records[0]
+    plain = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json", input=b"hi\nyo\n")
+    second = json.loads(plain.stdout.splitlines()[1])
+    assert records[1]["prompt_tokens"] > second["prompt_tokens"]  # the same first reply
+
+
 @pytest.mark.parametrize("raw,needle", [
     (b"", "is empty"),
     (codecs.BOM_UTF8, "is empty"),

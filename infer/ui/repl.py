@@ -115,6 +115,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             except ImportError:  # not on every platform
                 pass
         ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
+        first_line = True
         while True:
             try:
                 line = prompt_to.input("[bold green]>[/] ")
@@ -123,6 +124,8 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
                 return code
             line = user_text(ui, line, "the message")  # invalid bytes on stdin: U+FFFD
             line = line.removesuffix("\r")  # piped CRLF lines: input() keeps the \r
+            if first_line:  # a file saved with a UTF-8 byte-order mark: not the message's
+                line, first_line = line.removeprefix("\ufeff"), False
             cmd = line.strip()
             if not cmd:
                 continue
