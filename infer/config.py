@@ -52,6 +52,22 @@ def parse_ctx(text: str | int) -> int:
     return n
 
 
+def parse_device(text: str) -> torch.device:
+    """Parse a device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``, in any case (``"CPU"``,
+    ``"CUDA:0"``), as a ``torch.device``.
+
+    Raises:
+        OptionError: any other text (the message names the accepted forms).
+    """
+    try:
+        dev = torch.device(text.strip().lower())
+    except (RuntimeError, TypeError, AttributeError):
+        dev = None
+    if dev is None or dev.type not in ("cuda", "cpu"):
+        raise OptionError("device", f"must be cuda, cuda:N or cpu, got {text!r}")
+    return dev
+
+
 def pool_pages(ctx: int, page_size: int, max_batch: int = 1) -> int:
     """KV pages an engine allocates: ``max_batch`` contexts of ``ctx`` positions plus one page of
     slack (the one home of the pool-size rule)."""
@@ -97,7 +113,8 @@ class EngineConfig:
             on the CPU); ``"int8"``: INT8 codes plus one float32 scale per (token, KV head),
             the keys balanced first (``models/key_balance.py``).
         page_size: positions per KV page, one of 16, 32, 64, 128.
-        device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks ``default_device()``.
+        device: ``"cuda"``, ``"cuda:1"``, ``"cpu"`` in any case (``parse_device``); None picks
+            ``default_device()``.
         dtype: activation/weight dtype name (``"bfloat16"``, ``"float16"``, ``"float32"``);
             None picks bfloat16 on CUDA and float32 on the CPU (CPU float32 matmuls are faster
             than bfloat16 ones and make the CPU path an exact reference).
@@ -145,12 +162,7 @@ class EngineConfig:
             raise OptionError("attention", f"must be one of {', '.join(ATTENTION_KINDS)}, "
                                            f"got {self.attention!r}")
         if self.device is not None:
-            try:
-                dev = torch.device(self.device)
-            except (RuntimeError, TypeError):
-                dev = None
-            if dev is None or dev.type not in ("cuda", "cpu"):
-                raise OptionError("device", f"must be cuda, cuda:N or cpu, got {self.device!r}")
+            parse_device(self.device)
         if self.cuda_graphs not in (None, True, False):
             raise OptionError("cuda_graphs", f"must be True, False or None (auto), "
                                              f"got {self.cuda_graphs!r}")
@@ -169,7 +181,8 @@ class EngineConfig:
     @property
     def torch_device(self) -> torch.device:
         """The device to run on (``default_device()`` when ``device`` is None)."""
-        return torch.device(self.device or default_device())
+        return parse_device(self.device) if self.device is not None else torch.device(
+            default_device())
 
     @property
     def torch_dtype(self) -> torch.dtype:

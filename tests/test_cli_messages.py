@@ -4,10 +4,11 @@ test runner on a tiny random checkpoint on the CPU."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
-from cli_helpers import assert_one_line_error, invoke
+from cli_helpers import FAST, assert_one_line_error, invoke
 
 pytestmark = pytest.mark.usefixtures("cli_tokenizer_once")
 
@@ -29,6 +30,17 @@ def test_a_bad_flag_value_names_the_flag(command, flag, value, tiny_ckpt):
     device = [] if flag == "--device" else ["--device", "cpu"]
     result = invoke(command, *args, *device, flag, value)
     assert_one_line_error(result, 2, f"error: {flag} must be", value)
+
+
+def test_the_device_flag_is_case_insensitive(tiny_ckpt):
+    """--device CPU as --device cpu (--ctx 32K is accepted too); an unknown one is still refused
+    with the same message."""
+    fast = [a for a in FAST if a not in ("--device", "cpu")]
+    result = invoke("generate", tiny_ckpt, "hi", *fast, "--device", "CPU", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["device"] == "cpu"
+    assert_one_line_error(invoke("generate", tiny_ckpt, "hi", *fast, "--device", "TPU"), 2,
+                          "error: --device must be cuda, cuda:N or cpu, got 'TPU'")
 
 
 @pytest.mark.parametrize("kw,words", [

@@ -57,6 +57,12 @@ def test_engine_config_errors(kw, match):
         EngineConfig("m", **kw)
 
 
+@pytest.mark.parametrize("text,want", [("CPU", "cpu"), ("Cuda", "cuda"), ("CUDA:0", "cuda:0"),
+                                       (" cpu ", "cpu")])
+def test_the_device_is_read_in_any_case(text, want):
+    assert EngineConfig("m", device=text).torch_device == torch.device(want)
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"temperature": -0.1}, "temperature"), ({"temperature": float("nan")}, "temperature"),
     ({"temperature": 100.5}, "temperature must be a number from 0 to 100"),
