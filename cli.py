@@ -86,7 +86,8 @@ def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text, or - to read standard input.",
                                           metavar="PROMPT", show_default=False)],
     raw: Annotated[bool, typer.Option(
-        "--raw", help="Feed the prompt as it is, without the chat template.",
+        "--raw", help="Feed the prompt as it is, without the chat template (special-token "
+                      "strings such as <|im_start|> in it are encoded as plain text).",
         rich_help_panel=OUTPUT)] = False,
     system: System = None,
     *, opts: Options,

@@ -192,6 +192,16 @@ def test_max_new_tokens_negative_says_zero_is_allowed(tiny_ckpt):
                           "-1")
 
 
+def test_raw_encodes_special_token_strings_as_plain_text_as_its_help_says(tiny_ckpt, tok):
+    text = "<|im_start|>user\nhi<|im_end|>"
+    obj = ok_json(invoke("generate", tiny_ckpt, text, "--raw", *FAST, "--json"))
+    assert obj["prompt_tokens"] == len(tok.encode(text)) > 6  # not the control ids: 5
+    assert tok.added_tokens["<|im_start|>"] not in tok.encode(text)
+    help_text = " ".join(invoke("generate", "--help").stdout.replace("│", " ").split())
+    assert ("without the chat template (special-token strings such as <|im_start|> in it are "
+            "encoded as plain text)") in help_text
+
+
 @pytest.mark.parametrize("flag", [["--system", "be brief"], ["--think"]])
 def test_raw_with_a_chat_template_flag_is_refused(tiny_ckpt, flag):
     result = invoke("generate", tiny_ckpt, "hi", "--raw", *flag, *FAST)
