@@ -73,15 +73,21 @@ def _final_need(tokenizer, part_tokens: int, final: int, think: bool) -> int:
 
 
 def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
-               think: bool = False) -> int:
+               think: bool = False, *, max_ctx: int | None = None) -> int:
     """Check that a map-reduce in ``ctx`` can finish: a part with its reply fits
     (``part_limit``), and so does the final combining prompt holding one part summary with the
     final reply (``final_tokens``; None: ``part_tokens``). Returns ``part_limit``.
+
+    ``max_ctx``: the largest context the model supports (tokens; None: no limit known). When the
+    plan needs more than that, no --ctx can help: the message names instead the largest
+    ``--part-tokens`` and/or ``--max-new-tokens`` that fit at ``max_ctx`` (``_past_limit``).
 
     Raises:
         ValueError: either does not fit (the message names the flag to change).
     """
     final = final_tokens or part_tokens
+    if max_ctx is not None:
+        _check_limit(tokenizer, part_tokens, final_tokens, think, max_ctx)
     limit = part_limit(tokenizer, ctx, part_tokens, think, final)
     room = ctx - _final_need(tokenizer, part_tokens, 0, think)  # for the final reply
     if final > room:
@@ -93,3 +99,46 @@ def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
                          f"summaries (up to {counted(part_tokens, 'token')} each, --part-tokens): "
                          f"{fix}, or raise --ctx")
     return limit
+
+
+def _check_limit(tokenizer, part: int, final_tokens: int | None, think: bool,
+                 max_ctx: int) -> None:
+    """Raise ValueError when no context up to ``max_ctx`` fits the plan of part summaries of
+    ``part`` tokens and a final reply of ``final_tokens`` (None: ``part``), naming what does.
+
+    With O_p, O_g, O_c the overheads of the part, group and combining prompts
+    (``template_overhead``) and F the final budget, the plan needs a context of
+    max(O_p + 2 * part, O_g + 3 * part + 16, O_c + part + 16 + F) tokens (``part_limit``,
+    ``check_plan``). At ``max_ctx`` the largest ``--part-tokens`` solves each term for ``part``
+    (with F = part when ``final_tokens`` is None); the largest ``--max-new-tokens`` is
+    ``max_ctx - O_c - part - 16``, if the parts fit there at all.
+    """
+    o_p, o_g, o_c = (template_overhead(tokenizer, t, think)
+                     for t in (PART_PROMPT, GROUP_PROMPT, COMBINE_PROMPT))
+    final = final_tokens or part
+    need = max(o_p + 2 * part, o_g + 3 * part + 16, o_c + part + 16 + final)
+    if need <= max_ctx:
+        return
+    m = max_ctx
+    parts_max = min((m - o_p) // 2, (m - o_g - 16) // 3)  # the parts and two summaries' group
+    both = m - o_c - 16  # the final combining prompt: one part summary and the final reply
+    if final_tokens is None:  # the final budget is --part-tokens too
+        part_max, final_max = min(parts_max, both // 2), 0
+    else:
+        part_max = min(parts_max, both - final_tokens)
+        final_max = both - part if part <= parts_max else 0
+    at = f"with --ctx {m // 1024}k" if m % 1024 == 0 else f"with --ctx {m}"
+    fixes = ([f"--max-new-tokens to at most {final_max:,}"] if final_max >= 1 else []) + \
+        ([f"--part-tokens to at most {part_max:,}"] if part_max >= 1 else [])
+    if parts_max < 1:  # the prompts alone fill it (a model with very few positions)
+        fix = "it is too short to summarize a text in parts"
+    elif fixes:
+        fix = f"lower {' or '.join(fixes)} ({at})"
+    else:
+        fix = (f"lower --part-tokens to at most {parts_max:,} and --max-new-tokens so that the "
+               f"two add up to at most {both:,} ({at})")
+    final_words = ("" if final_tokens is None else
+                   f" and a final summary of {counted(final_tokens, 'token')} (--max-new-tokens)")
+    raise ValueError(f"part summaries of {counted(part, 'token')} (--part-tokens){final_words} "
+                     f"need a context of {counted(need, 'token')}, beyond the largest context "
+                     f"this model supports ({counted(m, 'token')}): {fix}")

@@ -67,7 +67,8 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
     # the prompt is as long as the context or longer: no room for even one reply token
     size = "longer than" if len(ids) > cfg.ctx else "which leaves no room for a reply in"
     try:
-        limit = check_plan(tok, cfg.ctx, part_tokens, max_new or None, ui.opts.think)
+        limit = check_plan(tok, cfg.ctx, part_tokens, max_new or None, ui.opts.think,
+                           max_ctx=plan.max_ctx)
     except ValueError as e:
         raise ValueError(f"the prompt is {counted(len(ids), 'token')}, {size} the context "
                          f"of {counted(cfg.ctx, 'token')}, and cannot be summarized in parts: "
