@@ -115,7 +115,8 @@ class Qwen3Config:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         if self.torch_dtype not in TORCH_DTYPES:
             raise ValueError(f"unsupported torch_dtype {self.torch_dtype!r}")
-        if self.hidden_act != "silu":  # the MLP is SwiGLU: another activation is another model
+        if self.hidden_act not in ("silu", "swish"):  # the MLP is SwiGLU (transformers:
+            # "swish" is SiLU too); another activation is another model
             raise ValueError(f"config field hidden_act must be \"silu\" (Qwen3's MLP; infer "
                              f"has no other activation), got {self.hidden_act!r}")
         if self.sliding_window is not None and _to_int("sliding_window", self.sliding_window) <= 0:

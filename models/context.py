@@ -75,10 +75,13 @@ def trained_length(config: Qwen3Config) -> int:
 def largest_context(config: Qwen3Config) -> int:
     """The largest context (tokens) ``config`` supports, with YaRN where ``plan_context`` adds it:
     its own ``max_context`` when it has ``rope_scaling``, else
-    max(native, MAX_FACTOR x ``trained_length``)."""
+    max(native, MAX_FACTOR x ``trained_length``); never past a ``sliding_window`` (infer has
+    full attention only, the same as sliding attention up to the window)."""
     if config.rope_scaling is not None:
-        return config.max_context
-    return max(config.max_position_embeddings, int(MAX_FACTOR * trained_length(config)))
+        limit = config.max_context
+    else:
+        limit = max(config.max_position_embeddings, int(MAX_FACTOR * trained_length(config)))
+    return limit if config.sliding_window is None else min(limit, config.sliding_window)
 
 
 def yarn_factor_for(ctx: int, original: int) -> float:
@@ -106,16 +109,16 @@ def plan_context(config: Qwen3Config, ctx: int) -> ContextPlan:
     native = config.max_position_embeddings
     max_ctx = largest_context(config)
     scaling = config.rope_scaling
-    if ctx > max_ctx:
-        raise ValueError(f"--ctx {ctx:,} is beyond the largest context this checkpoint "
-                         f"supports, {max_ctx:,} tokens ({_limit_reason(config)}): lower --ctx "
-                         f"to at most {max_ctx:,}"
-                         + (f" ({max_ctx // 1024}k)" if max_ctx % 1024 == 0 else ""))
     window = config.sliding_window
     if window is not None and ctx > window:  # up to the window, full attention is the same
         raise ValueError(f"config.json sets use_sliding_window true with sliding_window "
                          f"{window:,}: infer has full attention only, which gives other output "
                          f"past {window:,} tokens: lower --ctx to at most {window:,}")
+    if ctx > max_ctx:
+        raise ValueError(f"--ctx {ctx:,} is beyond the largest context this checkpoint "
+                         f"supports, {max_ctx:,} tokens ({_limit_reason(config)}): lower --ctx "
+                         f"to at most {max_ctx:,}"
+                         + (f" ({max_ctx // 1024}k)" if max_ctx % 1024 == 0 else ""))
     if scaling is not None:
         return ContextPlan(config, ctx, max_ctx, yarn_factor=scaling.factor)
     if ctx <= native:

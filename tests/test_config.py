@@ -273,6 +273,13 @@ def test_an_activation_or_window_infer_cannot_run_is_refused_naming_it(extra, ma
         Qwen3Config.from_dict({**_qwen3_dict(), **extra})
 
 
+def test_swish_is_silu():
+    """transformers maps hidden_act "swish" to the same SiLU as "silu": such a config loads."""
+    from models.config import Qwen3Config
+
+    assert Qwen3Config.from_dict({**_qwen3_dict(), "hidden_act": "swish"}).hidden_act == "swish"
+
+
 @pytest.mark.parametrize("extra,window", [
     ({"use_sliding_window": True, "sliding_window": 512, "max_window_layers": 0}, 512),
     ({"use_sliding_window": True, "max_window_layers": 1}, 4096),  # transformers' default

@@ -12,7 +12,7 @@ from mock_engine import VOCAB_LIMIT
 
 from models.checkpoint_folder import read_config
 from models.config import Qwen3Config, YarnScaling
-from models.context import ContextPlan, plan_context, yarn_factor_for
+from models.context import ContextPlan, largest_context, plan_context, yarn_factor_for
 from models.loader import load_model
 
 PROMPT_LEN = 24
@@ -217,7 +217,9 @@ def test_auto_yarn_on_the_gpu_matches_the_cpu(tiny_ckpt_factory):
 def test_a_context_past_the_sliding_window_is_refused():
     """Full attention equals a sliding window up to the window's length: refused past it only."""
     mc = dataclasses.replace(_qwen3(), sliding_window=4096)
-    assert plan_context(mc, 4096).ctx == 4096
+    plan = plan_context(mc, 4096)
+    assert plan.ctx == 4096
+    assert plan.max_ctx == largest_context(mc) == 4096  # what capacity hints may suggest
     with pytest.raises(ValueError, match="use_sliding_window true with sliding_window 4,096.*"
                                          "lower --ctx to at most 4,096"):
         plan_context(mc, 4097)
