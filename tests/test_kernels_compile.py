@@ -122,3 +122,21 @@ def test_decode_launches_compile_once_per_code():
     for names in same:
         assert len({(cases[n]["key"], cases[n]["ptx"]) for n in names}) == 1, names
     assert len(cases) == 3 * 7 + 3 * 4  # + each attention kernel's prompt
+
+
+def test_hand_pipelined_prefill_loop_still_waits_at_once():
+    """``tests/compile_prefill_pipelined.py`` (BENCHMARKS.md, "the prefill loop software-pipelined
+    by hand"): with Triton 3.6 the next block's scores are waited for as soon as they are
+    issued (``pendings = 0``), so the tensor cores do not overlap the softmax. Should a Triton
+    release defer that wait, this fails: time the pipelined loop then (``attention.py``)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(SCRIPT.with_name("compile_prefill_pipelined.py"))],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    plain, piped = (json.loads(line) for line in run.stdout.strip().splitlines())
+    assert plain["ptx_sequence"] == ["mma x8", "wait 0", "exp2", "mma x4", "wait 0"]
+    assert piped["pipelined"] and piped["ptx_sequence"].count("mma x8") == 2
+    assert set(piped["wait_pendings"]) == {0}
+    # the scores of the next block are waited for before the current block's exponentials
+    seq = piped["ptx_sequence"]
+    assert seq[seq.index("mma x8", 1) + 1] == "wait 0"
