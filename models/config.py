@@ -13,12 +13,12 @@ of Large Language Models"), which is what Qwen3 documents for contexts past 32k.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from models.config_values import MAX_POSITIONS, POSITIONS_REASON, boolean, positive_number, to_int
 from models.dtypes import TORCH_DTYPES
 
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
@@ -98,15 +98,13 @@ class Qwen3Config:
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim",
-                     "max_position_embeddings"):
-            if _to_int(name, getattr(self, name)) <= 0:
-                raise ValueError(f"config field {name} must be a positive integer")
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            to_int(name, getattr(self, name))
+        to_int("max_position_embeddings", self.max_position_embeddings, maximum=MAX_POSITIONS,
+               why=POSITIONS_REASON)
         for name in ("rms_norm_eps", "rope_theta"):  # NaN or <= 0 make every logit NaN
-            _positive_number(name, getattr(self, name))
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise ValueError("config field tie_word_embeddings must be true or false, got "
-                             f"{self.tie_word_embeddings!r}")
+            positive_number(name, getattr(self, name))
+        boolean("tie_word_embeddings", self.tie_word_embeddings)
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -119,8 +117,8 @@ class Qwen3Config:
             # "swish" is SiLU too); another activation is another model
             raise ValueError(f"config field hidden_act must be \"silu\" (Qwen3's MLP; infer "
                              f"has no other activation), got {self.hidden_act!r}")
-        if self.sliding_window is not None and _to_int("sliding_window", self.sliding_window) <= 0:
-            raise ValueError("config field sliding_window must be a positive integer or null")
+        if self.sliding_window is not None:
+            to_int("sliding_window", self.sliding_window)
 
     @property
     def gqa_group(self) -> int:
@@ -188,25 +186,24 @@ class Qwen3Config:
             if scaling is None and rope_params:
                 rtype = rope_params.get("rope_type", rope_params.get("type", "default"))
                 scaling = None if rtype == "default" else rope_params
-            hidden = _to_int("hidden_size", d["hidden_size"])
-            heads = _to_int("num_attention_heads", d["num_attention_heads"])
-            if heads <= 0:
-                raise ValueError("config field num_attention_heads must be a positive integer")
+            hidden = to_int("hidden_size", d["hidden_size"])
+            heads = to_int("num_attention_heads", d["num_attention_heads"])
             dtype = d.get("torch_dtype", d.get("dtype", "bfloat16")) or "bfloat16"
             return cls(
-                vocab_size=_to_int("vocab_size", d["vocab_size"]),
+                vocab_size=to_int("vocab_size", d["vocab_size"]),
                 hidden_size=hidden,
-                intermediate_size=_to_int("intermediate_size", d["intermediate_size"]),
-                num_hidden_layers=_to_int("num_hidden_layers", d["num_hidden_layers"]),
+                intermediate_size=to_int("intermediate_size", d["intermediate_size"]),
+                num_hidden_layers=to_int("num_hidden_layers", d["num_hidden_layers"]),
                 num_attention_heads=heads,
-                num_key_value_heads=_to_int("num_key_value_heads",
-                                            d.get("num_key_value_heads", heads)),
-                head_dim=_to_int("head_dim", d.get("head_dim") or hidden // heads),
-                rms_norm_eps=_positive_number("rms_norm_eps", d.get("rms_norm_eps", 1e-6)),
-                rope_theta=_positive_number("rope_theta", rope_theta),
+                num_key_value_heads=to_int("num_key_value_heads",
+                                           d.get("num_key_value_heads", heads)),
+                head_dim=to_int("head_dim", d.get("head_dim") or hidden // heads),
+                rms_norm_eps=positive_number("rms_norm_eps", d.get("rms_norm_eps", 1e-6)),
+                rope_theta=positive_number("rope_theta", rope_theta),
                 rope_scaling=_parse_rope_scaling(scaling),
-                max_position_embeddings=_to_int("max_position_embeddings",
-                                                d.get("max_position_embeddings", 40960)),
+                max_position_embeddings=to_int("max_position_embeddings",
+                                               d.get("max_position_embeddings", 40960),
+                                               maximum=MAX_POSITIONS, why=POSITIONS_REASON),
                 tie_word_embeddings=d.get("tie_word_embeddings", False),  # checked: a bool
                 torch_dtype=str(dtype),
                 hidden_act=d.get("hidden_act", "silu"),
@@ -232,40 +229,28 @@ class Qwen3Config:
         return cls.from_dict(read_json_object(path))
 
 
-def _to_int(name: str, value) -> int:
-    """``int(value)`` as the config has always read integers; ValueError naming the field."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"config field {name} must be a positive integer, got {value!r}") from None
-
-
-def _positive_number(name: str, value) -> float:
-    """A JSON number (not a string or a boolean) that is finite and > 0, as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and value > 0):
-        raise ValueError(f"config field {name} must be a positive finite number, got {value!r}")
-    return float(value)
-
-
 def _sliding_window(d: dict) -> int | None:
     """The attention window of ``d``'s sliding layers as transformers' Qwen3 reads it, None when
     every layer attends to the whole context: ``sliding_window`` (default 4096) when
     ``use_sliding_window`` is true and a layer slides (one of ``layer_types`` is
     "sliding_attention", else a layer at or past ``max_window_layers``, default 28)."""
     use = d.get("use_sliding_window", False)
-    if not isinstance(use, bool | None):
-        raise ValueError(f"config field use_sliding_window must be true or false, got {use!r}")
+    if use is not None:
+        boolean("use_sliding_window", use)
     window = d.get("sliding_window", 4096)
+    if window is not None:  # checked even when unused: a bad value is a bad file
+        window = to_int("sliding_window", window)
+    if d.get("max_window_layers") is not None:
+        to_int("max_window_layers", d["max_window_layers"], minimum=0)
     if not use or window is None:
         return None
     types = d.get("layer_types")
     if isinstance(types, list):
         slides = "sliding_attention" in types
     else:
-        slides = _to_int("max_window_layers", d.get("max_window_layers", 28)) < _to_int(
+        slides = to_int("max_window_layers", d.get("max_window_layers", 28), minimum=0) < to_int(
             "num_hidden_layers", d["num_hidden_layers"])
-    return _to_int("sliding_window", window) if slides else None
+    return window if slides else None
 
 
 def _parse_rope_scaling(s: dict | None) -> YarnScaling | None:

@@ -1,0 +1,79 @@
+"""Checks for single values of a checkpoint's ``config.json``, shared by ``models/config.py`` and
+``models/yarn.py``.
+
+Python's ``json`` reads more than numbers: ``Infinity``, ``NaN`` and ``1e400`` (inf) are floats,
+``true``/``false`` are ints, a number may be a string. Each helper takes the raw value, returns it
+in its Python type, and raises ``ValueError`` naming the field (``config field hidden_size must be
+a positive integer, got 64.9``); ``Qwen3Config.from_dict`` puts ``config.json has an invalid
+value:`` in front. No value reaches ``int()``/``math`` unchecked, so none fails later with a raw
+Python message (``cannot convert float infinity to integer``).
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_INT = 2**31 - 1  # sizes and counts: far past any model, and within int32 kernel arguments
+# NOTE: RoPE turns positions into float32 (``positions.float() * inv_freq``, as transformers does),
+# which holds every integer only up to 2**24: a longer context would give two tokens one position.
+MAX_POSITIONS = 2**24
+POSITIONS_REASON = "2**24: RoPE positions are float32, exact only up to there"
+
+
+def shown(value) -> str:
+    """``repr(value)``, cut to 40 characters (a message stays one readable line); a float that
+    is not finite as JSON spells it (``Infinity``, ``NaN``: what the file says)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def to_int(name: str, value, *, minimum: int = 1, maximum: int = MAX_INT,
+           why: str | None = None) -> int:
+    """An integer field, in ``minimum..maximum``: a JSON integer, an integral float (``4096.0``)
+    or a string of one (``"4096"``), as config.json has always been read. Refused: ``true`` and
+    ``false``, a float with a fraction (``64.9``, not rounded), ``Infinity``/``NaN``, anything
+    else. ``why`` says where ``maximum`` comes from (in the message when it is passed)."""
+    n = value
+    if isinstance(value, float) and value.is_integer():  # False for inf and NaN
+        n = int(value)
+    elif isinstance(value, str):
+        try:
+            n = int(value)
+        except ValueError:
+            pass
+    if isinstance(n, bool) or not isinstance(n, int) or n < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"config field {name} must be {rule}, got {shown(value)}")
+    if n > maximum:
+        raise ValueError(f"config field {name} must be at most {maximum:,}"
+                         + (f" ({why})" if why else "") + f", got {shown(value)}")
+    return n
+
+
+def real(name: str, value, rule: str, ok=lambda x: True) -> float:
+    """A JSON number (not a string, ``true`` or ``false``) that is finite (not ``Infinity``,
+    ``NaN``, ``1e400`` or an integer too large for a float) and passes ``ok``, as a float;
+    ``rule`` words the accepted values for the message (``a positive finite number``)."""
+    x = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            x = float(value)
+        except OverflowError:  # an integer of 400 digits
+            x = math.inf
+    if not (math.isfinite(x) and ok(x)):
+        raise ValueError(f"config field {name} must be {rule}, got {shown(value)}")
+    return x
+
+
+def positive_number(name: str, value) -> float:
+    """A finite JSON number > 0, as a float (``real``)."""
+    return real(name, value, "a positive finite number", lambda x: x > 0)
+
+
+def boolean(name: str, value) -> bool:
+    """``true`` or ``false`` (not 1, ``"no"`` or null)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"config field {name} must be true or false, got {shown(value)}")
+    return value
