@@ -173,9 +173,7 @@ def read_input(ui: UI, path: str) -> tuple[str, int]:
     if path == "-" and stdin_is_terminal():
         ui.note("reading the text from the terminal: end it with Ctrl-D on a line of its own")
     text, n_bad = read_text_input(path)
-    if n_bad:
-        name = "<stdin>" if path == "-" else path
-        ui.warn(_replaced(n_bad, name))
+    warn_replaced(ui, n_bad, "<stdin>" if path == "-" else path)
     return text, n_bad
 
 
@@ -191,8 +189,7 @@ def user_text(ui: UI, text: str, where: str) -> str:
     from infer.ui.textio import replace_surrogates
 
     text, n_bad = replace_surrogates(text)
-    if n_bad:
-        ui.warn(_replaced(n_bad, where))
+    warn_replaced(ui, n_bad, where)
     return text
 
 
@@ -208,7 +205,9 @@ def system_text(ui: UI, system: str) -> str:
     return user_text(ui, system, "--system")
 
 
-def _replaced(n: int, where: str) -> str:
-    """The warning for ``n`` invalid byte sequences in ``where`` (singular for one)."""
-    return (f"{counted(n, 'invalid byte sequence')} in {where} {'was' if n == 1 else 'were'} "
-            "replaced with U+FFFD")
+def warn_replaced(ui: UI, n: int, where: str) -> None:
+    """Warn that ``n`` invalid byte sequences in ``where`` were replaced with U+FFFD (nothing
+    for 0; singular for one)."""
+    if n:
+        ui.warn(f"{counted(n, 'invalid byte sequence')} in {where} "
+                f"{'was' if n == 1 else 'were'} replaced with U+FFFD")

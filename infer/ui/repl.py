@@ -22,10 +22,12 @@ from infer.fits import check_fits, fits
 from infer.ui.console import UI, OutputError, error_message
 from infer.ui.conversation import Conversation
 from infer.ui.oneshot import template_tokens
-from infer.ui.prepare import user_text
+from infer.ui.piped_lines import PipedLines, piped_lines
+from infer.ui.prepare import warn_replaced
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView
 from infer.ui.stats_line import capture_note, format_stats
+from infer.ui.textio import replace_surrogates
 from infer.wording import counted
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
@@ -105,8 +107,10 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
         session = engine.new_session()
         conv = Conversation(engine.tokenizer, system, enable_thinking=o.think)
         last = None
-        # Invalid bytes in a line: lone surrogates (replaced by user_text), not a UnicodeDecodeError
-        # that would end the chat (stdin is strict outside the C/POSIX locales).
+        # Piped: the bytes decoded after their byte-order mark (UTF-16 from a file, ...).
+        piped = piped_lines()
+        # A terminal's invalid bytes: lone surrogates (replaced by _read_message), not a
+        # UnicodeDecodeError that would end the chat (stdin is strict outside the C/POSIX locales).
         with contextlib.suppress(AttributeError, ValueError, OSError):
             sys.stdin.reconfigure(errors="surrogateescape")
         if sys.stdin.isatty():
@@ -115,17 +119,14 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             except ImportError:  # not on every platform
                 pass
         ui.err.print(f"[dim]{escape(CHAT_HELP)}; Ctrl-C stops a reply, Ctrl-D quits[/]")
-        first_line = True
         while True:
             try:
-                line = prompt_to.input("[bold green]>[/] ")
+                line, n_bad = _read_message(prompt_to, piped)
             except EOFError:  # Ctrl-D (Ctrl-C: below)
                 prompt_to.print()
                 return code
-            line = user_text(ui, line, "the message")  # invalid bytes on stdin: U+FFFD
-            line = line.removesuffix("\r")  # piped CRLF lines: input() keeps the \r
-            if first_line:  # a file saved with a UTF-8 byte-order mark: not the message's
-                line, first_line = line.removeprefix("\ufeff"), False
+            warn_replaced(ui, n_bad, "the message")
+            line = line.removesuffix("\r")  # piped CRLF lines: lines end at the \n
             cmd = line.strip()
             if not cmd:
                 continue
@@ -190,6 +191,22 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
     except KeyboardInterrupt:  # at the prompt or between turns (not in a reply): as Ctrl-D
         prompt_to.print()
         return code
+
+
+def _read_message(prompt_to, piped: PipedLines | None) -> tuple[str, int]:
+    """The next line after the ``>`` prompt, without its ``\\n``, and how many invalid byte
+    sequences in it were replaced with U+FFFD: from ``piped`` (``piped_lines``: BOM-decoded), or,
+    for a terminal, from ``input()`` with its escaped bytes replaced.
+
+    Raises:
+        EOFError: the input ended (Ctrl-D, or the end of the piped text).
+    """
+    line = prompt_to.input("[bold green]>[/] ", stream=piped)  # (stream None: input())
+    if piped is None:
+        return replace_surrogates(line)
+    if not line:
+        raise EOFError
+    return line.removesuffix("\n"), piped.replaced
 
 
 def _turn_error(ui: UI, msg: str, turn: int) -> None:

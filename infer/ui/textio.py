@@ -8,6 +8,8 @@ Text that is already a ``str`` (a command-line argument, a chat line) may hold t
 Python decodes invalid bytes to (surrogateescape): ``replace_surrogates`` turns them into U+FFFD.
 A standard input closed from the start (``<&-``) raises ``ValueError`` (``require_stdin``); a
 ``~user`` of no such user reads as the missing path it is (``models.paths.expand_user``).
+``bom_undecided`` and ``decode_counted`` serve a reader of a stream a line at a time (chat's piped
+input, ``infer/ui/piped_lines.py``).
 """
 
 from __future__ import annotations
@@ -79,6 +81,25 @@ def detect_encoding(data: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
+def bom_undecided(head: bytes) -> bool:
+    """Whether more bytes could change what ``detect_encoding`` says of a stream that starts with
+    ``head``: ``head`` is shorter than a BOM it begins (``b""``, ``b"\\xff\\xfe"``, which UTF-32 LE
+    continues with two NULs, ...). A stream read as it arrives reads on until this is False."""
+    return any(len(bom) > len(head) and bom.startswith(head) for bom, _ in _BOMS)
+
+
+def decode_counted(body: bytes, encoding: str) -> tuple[str, int]:
+    """Decode ``body`` (no BOM) with ``encoding``, invalid sequences as U+FFFD.
+
+    Returns:
+        ``(text, n_replaced)``: the text, and how many invalid byte sequences were replaced (the
+        U+FFFD characters that were in the input are not counted).
+    """
+    text = body.decode(encoding, errors="replace")
+    # U+FFFD that were in the input decode the same both ways; the rest were inserted.
+    return text, text.count("\ufffd") - body.decode(encoding, errors="ignore").count("\ufffd")
+
+
 def _give_text(name: str) -> str:
     """What to do about an input without text, for the error message about ``name``."""
     return "pipe some text in" if name == STDIN_NAME else "give a file holding some text"
@@ -105,9 +126,7 @@ def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
     if not body:
         raise ValueError(f"{name} is empty (it holds only a byte-order mark): "
                          f"{_give_text(name)}")
-    text = body.decode(encoding, errors="replace")
-    # U+FFFD that were in the input decode the same both ways; the rest were inserted.
-    n_replaced = text.count("\ufffd") - body.decode(encoding, errors="ignore").count("\ufffd")
+    text, n_replaced = decode_counted(body, encoding)
     if "\x00" in text:
         raise ValueError(
             f"{name} looks like a binary file (it contains NUL bytes): give a text file "
