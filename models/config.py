@@ -7,7 +7,8 @@ Two config formats are in circulation and both are read:
   transformers 5 writes when it saves a model.
 
 The only RoPE scaling supported is YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension
-of Large Language Models"), which is what Qwen3 documents for contexts past 32k.
+of Large Language Models"), which is what Qwen3 documents for contexts past 32k: ``models/yarn.py``
+(``YarnScaling``, re-exported here). Single values are checked by ``models/config_values.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from models.config_values import MAX_POSITIONS, POSITIONS_REASON, boolean, positive_number, to_int
 from models.dtypes import TORCH_DTYPES
+from models.yarn import YarnScaling, parse_rope_scaling
 
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
@@ -38,36 +40,6 @@ def read_json_object(path: Path) -> dict:
     if not isinstance(d, dict):
         raise ValueError(f"cannot read {path}: expected a JSON object, got {type(d).__name__}")
     return d
-
-
-@dataclass(frozen=True)
-class YarnScaling:
-    """YaRN RoPE scaling parameters.
-
-    Attributes:
-        factor: context extension factor s (e.g. 4.0 turns 32768 into 131072 positions).
-        original_max_position_embeddings: the context length the model was trained at (tokens).
-        beta_fast, beta_slow: the YaRN ramp bounds, in rotations over the original context.
-        attention_factor: the logit-temperature multiplier on cos/sin; None means
-            ``0.1 * ln(factor) + 1`` as in the paper (or the mscale ratio below when both given).
-        mscale, mscale_all_dim: DeepSeek-style terms for the default attention_factor.
-        truncate: round the ramp bounds outward to whole dims (transformers' default, True).
-    """
-
-    factor: float
-    original_max_position_embeddings: int
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    truncate: bool = True
-
-    def __post_init__(self):
-        if self.factor < 1.0:
-            raise ValueError(f"YaRN factor must be >= 1, got {self.factor}")
-        if self.original_max_position_embeddings <= 0:
-            raise ValueError("YaRN original_max_position_embeddings must be positive")
 
 
 @dataclass(frozen=True)
@@ -105,6 +77,9 @@ class Qwen3Config:
         for name in ("rms_norm_eps", "rope_theta"):  # NaN or <= 0 make every logit NaN
             positive_number(name, getattr(self, name))
         boolean("tie_word_embeddings", self.tie_word_embeddings)
+        if self.rope_scaling is not None and self.rope_theta == 1:
+            raise ValueError("config field rope_theta must not be 1 with YaRN rope scaling (its "
+                             "ramp divides by ln(rope_theta)), got 1")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -182,8 +157,9 @@ class Qwen3Config:
         try:
             rope_params = d.get("rope_parameters") or {}
             rope_theta = d.get("rope_theta", rope_params.get("rope_theta", 1_000_000.0))
-            scaling = d.get("rope_scaling")
+            scaling, source = d.get("rope_scaling"), "rope_scaling"
             if scaling is None and rope_params:
+                source = "rope_parameters"
                 rtype = rope_params.get("rope_type", rope_params.get("type", "default"))
                 scaling = None if rtype == "default" else rope_params
             hidden = to_int("hidden_size", d["hidden_size"])
@@ -200,7 +176,7 @@ class Qwen3Config:
                 head_dim=to_int("head_dim", d.get("head_dim") or hidden // heads),
                 rms_norm_eps=positive_number("rms_norm_eps", d.get("rms_norm_eps", 1e-6)),
                 rope_theta=positive_number("rope_theta", rope_theta),
-                rope_scaling=_parse_rope_scaling(scaling),
+                rope_scaling=parse_rope_scaling(scaling, source),
                 max_position_embeddings=to_int("max_position_embeddings",
                                                d.get("max_position_embeddings", 40960),
                                                maximum=MAX_POSITIONS, why=POSITIONS_REASON),
@@ -251,25 +227,3 @@ def _sliding_window(d: dict) -> int | None:
         slides = to_int("max_window_layers", d.get("max_window_layers", 28), minimum=0) < to_int(
             "num_hidden_layers", d["num_hidden_layers"])
     return window if slides else None
-
-
-def _parse_rope_scaling(s: dict | None) -> YarnScaling | None:
-    if not s:
-        return None
-    rtype = s.get("rope_type", s.get("type"))
-    if rtype in (None, "default"):
-        return None
-    if rtype != "yarn":
-        raise ValueError(f"unsupported rope_scaling type {rtype!r}: only 'yarn' is supported")
-    if "factor" not in s or "original_max_position_embeddings" not in s:
-        raise ValueError("YaRN rope_scaling needs 'factor' and 'original_max_position_embeddings'")
-    return YarnScaling(
-        factor=float(s["factor"]),
-        original_max_position_embeddings=int(s["original_max_position_embeddings"]),
-        beta_fast=float(s.get("beta_fast") or 32.0),
-        beta_slow=float(s.get("beta_slow") or 1.0),
-        attention_factor=(float(s["attention_factor"]) if s.get("attention_factor") else None),
-        mscale=(float(s["mscale"]) if s.get("mscale") else None),
-        mscale_all_dim=(float(s["mscale_all_dim"]) if s.get("mscale_all_dim") else None),
-        truncate=bool(s.get("truncate", True)),
-    )

@@ -36,17 +36,7 @@ def rope_parameters(head_dim: int, theta: float,
         return inv_freq, 1.0
 
     factor = scaling.factor
-
-    def get_mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    attention_factor = scaling.attention_factor
-    if attention_factor is None:
-        if scaling.mscale and scaling.mscale_all_dim:
-            attention_factor = get_mscale(factor, scaling.mscale) / get_mscale(
-                factor, scaling.mscale_all_dim)
-        else:
-            attention_factor = get_mscale(factor)
+    attention_factor = scaling.cos_sin_scale
 
     def correction_dim(rotations: float) -> float:
         # the dim whose wavelength makes `rotations` turns over the original context

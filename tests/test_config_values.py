@@ -105,6 +105,99 @@ def test_every_published_qwen3_config_still_loads(name):
     assert Qwen3Config.from_json(CONFIGS_DIR / name).sliding_window is None
 
 
+# ---------------------------------------------------------------------------- YaRN rope_scaling
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("change,field,rule", [
+    ({"factor": INF}, "factor", "a finite number >= 1"),
+    ({"factor": NAN}, "factor", "a finite number >= 1"),
+    ({"factor": "abc"}, "factor", "a finite number >= 1"),
+    ({"factor": "4.0"}, "factor", "a finite number >= 1"),
+    ({"factor": None}, "factor", "a finite number >= 1"),
+    ({"factor": True}, "factor", "a finite number >= 1"),  # was read as 1.0
+    ({"factor": 0.5}, "factor", "a finite number >= 1"),
+    ({"factor": 1e300}, "factor", "x original_max_position_embeddings must be at most 16,777,216"),
+    ({"factor": 513.0}, "factor", "x original_max_position_embeddings must be at most"),
+    ({"original_max_position_embeddings": INF}, "original_max_position_embeddings",
+     "a positive integer"),
+    ({"original_max_position_embeddings": "x"}, "original_max_position_embeddings",
+     "a positive integer"),
+    ({"original_max_position_embeddings": 0}, "original_max_position_embeddings",
+     "a positive integer"),
+    ({"original_max_position_embeddings": 4096.5}, "original_max_position_embeddings",
+     "a positive integer"),
+    ({"beta_fast": NAN}, "beta_fast", "a positive finite number"),
+    ({"beta_fast": -5, "beta_slow": 100}, "beta_fast", "a positive finite number"),  # math error
+    ({"beta_slow": 0}, "beta_slow", "a positive finite number"),
+    ({"beta_slow": "1"}, "beta_slow", "a positive finite number"),
+    ({"beta_fast": 5, "beta_slow": 100}, "beta_fast", "must be >= beta_slow"),
+    ({"attention_factor": NAN}, "attention_factor", "a number in (0, 100]"),  # NaN logits
+    ({"attention_factor": -1}, "attention_factor", "a number in (0, 100]"),
+    ({"attention_factor": 0}, "attention_factor", "a number in (0, 100]"),
+    ({"attention_factor": 1e30}, "attention_factor", "a number in (0, 100]"),
+    ({"mscale": -3, "mscale_all_dim": 1}, "mscale", "a finite number >= 0"),
+    ({"mscale": 1, "mscale_all_dim": INF}, "mscale_all_dim", "a finite number >= 0"),
+    ({"mscale": 1e300, "mscale_all_dim": 1e-300}, "mscale", "an attention factor of at most 100"),
+    ({"truncate": "no"}, "truncate", "true or false"),  # was read as true
+    ({"truncate": None}, "truncate", "true or false"),  # transformers: false; not guessed here
+    ({"truncate": 0}, "truncate", "true or false")])
+def test_yarn_values_out_of_range_are_refused_naming_the_field(change, field, rule):
+    msg = _refused({"rope_scaling": {**YARN, **change}}, f"rope_scaling.{field}")
+    assert rule in msg
+
+
+def test_yarn_from_rope_parameters_names_that_field():
+    d = {k: v for k, v in _qwen3_dict().items() if k != "rope_theta"}
+    with pytest.raises(ValueError, match=r"rope_parameters\.beta_fast must be >= beta_slow"):
+        Qwen3Config.from_dict({**d, "rope_parameters": {"rope_theta": 1e6, **YARN,
+                                                        "beta_fast": 1, "beta_slow": 2}})
+
+
+def test_yarn_needs_a_rope_theta_other_than_1():
+    """The ramp divides by ln(rope_theta): ZeroDivisionError when the model was built."""
+    assert "rope_theta must not be 1" in _refused({"rope_theta": 1, "rope_scaling": YARN},
+                                                  "rope_theta")
+    assert Qwen3Config.from_dict(_qwen3_dict(rope_theta=1)).rope_theta == 1.0  # no YaRN: runs
+
+
+def test_the_yarn_texts_python_json_reads_are_refused():
+    text = json.dumps(_qwen3_dict())[:-1]
+    for scaling, field in [('"factor": Infinity', "factor"), ('"factor": NaN', "factor"),
+                           ('"factor": 4, "original_max_position_embeddings": Infinity',
+                            "original_max_position_embeddings"),
+                           ('"factor": 4, "beta_fast": NaN', "beta_fast")]:
+        rope = ('"rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 32768, '
+                f"{scaling}}}")
+        with pytest.raises(ValueError, match=f"config field rope_scaling.{field} must be"):
+            _from_text(f"{text}, {rope}}}")
+
+
+@pytest.mark.parametrize("change,scale", [
+    ({}, 1.1386294361), ({"beta_fast": None, "beta_slow": None}, 1.1386294361),
+    ({"beta_fast": 4, "beta_slow": 4}, 1.1386294361),  # equal: transformers' 0.001 guard
+    ({"attention_factor": None, "mscale": 0, "mscale_all_dim": 1}, 1.1386294361),
+    ({"attention_factor": 100}, 100.0), ({"factor": 1, "truncate": False}, 1.0),
+    ({"factor": 512}, 1.6238324625), ({"mscale": 1.0, "mscale_all_dim": 0.5}, 1.0648216254)])
+def test_yarn_values_in_range_load_and_give_finite_frequencies(change, scale):
+    from models.rope import rope_parameters
+
+    c = Qwen3Config.from_dict(_qwen3_dict(rope_scaling={**YARN, **change}))
+    inv_freq, got = rope_parameters(c.head_dim, c.rope_theta, c.rope_scaling)
+    assert got == pytest.approx(scale) and inv_freq.isfinite().all()
+
+
+def test_yarn_scaling_built_directly_is_checked_too():
+    from models.config import YarnScaling
+
+    assert YarnScaling(4, 32768) == YarnScaling(4.0, 32768)  # the source is not compared
+    for bad in ({"factor": float("inf")}, {"beta_slow": -1.0}, {"truncate": "yes"}):
+        with pytest.raises(ValueError, match=f"rope_scaling.{next(iter(bad))}"):
+            YarnScaling(**{"factor": 4.0, "original_max_position_embeddings": 32768, **bad})
+
+
 # ---------------------------------------------------------------------------- through the CLI
 
 
@@ -126,7 +219,11 @@ def _with(folder, extra: str):
     ('"max_position_embeddings": Infinity', "max_position_embeddings"),
     ('"hidden_size": 1e400', "hidden_size"),
     ('"use_sliding_window": true, "sliding_window": Infinity', "sliding_window"),
-    ('"sliding_window": true', "sliding_window")])
+    ('"sliding_window": true', "sliding_window"),
+    ('"rope_scaling": {"rope_type": "yarn", "factor": Infinity, '
+     '"original_max_position_embeddings": 32768}', "rope_scaling.factor"),
+    ('"rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_fast": -5, "beta_slow": 100, '
+     '"original_max_position_embeddings": 32768}', "rope_scaling.beta_fast")])
 @pytest.mark.usefixtures("cli_tokenizer_once")
 def test_cli_refuses_an_odd_config_value_in_one_line_with_exit_2(folder, extra, field):
     assert_one_line_error(invoke("generate", _with(folder, extra), "hi", *FAST), 2,
