@@ -141,7 +141,10 @@ class SamplingParams:
             raise ValueError(f"{path}: do_sample must be true or false, got {do_sample!r}")
         try:  # a bad value in the file that no override replaces: say which file
             cls(**{k: v for k, v in values.items() if k not in given})
-        except ValueError as e:
+        except OptionError as e:
+            if e.option == "top_k":  # the file's rule: any integer, <= 0 read as 0 (vLLM's -1)
+                e = OptionError("top_k", f"must be an integer (<= 0: no filter), got "
+                                         f"{values['top_k']!r}")
             raise ValueError(f"{path}: {e}") from None
         values.update(given)
         return cls(**values)

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import torch
 
-from models.config_values import MAX_POSITIONS, POSITIONS_REASON, boolean, positive_number, to_int
+from models.config_values import (
+    MAX_POSITIONS,
+    POSITIONS_REASON,
+    boolean,
+    positive_number,
+    shown,
+    to_int,
+)
 from models.dtypes import TORCH_DTYPES
 from models.yarn import YarnScaling, parse_rope_scaling
 
@@ -90,8 +97,9 @@ class Qwen3Config:
             raise ValueError(f"unsupported torch_dtype {self.torch_dtype!r}")
         if self.hidden_act not in ("silu", "swish"):  # the MLP is SwiGLU (transformers:
             # "swish" is SiLU too); another activation is another model
-            raise ValueError(f"config field hidden_act must be \"silu\" (Qwen3's MLP; infer "
-                             f"has no other activation), got {self.hidden_act!r}")
+            raise ValueError(f"config field hidden_act must be \"silu\" (or \"swish\", the same "
+                             f"SiLU; Qwen3's MLP: infer has no other activation), got "
+                             f"{shown(self.hidden_act)}")
         if self.sliding_window is not None:
             to_int("sliding_window", self.sliding_window)
 

@@ -105,6 +105,22 @@ def test_every_published_qwen3_config_still_loads(name):
     assert Qwen3Config.from_json(CONFIGS_DIR / name).sliding_window is None
 
 
+# ---------------------------------------------------------------------------- messages
+
+
+def test_the_hidden_act_message_names_both_accepted_spellings():
+    assert 'hidden_act must be "silu" (or "swish", the same SiLU;' in _refused(
+        {"hidden_act": "gelu"}, "hidden_act")
+    assert Qwen3Config.from_dict(_qwen3_dict(hidden_act="swish")).hidden_act == "swish"
+
+
+def test_max_window_layers_0_loads_as_its_message_says():
+    """0 is valid (every layer slides): the message says ``an integer >= 0``, not positive."""
+    c = Qwen3Config.from_dict(_qwen3_dict(use_sliding_window=True, max_window_layers=0,
+                                          sliding_window=512))
+    assert c.sliding_window == 512
+
+
 # ---------------------------------------------------------------------------- YaRN rope_scaling
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}

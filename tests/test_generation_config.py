@@ -5,6 +5,7 @@ there that infer does not apply (``unapplied_settings``)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -28,10 +29,13 @@ def test_a_negative_top_k_in_the_file_is_no_top_k_filter(tmp_path, top_k):
     assert greedy.greedy and greedy.top_k == 0
 
 
-@pytest.mark.parametrize("top_k", [-1.0, "-1", True])
+@pytest.mark.parametrize("top_k", [-1.0, "-1", True, 2.5])
 def test_a_top_k_that_is_not_an_integer_is_still_refused_naming_the_file(tmp_path, top_k):
+    """The message says the file's rule (any integer; <= 0 is no filter), not the caller's
+    ``>= 0``, which would contradict the -1 it accepts."""
     _write(tmp_path, top_k=top_k)
-    with pytest.raises(ValueError, match=r"generation_config\.json: top_k must be an integer"):
+    with pytest.raises(ValueError, match=r"generation_config\.json: top_k must be an integer "
+                                         r"\(<= 0: no filter\), got " + re.escape(repr(top_k))):
         SamplingParams.from_generation_config(tmp_path)
 
 
