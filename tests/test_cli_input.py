@@ -135,12 +135,15 @@ def test_blank_system_prompt_is_refused_as_a_blank_prompt_is(tiny_ckpt, command,
 
 
 def test_chat_line_with_invalid_utf8_is_replaced_with_a_warning(tiny_ckpt, tok):
+    """A few invalid bytes in a line of text: replaced, with a warning. (Mostly invalid, as
+    ``caf\\xe9 \\xff`` is, the line is binary: ``test_cli_chat_input.py``.)"""
     result = invoke("chat", tiny_ckpt, *FAST, "--no-think", "--json",
-                    input=b"caf\xe9 \xff\n/exit\n")
+                    input=b"caf\xe9 au lait \xff\n/exit\n")
     assert result.exit_code == 0, result.output
     assert "warning: 2 invalid byte sequences in the message were replaced" in result.stderr
     obj = json.loads(result.stdout.splitlines()[0])
-    ids = tok.chat_ids([{"role": "user", "content": "caf\ufffd \ufffd"}], enable_thinking=False)
+    ids = tok.chat_ids([{"role": "user", "content": "caf\ufffd au lait \ufffd"}],
+                       enable_thinking=False)
     assert obj["prompt_tokens"] == len(ids) and "error" not in obj
 
 

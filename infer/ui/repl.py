@@ -27,7 +27,7 @@ from infer.ui.prepare import warn_replaced
 from infer.ui.records import reply_record
 from infer.ui.render import ReplyView
 from infer.ui.stats_line import capture_note, format_stats
-from infer.ui.textio import replace_surrogates
+from infer.ui.textio import mostly_invalid, replace_surrogates
 from infer.wording import counted
 
 CHAT_HELP = ("/reset clears the conversation, /stats shows the last reply's numbers, /exit "
@@ -92,10 +92,10 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
     between turns: as a message is tokenized, after a reply is shown); one in a reply stops it.
 
     A line starting with ``/`` and a letter is a command (unknown: a warning); ``//text`` sends
-    ``/text``. A failed turn (the message does not fit, or the engine raised) prints the error,
-    drops the message and the chat goes on. Returns the exit code the failures call for: 0 none,
-    2 bad input, 1 a runtime failure (which wins over 2). With ``--json`` each reply is one
-    ``reply_record`` line, each failed turn one ``{"error", "turn"}`` line.
+    ``/text``. A failed turn (the message looks binary or does not fit, or the engine raised)
+    prints the error, drops the message and the chat goes on. Returns the exit code the failures
+    call for: 0 none, 2 bad input, 1 a runtime failure (which wins over 2). With ``--json`` each
+    reply is one ``reply_record`` line, each failed turn one ``{"error", "turn"}`` line.
     """
     ui.startup.began()  # a Ctrl-C from here: a reply's (ReplyView), else the chat's end
     # Piped input: the prompts go to stderr, so stdout holds only the replies.
@@ -125,7 +125,6 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             except EOFError:  # Ctrl-D (Ctrl-C: below)
                 prompt_to.print()
                 return code
-            warn_replaced(ui, n_bad, "the message")
             line = line.removesuffix("\r")  # piped CRLF lines: lines end at the \n
             cmd = line.strip()
             if not cmd:
@@ -158,10 +157,12 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
                              if last else f"no reply yet; {used}; model loaded in {load_s:.1f} s")
                 continue
             turn += 1
-            if "\x00" in line:  # generate and summarize refuse such input too
+            refused = _binary(line, n_bad, piped.encoding if piped else "utf-8")
+            if refused:  # generate - and summarize refuse such input too
                 code = code or 2
-                _turn_error(ui, "the message contains NUL bytes (binary input?): send text", turn)
+                _turn_error(ui, refused, turn)
                 continue
+            warn_replaced(ui, n_bad, "the message")
             try:
                 ids = conv.add_user(line)
                 check_turn(conv, ids, engine.ctx, o.max_new_tokens, max_ctx=engine.context.max_ctx)
@@ -207,6 +208,18 @@ def _read_message(prompt_to, piped: PipedLines | None) -> tuple[str, int]:
     if not line:
         raise EOFError
     return line.removesuffix("\n"), piped.replaced
+
+
+def _binary(line: str, n_bad: int, encoding: str) -> str | None:
+    """The error for a message that looks like binary input, by ``decode_text``'s rule for a
+    file: NUL characters, or ``mostly_invalid`` (``n_bad`` invalid sequences of ``encoding``
+    replaced in it); None for text."""
+    if "\x00" in line:
+        return "the message contains NUL bytes (binary input?): send text"
+    if mostly_invalid(line, n_bad):
+        return (f"the message is not valid {encoding.upper()} ({n_bad} of {len(line)} characters;"
+                " binary input?): send text, or convert it first, e.g. iconv -f latin1 -t utf-8")
+    return None
 
 
 def _turn_error(ui: UI, msg: str, turn: int) -> None:

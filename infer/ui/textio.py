@@ -3,7 +3,8 @@
 Encodings: a byte-order mark picks UTF-8, UTF-16 LE/BE or UTF-32 LE/BE; without one the bytes are
 read as UTF-8. Invalid sequences become U+FFFD and are counted (the caller warns with the count).
 Line endings (``\\r\\n``, ``\\r``) become ``\\n``. Empty, whitespace-only and binary input (NUL
-characters, or mostly undecodable bytes) and missing files raise ``ValueError`` saying what to fix.
+characters, or mostly undecodable bytes: ``mostly_invalid``) and missing files raise ``ValueError``
+saying what to fix.
 Text that is already a ``str`` (a command-line argument, a chat line) may hold the lone surrogates
 Python decodes invalid bytes to (surrogateescape): ``replace_surrogates`` turns them into U+FFFD.
 A standard input closed from the start (``<&-``) raises ``ValueError`` (``require_stdin``); a
@@ -100,6 +101,13 @@ def decode_counted(body: bytes, encoding: str) -> tuple[str, int]:
     return text, text.count("\ufffd") - body.decode(encoding, errors="ignore").count("\ufffd")
 
 
+def mostly_invalid(text: str, n_replaced: int) -> bool:
+    """Whether ``text``, decoded with ``n_replaced`` invalid byte sequences replaced, is taken as
+    binary rather than as damaged text: more than ``MAX_REPLACED_FRACTION`` of its characters
+    were replaced (a file, or one chat message)."""
+    return n_replaced > MAX_REPLACED_FRACTION * len(text)
+
+
 def _give_text(name: str) -> str:
     """What to do about an input without text, for the error message about ``name``."""
     return "pipe some text in" if name == STDIN_NAME else "give a file holding some text"
@@ -131,7 +139,7 @@ def decode_text(data: bytes, name: str = "<input>") -> tuple[str, int]:
         raise ValueError(
             f"{name} looks like a binary file (it contains NUL bytes): give a text file "
             "(UTF-8, or UTF-16 or UTF-32 with a byte-order mark)")
-    if n_replaced and n_replaced > MAX_REPLACED_FRACTION * len(text):
+    if mostly_invalid(text, n_replaced):
         raise ValueError(
             f"{name} looks like a binary file ({n_replaced} of {len(text)} characters are not "
             f"valid {encoding.upper()}): if it is text in another encoding, convert it first, "
