@@ -8,12 +8,12 @@ Two config formats are in circulation and both are read:
 
 The only RoPE scaling supported is YaRN (Peng et al. 2023, "YaRN: Efficient Context Window Extension
 of Large Language Models"), which is what Qwen3 documents for contexts past 32k: ``models/yarn.py``
-(``YarnScaling``, re-exported here). Single values are checked by ``models/config_values.py``.
+(``YarnScaling``, re-exported here). Single values are checked, and JSON files read
+(``read_json_object``, re-exported here), by ``models/config_values.py``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from models.config_values import (
     POSITIONS_REASON,
     boolean,
     positive_number,
+    read_json_object,
     shown,
     to_int,
 )
@@ -31,22 +32,6 @@ from models.dtypes import TORCH_DTYPES
 from models.yarn import YarnScaling, parse_rope_scaling
 
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
-
-
-def read_json_object(path: Path) -> dict:
-    """The JSON object in the file ``path``.
-
-    Raises:
-        ValueError: the file is not UTF-8 JSON, or holds another JSON value than an object (the
-            message names the file and the value's type).
-    """
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
-    if not isinstance(d, dict):
-        raise ValueError(f"cannot read {path}: expected a JSON object, got {type(d).__name__}")
-    return d
 
 
 @dataclass(frozen=True)

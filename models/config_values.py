@@ -1,5 +1,6 @@
-"""Checks for single values of a checkpoint's ``config.json``, shared by ``models/config.py`` and
-``models/yarn.py``.
+"""Reading a checkpoint's JSON files (``read_json_object``: config.json, generation_config.json,
+tokenizer_config.json) and checking single values of ``config.json``, shared by
+``models/config.py`` and ``models/yarn.py``. Free of torch, so the tokenizer can import it.
 
 Python's ``json`` reads more than numbers: ``Infinity``, ``NaN`` and ``1e400`` (inf) are floats,
 ``true``/``false`` are ints, a number may be a string. Each helper takes the raw value, returns it
@@ -11,13 +12,33 @@ Python message (``cannot convert float infinity to integer``).
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 MAX_INT = 2**31 - 1  # sizes and counts: far past any model, and within int32 kernel arguments
 # NOTE: RoPE turns positions into float32 (``positions.float() * inv_freq``, as transformers does),
 # which holds every integer only up to 2**24: a longer context would give two tokens one position.
 MAX_POSITIONS = 2**24
 POSITIONS_REASON = "2**24: RoPE positions are float32, exact only up to there"
+
+
+def read_json_object(path: Path) -> dict:
+    """The JSON object in the file ``path``. A UTF-8 byte order mark (some Windows editors write
+    one) is skipped: Python's ``json`` refuses it ("Unexpected UTF-8 BOM").
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON (nested too deep, or an integer of more digits
+            than Python converts, included), or holds another JSON value than an object (the
+            message names the file and the value's type).
+    """
+    try:
+        d = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+        raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"cannot read {path}: expected a JSON object, got {type(d).__name__}")
+    return d
 
 
 def shown(value) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer
 
 from models.chat_template import ChatTemplate, token_str
+from models.config_values import read_json_object
 from models.stream_decoder import StreamDecoder
 
 
@@ -31,8 +32,8 @@ def _tokenizer_json_error(path: Path, error: Exception) -> str:
     parse of the file's struct, so valid JSON of another shape reads as a syntax error
     ("expected `,` or `}` at line 1 column 5")."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError, RecursionError) as e:
         return f"not valid JSON ({e})"
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         return ("valid JSON but not a Hugging Face tokenizers file (no 'model' object): save "
@@ -90,7 +91,7 @@ class Qwen3Tokenizer:
                 "vocab.json + merges.txt is not supported; save the tokenizer with transformers' "
                 "save_pretrained to write tokenizer.json)")
         try:
-            tokenizer = Tokenizer.from_file(str(path))
+            tokenizer = Tokenizer.from_str(path.read_text(encoding="utf-8-sig"))  # BOM skipped
         except Exception as e:  # the Rust error says what is wrong in the file
             raise ValueError(f"cannot read {path}: {_tokenizer_json_error(path, e)}") from e
         config = cls._read_json(folder / "tokenizer_config.json")
@@ -113,16 +114,14 @@ class Qwen3Tokenizer:
 
     @staticmethod
     def _read_json(path: Path) -> dict:
+        """The JSON object in ``path`` (``read_json_object``: a UTF-8 BOM is skipped), ``{}``
+        when there is no such file."""
         if not path.is_file():
             return {}
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
+            return read_json_object(path)
+        except OSError as e:
             raise ValueError(f"cannot read {path}: {e}") from e
-        if not isinstance(data, dict):
-            raise ValueError(f"cannot read {path}: expected a JSON object, got "
-                             f"{type(data).__name__}")
-        return data
 
     # --- ids <-> text -------------------------------------------------------------------------
 

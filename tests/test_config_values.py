@@ -244,3 +244,31 @@ def _with(folder, extra: str):
 def test_cli_refuses_an_odd_config_value_in_one_line_with_exit_2(folder, extra, field):
     assert_one_line_error(invoke("generate", _with(folder, extra), "hi", *FAST), 2,
                           f"config.json has an invalid value: config field {field} must be")
+
+
+# ---------------------------------------------------------------------------- the files
+
+
+def test_a_utf8_bom_is_skipped_and_other_unreadable_json_is_one_message(tmp_path):
+    from models.config_values import read_json_object
+
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_qwen3_dict()).encode())
+    assert Qwen3Config.from_json(path).hidden_size == 64
+    for text in ["[" * 100_000 + "]" * 100_000, '{"vocab_size": ' + "1" * 5000 + "}"]:
+        path.write_text(text)  # too deep for Python's json; too many digits for int()
+        with pytest.raises(ValueError, match=r"^cannot read .*config\.json: not valid JSON"):
+            read_json_object(path)
+
+
+@pytest.mark.usefixtures("cli_tokenizer_once")
+def test_a_checkpoint_whose_json_files_start_with_a_bom_runs(folder):
+    """config.json, generation_config.json (its sampling defaults and eos ids),
+    tokenizer_config.json and tokenizer.json saved with a UTF-8 BOM (some Windows editors)."""
+    for name in ("config.json", "generation_config.json", "tokenizer_config.json",
+                 "tokenizer.json"):
+        path = folder / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    result = invoke("generate", folder, "hi", *FAST)
+    assert result.exit_code == 0, result.output
+
