@@ -23,7 +23,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer
 
 from models.chat_template import ChatTemplate, token_str
-from models.config_values import read_json_object
+from models.config_values import read_json_object, shown
 from models.stream_decoder import StreamDecoder
 
 
@@ -41,12 +41,42 @@ def _tokenizer_json_error(path: Path, error: Exception) -> str:
     return str(error)
 
 
+def _eos_ids(generation_config: dict, path: Path, vocab_limit: int) -> list[int]:
+    """The ``eos_token_id`` of a generation_config.json (an id or a non-empty list of ids, each
+    in [0, ``vocab_limit``)); ``[]`` when it is absent or null.
+
+    NOTE: an empty list is refused, not read as "no stop token" (transformers' reading): a reply
+    still ends at the tokenizer's own stop tokens (``<|im_end|>``, ``<|endoftext|>``), so it would
+    change nothing while looking as if it did. An id outside the vocabulary could never be
+    sampled, so it would never stop a reply.
+
+    Raises:
+        ValueError: any other value (the message names ``path`` and says how to fix it).
+    """
+    eos = generation_config.get("eos_token_id")
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else eos
+    if not isinstance(eos, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                            for i in eos):
+        raise ValueError(f"cannot read {path}: eos_token_id must be an integer or a list of "
+                         f"integers, got {shown(eos)}")
+    if generation_config.get("eos_token_id") == []:
+        raise ValueError(f"cannot read {path}: eos_token_id is an empty list, but a reply still "
+                         f"ends at the tokenizer's own stop tokens (<|im_end|>, <|endoftext|>): "
+                         f"remove the field or set it to null")
+    bad = [i for i in eos if not 0 <= i < vocab_limit]
+    if bad:
+        raise ValueError(f"cannot read {path}: eos_token_id {shown(bad[0])} is outside the "
+                         f"tokenizer's vocabulary (ids 0 to {vocab_limit - 1:,}), so it could "
+                         f"never end a reply")
+    return eos
+
+
 class Qwen3Tokenizer:
     """Tokenizer + chat template of a Qwen3 checkpoint folder. Build it with ``from_folder``.
 
     Attributes:
         stop_ids: set[int], ids that end generation: ``eos_token_id`` of generation_config.json
-            (int or list; the file is optional), ``<|im_end|>``, tokenizer_config's ``eos_token``
+            (int or non-empty list of ids in the vocabulary: ``_eos_ids``; the file is optional), ``<|im_end|>``, tokenizer_config's ``eos_token``
             and ``<|endoftext|>`` (the document end every Qwen3 generation_config lists).
         vocab_limit: int, number of ids the tokenizer defines (151669 for Qwen3). The model's
             embedding is padded to 151936; ids >= vocab_limit must never be sampled.
@@ -104,12 +134,9 @@ class Qwen3Tokenizer:
                              f"be a string, got {type(template).__name__}")
         if (folder / "chat_template.jinja").is_file():
             template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
-        eos = cls._read_json(folder / "generation_config.json").get("eos_token_id")
-        eos = [] if eos is None else [eos] if isinstance(eos, int) else eos
-        if not isinstance(eos, list) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                for i in eos):
-            raise ValueError(f"cannot read {folder / 'generation_config.json'}: eos_token_id must "
-                             f"be an integer or a list of integers, got {eos!r}")
+        eos = _eos_ids(cls._read_json(folder / "generation_config.json"),
+                       folder / "generation_config.json",
+                       tokenizer.get_vocab_size(with_added_tokens=True))
         return cls(tokenizer, config, template, eos, folder)
 
     @staticmethod

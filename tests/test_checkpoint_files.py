@@ -32,8 +32,19 @@ def _edit(path, change):
     ("generation_config.json", [1, 2], "expected a JSON object, got list"),
     ("tokenizer_config.json", [], "expected a JSON object, got list"),
     ("generation_config.json", {"eos_token_id": "x"}, "eos_token_id must be an integer"),
+    ("generation_config.json", {"eos_token_id": [151645, True]}, "eos_token_id must be an integer"),
+    ("generation_config.json", {"eos_token_id": 999999999},
+     "eos_token_id 999999999 is outside the tokenizer's vocabulary (ids 0 to 151,668), so it "
+     "could never end a reply"),
+    ("generation_config.json", {"eos_token_id": -1}, "eos_token_id -1 is outside"),
+    ("generation_config.json", {"eos_token_id": [151645, 151669]}, "eos_token_id 151669 is "),
+    ("generation_config.json", {"eos_token_id": []},
+     "eos_token_id is an empty list, but a reply still ends at the tokenizer's own stop tokens "
+     "(<|im_end|>, <|endoftext|>): remove the field or set it to null"),
 ])
 def test_json_of_the_wrong_type_is_bad_input(folder, name, content, needle):
+    """Also eos ids that could never end a reply (outside the vocabulary) or an empty list,
+    which reads as "no stop token" but the tokenizer's own stop tokens still end a reply."""
     (folder / name).write_text(json.dumps(content))
     assert_one_line_error(invoke("generate", folder, "Hi", *FAST), 2, name, needle)
 

@@ -124,7 +124,7 @@ def test_stop_ids(tok):
     assert max(tok.stop_ids) < tok.vocab_limit
 
 
-@pytest.mark.parametrize("eos", [151662, [151662, 151659]])
+@pytest.mark.parametrize("eos", [151662, [151662, 151659], [0, 151668]])  # 151668: the last id
 def test_stop_ids_from_generation_config(tmp_path, tokenizer_dir, eos):
     folder = _tokenizer_folder(tmp_path, tokenizer_dir)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
