@@ -43,6 +43,36 @@ def test_the_device_flag_is_case_insensitive(tiny_ckpt):
                           "error: --device must be cuda, cuda:N or cpu, got 'TPU'")
 
 
+@pytest.mark.parametrize("command", ["generate", "summarize", "chat", "bench"])
+@pytest.mark.parametrize("value,want", [("INT8", "int8"), ("Bf16", "bf16")])
+def test_the_kv_cache_flag_is_case_insensitive(command, value, want, tiny_ckpt, tmp_path,
+                                               capsys):
+    """--kv-cache INT8 was refused ('INT8' is not one of 'bf16', 'int8') while --ctx 32K and
+    --device CPU are accepted: every command takes it in any case, as the lower-case value; an
+    unknown one is still refused with the same message."""
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sat on the mat.\n")
+    args = {"generate": ["generate", tiny_ckpt, "hi", *FAST],
+            "summarize": ["summarize", text, "--model", tiny_ckpt, *FAST],
+            "chat": ["chat", tiny_ckpt, *FAST],
+            "bench": ["bench", tiny_ckpt, "--ctx", "1k", "--device", "cpu", "--lengths", "16",
+                      "--tokens", "2"]}[command]
+    result = invoke(*args, "--kv-cache", value, "--json", input="hi\n")
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.stdout.splitlines()[0])
+    assert obj["kv_cache"] == want and obj["cache_dtype"] == ("int8" if want == "int8" else
+                                                              "float32")
+    from cli import main
+
+    with pytest.raises(SystemExit) as info:  # a usage error: main() words it as one line
+        main([str(a) for a in args] + ["--kv-cache", "FP8"])
+    out, err = capsys.readouterr()
+    assert info.value.code == 2 and out == "", out
+    (line,) = err.splitlines()
+    assert line.startswith("error: Invalid value for '--kv-cache': 'FP8' is not one of "
+                           "'bf16', 'int8'. (see ") and line.endswith(f" {command} --help)"), err
+
+
 @pytest.mark.parametrize("kw,words", [
     ({"page_size": 48}, "page_size must be one of 16, 32, 64, 128, got 48"),
     ({"ctx": 0}, "ctx must be"), ({"prefill_chunk": 0}, "prefill_chunk must be"),

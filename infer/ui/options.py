@@ -66,7 +66,7 @@ _ENGINE_FLAGS = (
         help="Context size in tokens (prompt + replies): 32768, 32k, 128k (k = 1024).",
         rich_help_panel=ENGINE)], "32k"),
     ("kv_cache", Annotated[KVCache, typer.Option(
-        "--kv-cache",
+        "--kv-cache", case_sensitive=False,  # INT8 as int8, as --ctx 32K and --device CPU
         help="KV cache format: bf16, or int8 codes + a float32 scale per token and head.",
         rich_help_panel=ENGINE)], KVCache.bf16),
     ("page_size", Annotated[int, typer.Option(
