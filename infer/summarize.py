@@ -16,7 +16,11 @@ and Wu et al. 2021, "Recursively Summarizing Books with Human Feedback", do):
    each group is summarized (batched, like the map), recursively;
 3. the returned ids are the last combining prompt, for the caller to stream as the final reply.
 
-Nothing is truncated: every character of the text is in exactly one part of the first level.
+Every character of the text is in exactly one part of the first level. A summary is reused whole
+unless its text, encoded again, is longer than the plan's share for it (a reply's tokens need not
+be its text's tokenization): then it is cut to its share (``labelled_summaries``) and the tokens
+cut are recorded (``PartSummary.cut_tokens``). So two summaries always fit one group and every
+level has fewer summaries than the one below; a level that would not is an error, never a loop.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from infer.summary_prompts import (
     COMBINE_PROMPT,
     GROUP_PROMPT,
     PART_PROMPT,
+    SEPARATOR_TOKENS,
     SUMMARY_PROMPT,
     check_plan,
+    labelled_summaries,
     part_limit,
     template_overhead,
 )
@@ -59,6 +65,9 @@ class PartSummary:
         stop_reason: as ``GenerationStats.stop_reason``.
         summary: the reply's text (the thinking, if any, removed).
         drafted, accepted: speculative drafts of its reply verified and accepted.
+        cut_tokens: tokens cut from the end of its labelled summary when the next combining
+            prompt reused it (``labelled_summaries``: its text encodes to more tokens than its
+            share of the plan); 0: reused whole, or not reused (yet).
     """
 
     level: int
@@ -72,6 +81,7 @@ class PartSummary:
     summary: str
     drafted: int = 0
     accepted: int = 0
+    cut_tokens: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -168,7 +178,8 @@ class Summarizer:
             The final combining prompt's ids (stream it as the final reply).
 
         Raises:
-            ValueError: as ``check_plan`` (before any work).
+            ValueError: as ``check_plan`` (before any work); a reduce level that would not
+                lower the number of summaries (a guard: ``labelled_summaries`` makes two fit).
         """
         limit = check_plan(self.tokenizer, self.engine.ctx, self.part_tokens, self.final_tokens,
                            self.think)
@@ -178,7 +189,7 @@ class Summarizer:
         summaries = self._map(0, pieces, prompts, on_part, on_prefill)
         level = 0
         while True:
-            labelled = [f"Part {k + 1}:\n{s}" for k, s in enumerate(summaries)]
+            labelled = self._labelled(level, summaries)
             final = self.prompt_ids(COMBINE_PROMPT, "\n\n".join(labelled))
             if self.fits_whole(final) or len(summaries) == 1:
                 return final
@@ -186,6 +197,11 @@ class Summarizer:
             t0 = time.perf_counter()
             groups = self._group(labelled)
             m = len(summaries)
+            if len(groups) >= m:  # NOTE: unreachable while two summaries fit a group
+                raise ValueError(f"summarizing in parts would not end: the {m} summaries of "
+                                 f"level {level - 1} take a combining prompt each in the context "
+                                 f"of {self.engine.ctx:,} tokens with --part-tokens "
+                                 f"{self.part_tokens:,}: raise --ctx or lower --part-tokens")
             prompts, texts, first = [], [], 0
             for g in groups:
                 texts.append("\n\n".join(g))
@@ -197,14 +213,25 @@ class Summarizer:
             finally:  # an interrupted level's time counts too
                 self.times.reduce_s += time.perf_counter() - t0
 
+    def _labelled(self, level: int, summaries: list[str]) -> list[str]:
+        """``summaries`` of ``level`` labelled for a combining prompt, each within its share of
+        the plan (``labelled_summaries``); the tokens cut go to their ``PartSummary``."""
+        labelled, cut = labelled_summaries(self.tokenizer, summaries, self.part_tokens)
+        parts = {p.index: p for p in self.parts if p.level == level}
+        for i, n in enumerate(cut):
+            if i in parts:
+                parts[i].cut_tokens = n
+        return labelled
+
     def _group(self, labelled: list[str]) -> list[list[str]]:
         """Consecutive summaries in groups whose combining prompt (+ reply) fits, each of at
-        least two summaries (``part_limit`` guarantees two fit), so every level shrinks."""
+        least two summaries but maybe the last (``part_limit`` guarantees two fit, as each is
+        within its share: ``labelled_summaries``), so every level shrinks."""
         room = self.engine.ctx - self._overhead(GROUP_PROMPT) - self.part_tokens
         groups: list[list[str]] = [[]]
         used = 0
         for s, n in zip(labelled, self.tokenizer.count_tokens(labelled), strict=True):
-            size = n + 2
+            size = n + SEPARATOR_TOKENS
             if groups[-1] and used + size > room:
                 groups.append([])
                 used = 0

@@ -8,6 +8,15 @@ prompt plus its reply budget fits the context, and so does the combining prompt 
 summaries (every reduce level shrinks); ``check_plan`` also fits the final combining prompt with
 its reply budget, before any work. ``template_overhead`` is what a template's chat prompt takes
 without its text.
+
+The plan gives each summary in a combining prompt ``--part-tokens`` plus ``SUMMARY_SHARE`` tokens
+(its "Part k:" label and the blank line after it). A reply of ``--part-tokens`` tokens can take
+more than that once its text is encoded again inside the prompt: a sampled token sequence need
+not be its text's own tokenization (an unfinished UTF-8 character decodes to U+FFFD, which
+encodes as several tokens; BPE merges across the reply's token boundaries differ), and a random
+model's 512-token replies re-encode to 530-570 tokens. So ``labelled_summaries`` cuts a summary
+whose labelled text is longer than its share to the share (``trim_to_tokens``) when it is reused,
+and reports the tokens cut: the plan then holds for any reply, and every reduce level shrinks.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ GROUP_PROMPT = (
     "ideas and what happens, in a few short paragraphs.\n\n---\n{text}\n---\n\n"
     "Write the combined summary.")
 TEMPLATE_MARGIN = 16  # tokens: a part's text may tokenize a little longer inside the template
+SUMMARY_SHARE = 8  # tokens a combining prompt gives each summary beyond --part-tokens
+SEPARATOR_TOKENS = 2  # of SUMMARY_SHARE: the "\n\n" between labelled summaries
 
 
 def template_overhead(tokenizer, template: str, think: bool) -> int:
@@ -53,8 +64,9 @@ def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False,
     """
     limit = ctx - template_overhead(tokenizer, PART_PROMPT, think) - part_tokens
     group = ctx - template_overhead(tokenizer, GROUP_PROMPT, think) - part_tokens
-    if limit < part_tokens or group < 2 * part_tokens + 16:
-        need = ctx - min(limit - part_tokens, group - 2 * part_tokens - 16)
+    two = 2 * (part_tokens + SUMMARY_SHARE)  # two labelled summaries (labelled_summaries)
+    if limit < part_tokens or group < two:
+        need = ctx - min(limit - part_tokens, group - two)
         lower = "--part-tokens"
         if final_tokens is not None:
             final_need = _final_need(tokenizer, part_tokens, final_tokens, think)
@@ -142,3 +154,32 @@ def _check_limit(tokenizer, part: int, final_tokens: int | None, think: bool,
     raise ValueError(f"part summaries of {counted(part, 'token')} (--part-tokens){final_words} "
                      f"need a context of {counted(need, 'token')}, beyond the largest context "
                      f"this model supports ({counted(m, 'token')}): {fix}")
+
+
+def labelled_summaries(tokenizer, summaries: list[str], part_tokens: int
+                       ) -> tuple[list[str], list[int]]:
+    """``summaries`` labelled ("Part k:") as a combining prompt holds them, each cut to its share
+    of the plan (module docstring): at most ``part_tokens + SUMMARY_SHARE - SEPARATOR_TOKENS``
+    tokens, labels included. Returns ``(labelled texts, tokens cut from each)``; a summary
+    within its share (any whose text encodes to its reply's length or less, up to part 999) is
+    kept whole (0 cut)."""
+    limit = part_tokens + SUMMARY_SHARE - SEPARATOR_TOKENS
+    labelled = [f"Part {k + 1}:\n{s}" for k, s in enumerate(summaries)]
+    sizes = tokenizer.count_tokens(labelled)
+    cut = [0] * len(labelled)
+    for k, n in enumerate(sizes):
+        if n > limit:
+            labelled[k] = trim_to_tokens(tokenizer, labelled[k], limit)
+            cut[k] = n - len(tokenizer.encode(labelled[k]))
+    return labelled, cut
+
+
+def trim_to_tokens(tokenizer, text: str, limit: int) -> str:
+    """The longest prefix of ``text`` that ends on a boundary of its tokens and encodes to at
+    most ``limit`` tokens (``text`` itself if it fits; "" if no prefix does)."""
+    ids = tokenizer.encode(text)
+    for n in range(min(limit, len(ids)), 0, -1):
+        head = tokenizer.decode(ids[:n])  # a cut inside a character decodes to U+FFFD: no prefix
+        if text.startswith(head) and len(tokenizer.encode(head)) <= limit:
+            return head
+    return ""
