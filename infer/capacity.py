@@ -93,6 +93,22 @@ def largest_ctx(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
     return lo * cfg.page_size
 
 
+def largest_chunk(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
+                  kv_cache: str) -> int:
+    """The largest prefill chunk (tokens) smaller than ``cfg``'s with which ``cfg.ctx`` fits in
+    ``budget`` (bytes); 0 if none does. A chunk's working set (``activation_bytes``) grows with
+    the chunk: for the reference attention its float32 scores are [Hq, chunk, ctx]."""
+    lo, hi = 0, min(cfg.chunk, cfg.ctx) - 1
+    while lo < hi:  # largest chunk that fits
+        mid = (lo + hi + 1) // 2
+        if bytes_needed(replace(cfg, prefill_chunk=mid), mc, attention, kv_cache,
+                        cfg.ctx) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def hint_budget(budget: int) -> int:
     """The part of ``budget`` (bytes) a context suggested in a message may take: all but
     ``HINT_MARGIN_PERCENT`` of it, so that the suggestion still fits when the free memory is a
@@ -169,8 +185,9 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *, m
 
     The message names the dtype the pool stores, the largest context that fits one sequence,
     and, unless the cache is int8 already, the largest one ``--kv-cache int8`` fits, each with
-    ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``). Does nothing when the
-    available memory cannot be read.
+    ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``); and when a smaller
+    ``--prefill-chunk`` makes ``cfg.ctx`` itself fit (with this cache, else with int8), the
+    largest such chunk (``_chunk_hint``). Does nothing when the available memory cannot be read.
     """
     avail = available_host_bytes()
     if avail is None:
@@ -197,4 +214,22 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *, m
                      f"{counted(largest(cfg.kv_cache), 'token')} (with a {HINT_MARGIN_PERCENT} % "
                      "margin, as available memory varies between runs): lower --ctx"
                      + ("" if cfg.kv_cache == "int8" else
-                        f", or use --kv-cache int8 (it fits {counted(largest('int8'), 'token')})"))
+                        f", or use --kv-cache int8 (it fits {counted(largest('int8'), 'token')})")
+                     + _chunk_hint(hint_budget(avail - wbytes), cfg, mc, attention,
+                                   largest("int8") >= cfg.ctx))
+
+
+def _chunk_hint(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
+                int8_fits: bool) -> str:
+    """The refusal's ending that names the largest ``--prefill-chunk`` with which ``cfg.ctx``
+    fits in ``budget``: with ``cfg.kv_cache``, else (unless ``int8_fits`` already, which the
+    message says) with ``--kv-cache int8``; "" when no chunk does."""
+    chunk = largest_chunk(budget, cfg, mc, attention, cfg.kv_cache)
+    kv = cfg.kv_cache
+    if not chunk and kv != "int8" and not int8_fits:
+        chunk, kv = largest_chunk(budget, cfg, mc, attention, "int8"), "int8"
+    if not chunk:
+        return ""
+    with_kv = "" if kv == cfg.kv_cache else "--kv-cache int8 and "
+    return (f", or keep --ctx {cfg.ctx:,} with {with_kv}--prefill-chunk {chunk:,} or less "
+            f"(now {cfg.chunk:,}: a smaller chunk has a smaller working set)")
