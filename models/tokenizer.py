@@ -76,8 +76,9 @@ class Qwen3Tokenizer:
 
     Attributes:
         stop_ids: set[int], ids that end generation: ``eos_token_id`` of generation_config.json
-            (int or non-empty list of ids in the vocabulary: ``_eos_ids``; the file is optional), ``<|im_end|>``, tokenizer_config's ``eos_token``
-            and ``<|endoftext|>`` (the document end every Qwen3 generation_config lists).
+            (int or non-empty list of ids in the vocabulary: ``_eos_ids``; the file is
+            optional), ``<|im_end|>``, tokenizer_config's ``eos_token`` and ``<|endoftext|>``
+            (the document end every Qwen3 generation_config lists).
         vocab_limit: int, number of ids the tokenizer defines (151669 for Qwen3). The model's
             embedding is padded to 151936; ids >= vocab_limit must never be sampled.
         added_tokens: dict[str, int], every added token (``<think>``, ``<|im_end|>``, ...) -> id.
