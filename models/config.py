@@ -134,6 +134,11 @@ class Qwen3Config:
         """Build from a parsed ``config.json``. Raises ``ValueError`` naming the problem."""
         archs = d.get("architectures") or []
         model_type = d.get("model_type")
+        for name in ("architectures", "layer_types"):
+            if d.get(name) is not None and not (isinstance(d[name], list) and all(
+                    isinstance(x, str) for x in d[name])):
+                raise ValueError(f"config.json has an invalid value: {name} must be a list of "
+                                 f"strings (or null), got {shown(d[name])}")
         if archs and not any(a in SUPPORTED_ARCHITECTURES for a in archs):
             raise ValueError(
                 f"unsupported architecture {', '.join(archs)}: infer supports "

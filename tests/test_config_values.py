@@ -105,6 +105,15 @@ def test_every_published_qwen3_config_still_loads(name):
     assert Qwen3Config.from_json(CONFIGS_DIR / name).sliding_window is None
 
 
+@pytest.mark.parametrize("field,value", [
+    ("architectures", "Qwen3ForCausalLM"), ("architectures", [1]), ("architectures", 5),
+    ("layer_types", "sliding_attention"), ("layer_types", [None])])
+def test_a_list_of_names_that_is_not_one_is_refused(field, value):
+    """A string was iterated letter by letter ("unsupported architecture Q, w, e, ..."), a
+    number raised a raw TypeError, and a layer_types string was ignored."""
+    assert "must be a list of strings (or null)" in _refused({field: value}, field)
+
+
 # ---------------------------------------------------------------------------- messages
 
 
