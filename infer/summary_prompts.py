@@ -175,11 +175,15 @@ def labelled_summaries(tokenizer, summaries: list[str], part_tokens: int
 
 
 def trim_to_tokens(tokenizer, text: str, limit: int) -> str:
-    """The longest prefix of ``text`` that ends on a boundary of its tokens and encodes to at
-    most ``limit`` tokens (``text`` itself if it fits; "" if no prefix does)."""
+    """``text`` itself if it encodes to at most ``limit`` tokens, else the text of the longest
+    run of its first tokens, at most ``limit``, that encodes back to those same tokens: a prefix
+    of ``text`` as the tokenizer reads it (normalized: Qwen3's is NFC), never cut inside a
+    character (that decodes to U+FFFD, which encodes otherwise). "" if no run does."""
     ids = tokenizer.encode(text)
-    for n in range(min(limit, len(ids)), 0, -1):
-        head = tokenizer.decode(ids[:n])  # a cut inside a character decodes to U+FFFD: no prefix
-        if text.startswith(head) and len(tokenizer.encode(head)) <= limit:
+    if len(ids) <= limit:
+        return text
+    for n in range(limit, 0, -1):
+        head = tokenizer.decode(ids[:n])
+        if tokenizer.encode(head) == ids[:n]:
             return head
     return ""
