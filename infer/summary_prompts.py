@@ -44,6 +44,7 @@ GROUP_PROMPT = (
 TEMPLATE_MARGIN = 16  # tokens: a part's text may tokenize a little longer inside the template
 SUMMARY_SHARE = 8  # tokens a combining prompt gives each summary beyond --part-tokens
 SEPARATOR_TOKENS = 2  # of SUMMARY_SHARE: the "\n\n" between labelled summaries
+FINAL_SHARE = 16  # tokens the final combining prompt gives its one summary beyond --part-tokens
 
 
 def template_overhead(tokenizer, template: str, think: bool) -> int:
@@ -81,7 +82,7 @@ def part_limit(tokenizer, ctx: int, part_tokens: int, think: bool = False,
 def _final_need(tokenizer, part_tokens: int, final: int, think: bool) -> int:
     """The smallest context the final combining prompt (one part summary) and its reply of
     ``final`` tokens fit in."""
-    return template_overhead(tokenizer, COMBINE_PROMPT, think) + part_tokens + 16 + final
+    return template_overhead(tokenizer, COMBINE_PROMPT, think) + part_tokens + FINAL_SHARE + final
 
 
 def check_plan(tokenizer, ctx: int, part_tokens: int, final_tokens: int | None,
@@ -120,20 +121,23 @@ def _check_limit(tokenizer, part: int, final_tokens: int | None, think: bool,
 
     With O_p, O_g, O_c the overheads of the part, group and combining prompts
     (``template_overhead``) and F the final budget, the plan needs a context of
-    max(O_p + 2 * part, O_g + 3 * part + 16, O_c + part + 16 + F) tokens (``part_limit``,
-    ``check_plan``). At ``max_ctx`` the largest ``--part-tokens`` solves each term for ``part``
-    (with F = part when ``final_tokens`` is None); the largest ``--max-new-tokens`` is
-    ``max_ctx - O_c - part - 16``, if the parts fit there at all.
+    max(O_p + 2 * part, O_g + 3 * part + 2 * S, O_c + part + S_f + F) tokens, S =
+    ``SUMMARY_SHARE``, S_f = ``FINAL_SHARE`` (``part_limit``, ``check_plan``). At ``max_ctx`` the
+    largest ``--part-tokens`` solves each term for ``part`` (with F = part when ``final_tokens``
+    is None); the largest ``--max-new-tokens`` is ``max_ctx - O_c - part - S_f``, if the parts
+    fit there at all.
     """
     o_p, o_g, o_c = (template_overhead(tokenizer, t, think)
                      for t in (PART_PROMPT, GROUP_PROMPT, COMBINE_PROMPT))
     final = final_tokens or part
-    need = max(o_p + 2 * part, o_g + 3 * part + 16, o_c + part + 16 + final)
+    need = max(o_p + 2 * part, o_g + 3 * part + 2 * SUMMARY_SHARE,
+               o_c + part + FINAL_SHARE + final)
     if need <= max_ctx:
         return
     m = max_ctx
-    parts_max = min((m - o_p) // 2, (m - o_g - 16) // 3)  # the parts and two summaries' group
-    both = m - o_c - 16  # the final combining prompt: one part summary and the final reply
+    # the parts, and a group of two summaries with its reply
+    parts_max = min((m - o_p) // 2, (m - o_g - 2 * SUMMARY_SHARE) // 3)
+    both = m - o_c - FINAL_SHARE  # the final combining prompt: one part summary and the final reply
     if final_tokens is None:  # the final budget is --part-tokens too
         part_max, final_max = min(parts_max, both // 2), 0
     else:
