@@ -35,8 +35,10 @@ registered generator (``infer.noise_keys.KEYED_NOISE``): ``split_k+pdl_chain+red
 fused_store_int8+norm_in_gemv+fused_greedy+fused_topk+attention_prologue+keyed_noise`` is what
 ships; ``+`` joins them (``default+X``: as shipped, with X on as well) and ``-`` turns one off
 (``default-X``: as shipped, with X off). Each JSON line names its variant and round.
-``--decode-tiles`` replaces the default decode tiles (``kernels.tiles``) for the whole process,
-so an in-step A/B of a tile runs one process per tile, alternating. Decoding is greedy
+``--decode-tiles`` replaces the default decode tiles (``kernels.tiles``) for the whole process:
+stage 1's per cache kind (``bf16``, ``int8``: ``DecodeTiles`` fields) and the GEMVs' per weight
+class (``gemv_wide``, ``gemv_narrow``, ``gemv_swiglu``: ``GemvTiles`` fields), so an in-step A/B
+of a tile runs one process per tile, alternating. Decoding is greedy
 unless ``--temperature`` is above 0 (a real Qwen3's ``generation_config``:
 ``--temperature 0.6 --top-k 20 --top-p 0.95``; seeded). NOTE: once a graph is captured with a
 generator registered (a sampled step with ``keyed_noise`` off), every graph replayed in the
@@ -115,14 +117,16 @@ def set_variant(name: str) -> None:
         setattr(module, attr, (("default" in on and SHIPPED[key]) or key in on) and key not in off)
 
 
-TILE_CONSTANTS = {"bf16": "_DECODE_16BIT", "int8": "_DECODE_INT8"}
+TILE_CONSTANTS = {"bf16": "_DECODE_16BIT", "int8": "_DECODE_INT8", "gemv_wide": "_GEMV_WIDE",
+                  "gemv_narrow": "_GEMV_NARROW", "gemv_swiglu": "_GEMV_SWIGLU"}
 
 
 def decode_tile_overrides(text: str) -> dict[str, dict]:
     """``--decode-tiles``: a JSON object of cache kind (``bf16``, ``int8``) to ``DecodeTiles``
     fields, e.g. ``{"int8": {"num_warps": 1, "programs_per_sm": 8}}`` (the INT8 tile that
-    shipped before the 4-warp one). Checked by building the tiles; raises ValueError on anything
-    else."""
+    shipped before the 4-warp one), or of GEMV weight class (``gemv_wide``, ``gemv_narrow``,
+    ``gemv_swiglu``) to ``GemvTiles`` fields, e.g. ``{"gemv_wide": {"block_n": 32}}``. Checked
+    by building the tiles; raises ValueError on anything else."""
     try:
         overrides = json.loads(text)
     except ValueError as e:
@@ -132,8 +136,8 @@ def decode_tile_overrides(text: str) -> dict[str, dict]:
                          "'{\"int8\": {\"num_warps\": 4}}'")
     for kind, fields in overrides.items():
         if kind not in TILE_CONSTANTS or not isinstance(fields, dict):
-            raise ValueError(f"--decode-tiles: {kind!r} must be bf16 or int8, mapped to an "
-                             "object of DecodeTiles fields")
+            raise ValueError(f"--decode-tiles: {kind!r} must be one of {', '.join(TILE_CONSTANTS)}"
+                             ", mapped to an object of tile fields")
         try:
             dataclasses.replace(getattr(kernels.tiles, TILE_CONSTANTS[kind]), **fields)
         except TypeError as e:  # an unknown field

@@ -21,6 +21,8 @@ import statistics
 
 import torch
 
+from infer.bandwidth import measure_read_bandwidth
+
 _FLUSH: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
@@ -95,8 +97,21 @@ def bench_graph_many(fns, rep_ms: int = 200) -> float:
     return ms
 
 
+READ_BANDWIDTH_BYTES = 2 << 30  # the engine's probe: infer.bandwidth.measure_read_bandwidth
+
+
 def read_bandwidth(reps: int = 100) -> float:
-    """The card's read bandwidth in GB/s: ``x.sum()`` over a 4 GiB bfloat16 tensor, median of
-    ``reps`` cold-L2 runs (the reference every benchmark's ``frac_bw`` is relative to)."""
+    """The card's read bandwidth in GB/s, measured as the engine measures it for its decode
+    ceiling (``infer.bandwidth.measure_read_bandwidth``: a float32 sum over 2 GiB, median of
+    ``reps`` runs), so every benchmark's ``frac_bw`` and the engine's fractions share one
+    reference. (Until this was shared, benchmarks summed 4 GiB of bfloat16: 3 % lower on an
+    H200; BENCHMARKS.md.)"""
+    return measure_read_bandwidth(torch.device("cuda", torch.cuda.current_device()),
+                                  READ_BANDWIDTH_BYTES, iters=reps) / 1e9
+
+
+def read_bandwidth_bf16_sum(reps: int = 100) -> float:
+    """The benchmarks' former probe in GB/s: ``x.sum()`` over a 4 GiB bfloat16 tensor, median of
+    ``reps`` cold-L2 runs; kept to compare the two probes on a card."""
     x = torch.randn(2 << 30, dtype=torch.bfloat16, device="cuda")
     return x.numel() * x.element_size() / bench_cold(x.sum, reps) / 1e6

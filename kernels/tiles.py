@@ -218,6 +218,15 @@ class GemvTiles:
             raise ValueError(f"split_k must be an integer >= 1, got {self.split_k!r}")
 
 
+# On a GPU, per weight class (``gemv_tiles``; BENCHMARKS.md, "Decode projection tiles"): wide
+# weights (n >= 6144), narrow ones, and the SwiGLU gate/up pair (per half). ``split_k`` and
+# ``pdl`` are set per call; ``benchmarks/decode_e2e.py --decode-tiles`` replaces these for a
+# process (an in-step A/B of a tile).
+_GEMV_WIDE = GemvTiles(block_n=64, block_k=128, num_stages=5)
+_GEMV_NARROW = GemvTiles(block_n=32, block_k=256, num_stages=5)
+_GEMV_SWIGLU = GemvTiles(block_n=32, block_k=128, num_stages=3)
+
+
 def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
                swiglu: bool) -> GemvTiles:
     """The default ``GemvTiles`` for a ``[n, k]`` weight of ``dtype`` (``n``: output features;
@@ -231,18 +240,14 @@ def gemv_tiles(device: torch.device | str, dtype: torch.dtype, n: int, k: int,
     """
     if capability(device) is None:
         return GemvTiles(16, min(64, max(16, triton.next_power_of_2(k))), 1)
-    if swiglu:
-        block_n, block_k, stages = 32, 128, 3
-    elif n >= 6144:
-        block_n, block_k, stages = 64, 128, 5
-    else:
-        block_n, block_k, stages = 32, 256, 5
+    base = _GEMV_SWIGLU if swiglu else _GEMV_WIDE if n >= 6144 else _GEMV_NARROW
     elem_bytes = torch.empty((), dtype=dtype).element_size()
-    block_k //= max(1, elem_bytes // 2)
+    block_k = max(16, base.block_k // max(1, elem_bytes // 2))
     split = 1
     if GEMV_SPLIT_K and not swiglu:
-        split = gemv_split_k(triton.cdiv(n, block_n), triton.cdiv(k, block_k), sm_count(device))
-    return GemvTiles(block_n, block_k, stages, split_k=split, pdl=pdl_chain.ENABLED)
+        split = gemv_split_k(triton.cdiv(n, base.block_n), triton.cdiv(k, block_k),
+                             sm_count(device))
+    return dataclasses.replace(base, block_k=block_k, split_k=split, pdl=pdl_chain.ENABLED)
 
 
 def gemv_split_k(row_blocks: int, k_tiles: int, sms: int, max_split: int = 8,
