@@ -73,6 +73,30 @@ def test_the_kv_cache_flag_is_case_insensitive(command, value, want, tiny_ckpt, 
                            "'bf16', 'int8'. (see ") and line.endswith(f" {command} --help)"), err
 
 
+@pytest.mark.parametrize("value", ["REFERENCE", "Reference"])
+def test_the_attention_flag_is_case_insensitive(value, tiny_ckpt):
+    """--attention REFERENCE runs the reference backend, as --kv-cache INT8 is int8; an unknown
+    backend is still refused, naming the flag."""
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--attention", value, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["attention"] == "reference"
+    bad = invoke("generate", tiny_ckpt, "hi", *FAST, "--attention", "FLASH")
+    assert bad.exit_code == 2 and "'FLASH' is not one of" in bad.output, bad.output
+
+
+@pytest.mark.parametrize("value,on", [("ON", True), ("On", True), ("OFF", False)])
+def test_the_speculate_flag_is_case_insensitive(value, on, tiny_ckpt):
+    """--speculate ON is on (it notes that a presence penalty turns it off, which only on does),
+    OFF is off; an unknown value is still refused."""
+    result = invoke("generate", tiny_ckpt, "hi", *FAST, "--speculate", value,
+                    "--presence-penalty", "1")
+    assert result.exit_code == 0, result.output
+    note = "note: --speculate on does nothing with --presence-penalty"
+    assert (note in result.stderr) == on, result.stderr
+    bad = invoke("generate", tiny_ckpt, "hi", *FAST, "--speculate", "MAYBE")
+    assert bad.exit_code == 2 and "'MAYBE' is not one of" in bad.output, bad.output
+
+
 @pytest.mark.parametrize("kw,words", [
     ({"page_size": 48}, "page_size must be one of 16, 32, 64, 128, got 48"),
     ({"ctx": 0}, "ctx must be"), ({"prefill_chunk": 0}, "prefill_chunk must be"),

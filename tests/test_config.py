@@ -48,7 +48,7 @@ def test_engine_config_cuda_defaults():
 
 
 @pytest.mark.parametrize("kw,match", [
-    ({"ctx": 0}, "ctx"), ({"kv_cache": "fp8"}, "kv_cache"), ({"page_size": 48}, "page_size"),
+    ({"ctx": 0}, "ctx"), ({"kv_cache": "FP8"}, "kv_cache .* 'FP8'"), ({"page_size": 48}, "page"),
     ({"dtype": "float64"}, "dtype"), ({"prefill_chunk": 0}, "prefill_chunk"),
     ({"attention": "flash"}, "attention"), ({"device": "tpu"}, "device"),
     ({"device": "nonsense:x"}, "device")])
@@ -61,6 +61,10 @@ def test_engine_config_errors(kw, match):
                                        (" cpu ", "cpu")])
 def test_the_device_is_read_in_any_case(text, want):
     assert EngineConfig("m", device=text).torch_device == torch.device(want)
+
+
+def test_the_kv_cache_is_read_in_any_case():  # stored lower-case: the engine tests == "int8"
+    assert [EngineConfig("m", kv_cache=t).kv_cache for t in ("INT8", "Bf16")] == ["int8", "bf16"]
 
 
 @pytest.mark.parametrize("kw,match", [

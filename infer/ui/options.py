@@ -75,6 +75,7 @@ _ENGINE_FLAGS = (
         help="Prompt tokens per prefill step (default: 2048 on CUDA, 512 on CPU).",
         show_default=False, rich_help_panel=ENGINE)], None),
     ("attention", Annotated[Attention, typer.Option(
+        case_sensitive=False,  # TRITON as triton, as --kv-cache INT8 and --device CPU
         metavar="<backend>",  # the choices are in the help (the list would wrap mid-word)
         help="Attention backend: reference (PyTorch), triton (kernels), auto (best available).",
         rich_help_panel=ENGINE)], Attention.auto),
@@ -109,6 +110,7 @@ _SAMPLING_FLAGS = (
         help="Seed for reproducible sampling.", show_default=False,
         rich_help_panel=SAMPLING)], None),
     ("speculate", Annotated[Speculate, typer.Option(
+        case_sensitive=False,  # ON as on, as --kv-cache INT8 and --device CPU
         help="Prompt-lookup speculative decoding (drafts copied from the prompt, verified in "
              "one step; greedy replies unchanged): auto = on for chat and summarize. Off with "
              "a presence penalty.", rich_help_panel=SAMPLING)], Speculate.auto),
