@@ -1,6 +1,7 @@
-"""Reading a checkpoint's JSON files (``read_json_object``: config.json, generation_config.json,
-tokenizer_config.json) and checking single values of ``config.json``, shared by
-``models/config.py`` and ``models/yarn.py``. Free of torch, so the tokenizer can import it.
+"""Reading a checkpoint's text files (``read_text``: a UTF-8 byte order mark skipped;
+``read_json_object``: config.json, generation_config.json, tokenizer_config.json) and checking
+single values of ``config.json``, shared by ``models/config.py`` and ``models/yarn.py``. Free of
+torch, so the tokenizer can import it.
 
 Python's ``json`` reads more than numbers: ``Infinity``, ``NaN`` and ``1e400`` (inf) are floats,
 ``true``/``false`` are ints, a number may be a string. Each helper takes the raw value, returns it
@@ -23,9 +24,20 @@ MAX_POSITIONS = 2**24
 POSITIONS_REASON = "2**24: RoPE positions are float32, exact only up to there"
 
 
+def read_text(path: Path) -> str:
+    """The text of the UTF-8 file ``path``, a leading byte order mark (some Windows editors write
+    one) skipped: it is no part of the text (a chat template would render it into every prompt;
+    Python's ``json`` refuses it: "Unexpected UTF-8 BOM").
+
+    Raises:
+        UnicodeDecodeError: the file is not UTF-8.
+        OSError: the file cannot be read.
+    """
+    return path.read_text(encoding="utf-8-sig")
+
+
 def read_json_object(path: Path) -> dict:
-    """The JSON object in the file ``path``. A UTF-8 byte order mark (some Windows editors write
-    one) is skipped: Python's ``json`` refuses it ("Unexpected UTF-8 BOM").
+    """The JSON object in the file ``path`` (``read_text``: a UTF-8 BOM is skipped).
 
     Raises:
         ValueError: the file is not UTF-8 JSON (nested too deep, or an integer of more digits
@@ -33,7 +45,7 @@ def read_json_object(path: Path) -> dict:
             message names the file and the value's type).
     """
     try:
-        d = json.loads(path.read_text(encoding="utf-8-sig"))
+        d = json.loads(read_text(path))
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
         raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
     if not isinstance(d, dict):

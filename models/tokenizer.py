@@ -23,7 +23,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer
 
 from models.chat_template import ChatTemplate, token_str
-from models.config_values import read_json_object, shown
+from models.config_values import read_json_object, read_text, shown
 from models.stream_decoder import StreamDecoder
 
 
@@ -134,7 +134,7 @@ class Qwen3Tokenizer:
             raise ValueError(f"cannot read {folder / 'tokenizer_config.json'}: chat_template must "
                              f"be a string, got {type(template).__name__}")
         if (folder / "chat_template.jinja").is_file():
-            template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+            template = read_text(folder / "chat_template.jinja")  # a BOM is no part of it
         eos = _eos_ids(cls._read_json(folder / "generation_config.json"),
                        folder / "generation_config.json",
                        tokenizer.get_vocab_size(with_added_tokens=True))
