@@ -192,8 +192,9 @@ class Qwen3Config:
     def from_json(cls, path: str | Path) -> Qwen3Config:
         """Read ``config.json`` (a file, or a folder holding one).
 
-        Raises ``FileNotFoundError`` if it is missing and ``ValueError`` if it is not valid JSON
-        or not a supported Qwen3 config.
+        Raises ``FileNotFoundError`` if it is missing and ``ValueError`` if it cannot be read
+        (no read permission, say: the message names the file), is not valid JSON or not a
+        supported Qwen3 config.
         """
         path = Path(path)
         if path.is_dir():

@@ -30,23 +30,35 @@ def read_text(path: Path) -> str:
     Python's ``json`` refuses it: "Unexpected UTF-8 BOM").
 
     Raises:
-        UnicodeDecodeError: the file is not UTF-8.
-        OSError: the file cannot be read.
+        ValueError: the file cannot be read (no read permission, say) or is not UTF-8; the
+            message names the file and the reason (``cannot read PATH: permission denied ...``).
     """
-    return path.read_text(encoding="utf-8-sig")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        reason = (e.strerror or type(e).__name__).lower()
+        if isinstance(e, PermissionError):
+            reason += " (make the file readable by this user, e.g. chmod a+r)"
+        raise ValueError(f"cannot read {path}: {reason}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"cannot read {path}: not UTF-8 text ({e})") from None
 
 
 def read_json_object(path: Path) -> dict:
     """The JSON object in the file ``path`` (``read_text``: a UTF-8 BOM is skipped).
 
     Raises:
-        ValueError: the file is not UTF-8 JSON (nested too deep, or an integer of more digits
-            than Python converts, included), or holds another JSON value than an object (the
-            message names the file and the value's type).
+        ValueError: the file cannot be read or is not UTF-8 (``read_text``), is not valid JSON
+            (nested too deep, or an integer of more digits than Python converts, included), or
+            holds another JSON value than an object (the message names the file and the value's
+            type).
     """
+    text = read_text(path)
     try:
-        d = json.loads(read_text(path))
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+        d = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
     if not isinstance(d, dict):
         raise ValueError(f"cannot read {path}: expected a JSON object, got {type(d).__name__}")

@@ -27,13 +27,13 @@ from models.config_values import read_json_object, read_text, shown
 from models.stream_decoder import StreamDecoder
 
 
-def _tokenizer_json_error(path: Path, error: Exception) -> str:
-    """Why ``tokenizers`` refused ``path``, worded for the user: its own error comes from the
-    parse of the file's struct, so valid JSON of another shape reads as a syntax error
-    ("expected `,` or `}` at line 1 column 5")."""
+def _tokenizer_json_error(text: str, error: Exception) -> str:
+    """Why ``tokenizers`` refused tokenizer.json's ``text``, worded for the user: its own error
+    comes from the parse of the file's struct, so valid JSON of another shape reads as a syntax
+    error ("expected `,` or `}` at line 1 column 5")."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError, RecursionError) as e:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
         return f"not valid JSON ({e})"
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         return ("valid JSON but not a Hugging Face tokenizers file (no 'model' object): save "
@@ -112,7 +112,8 @@ class Qwen3Tokenizer:
         ``generation_config.json`` (eos ids) from a checkpoint folder.
 
         Raises FileNotFoundError when tokenizer.json is missing (a folder with only vocab.json +
-        merges.txt is not supported), ValueError for an unreadable JSON file.
+        merges.txt is not supported), ValueError for a file that cannot be read (no read
+        permission, not UTF-8) or parsed, naming it.
         """
         folder = Path(folder)
         path = folder / "tokenizer.json"
@@ -121,10 +122,11 @@ class Qwen3Tokenizer:
                 f"{path} not found: the tokenizer is read from tokenizer.json (a folder with only "
                 "vocab.json + merges.txt is not supported; save the tokenizer with transformers' "
                 "save_pretrained to write tokenizer.json)")
+        text = read_text(path)  # BOM skipped
         try:
-            tokenizer = Tokenizer.from_str(path.read_text(encoding="utf-8-sig"))  # BOM skipped
+            tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # the Rust error says what is wrong in the file
-            raise ValueError(f"cannot read {path}: {_tokenizer_json_error(path, e)}") from e
+            raise ValueError(f"cannot read {path}: {_tokenizer_json_error(text, e)}") from e
         config = cls._read_json(folder / "tokenizer_config.json")
         template = config.get("chat_template")
         if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
@@ -144,12 +146,7 @@ class Qwen3Tokenizer:
     def _read_json(path: Path) -> dict:
         """The JSON object in ``path`` (``read_json_object``: a UTF-8 BOM is skipped), ``{}``
         when there is no such file."""
-        if not path.is_file():
-            return {}
-        try:
-            return read_json_object(path)
-        except OSError as e:
-            raise ValueError(f"cannot read {path}: {e}") from e
+        return read_json_object(path) if path.is_file() else {}
 
     # --- ids <-> text -------------------------------------------------------------------------
 
