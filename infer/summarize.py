@@ -41,11 +41,11 @@ from infer.summary_prompts import (
     part_limit,
     template_overhead,
 )
+from infer.thinking import strip_thinking
 
 if TYPE_CHECKING:  # torch, through infer.sampling_params: `infer --help` imports this module
     from infer.sampling_params import SamplingParams
 
-_THINK_END = "</think>"
 PART_TOKENS = 512  # the reply budget of a part's summary when --part-tokens is not given
 
 Splitter = Callable[[str, int], list[str]]  # (text, max tokens per part) -> parts, joined == text
@@ -302,7 +302,3 @@ class Summarizer:
         if on_part is not None:
             on_part(part)
 
-
-def strip_thinking(text: str) -> str:
-    """``text`` after its last ``</think>`` (the answer of a thinking reply), stripped."""
-    return text.split(_THINK_END)[-1].strip()

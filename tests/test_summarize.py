@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from infer import Engine, EngineConfig, SamplingParams
-from infer.summarize import Summarizer, strip_thinking
+from infer.summarize import Summarizer
 from infer.summary_prompts import PART_PROMPT
 from models.tokenizer import Qwen3Tokenizer
 
@@ -121,11 +121,6 @@ def test_part_prompt_overhead_is_counted(tiny_ckpt, tok):
     sm = summarizer(engine(tiny_ckpt, tok, ctx=1024, max_batch=1), tok)
     empty = len(sm.prompt_ids(PART_PROMPT, "", k=1, n=1))
     assert sm.part_limit() <= 1024 - empty - sm.part_tokens
-
-
-def test_strip_thinking():
-    assert strip_thinking("<think>\nhmm\n</think>\n\nThe summary.") == "The summary."
-    assert strip_thinking(" plain ") == "plain"
 
 
 def test_seeded_sampling_reproducible(tiny_ckpt, tok, text):

@@ -30,11 +30,10 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
+from infer.thinking import THINK_CLOSE, THINK_OPEN
 from infer.ui.console import StderrConsole
 from infer.ui.progress import PrefillBar
 from infer.wording import counted
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 class ThinkSplitter:

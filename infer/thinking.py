@@ -1,0 +1,29 @@
+"""The thinking text of a Qwen3 reply: ``strip_thinking`` keeps the answer after a leading
+``<think>...</think>`` block. The tags are plain text here (a decoded reply), as the model wrote
+them; the streaming split of a reply shown live is ``infer/ui/render.py``'s ``ThinkSplitter``."""
+
+from __future__ import annotations
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def strip_thinking(text: str) -> str:
+    """The answer of a reply: ``text`` without its leading thinking block, whitespace stripped.
+
+    The leading thinking block ends at the first ``</think>`` and is either
+
+    - written out: the text starts (after whitespace) with ``<think>``; or
+    - opened by the prompt (a thinking template may end the prompt with ``<think>\\n``, so the
+      reply starts inside the block and holds only its closing tag): no ``<think>`` comes before
+      the first ``</think>``.
+
+    Only that block is dropped. Any other tag stays in the answer as written: a stray
+    ``</think>`` after the block closed, or a ``<think>...</think>`` after visible text (the text
+    before it is answer, not thinking). A text without a ``</think>`` is returned whole, a
+    ``<think>`` never closed included (a reply cut while thinking has no answer apart from it).
+    """
+    body = text.lstrip()
+    end = body.find(THINK_CLOSE)
+    if end >= 0 and (body.startswith(THINK_OPEN) or THINK_OPEN not in body[:end]):
+        body = body[end + len(THINK_CLOSE):]
+    return body.strip()
