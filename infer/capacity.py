@@ -26,6 +26,11 @@ from models.config import Qwen3Config
 
 FIXED_MARGIN = 1 << 30  # CUDA context leftovers, allocator fragmentation, workspaces (bytes)
 HINT_MARGIN_PERCENT = 5  # of the budget, left unused by a suggested context (module docstring)
+# NOTE: the smallest --prefill-chunk a refusal suggests. Each chunk reads every weight once (and
+# the reference attention gathers the whole cached K/V), so the cost per token grows as the chunk
+# shrinks: a CPU GEMM of the 0.6B's MLP costs 1.6x per token at 64 rows what it does at 512, 11x
+# at 5 rows.
+MIN_HINT_CHUNK = 64
 
 
 def weight_bytes(folder: str | Path, mc: Qwen3Config, dtype: torch.dtype) -> int:
@@ -95,10 +100,11 @@ def largest_ctx(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
 
 def largest_chunk(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
                   kv_cache: str) -> int:
-    """The largest prefill chunk (tokens) smaller than ``cfg``'s with which ``cfg.ctx`` fits in
-    ``budget`` (bytes); 0 if none does. A chunk's working set (``activation_bytes``) grows with
-    the chunk: for the reference attention its float32 scores are [Hq, chunk, ctx]."""
-    lo, hi = 0, min(cfg.chunk, cfg.ctx) - 1
+    """The largest prefill chunk (tokens), at least ``MIN_HINT_CHUNK`` and smaller than
+    ``cfg``'s, with which ``cfg.ctx`` fits in ``budget`` (bytes); 0 if none does (a smaller chunk
+    would make the prefill too slow to suggest). A chunk's working set (``activation_bytes``)
+    grows with the chunk: for the reference attention its float32 scores are [Hq, chunk, ctx]."""
+    lo, hi = MIN_HINT_CHUNK - 1, min(cfg.chunk, cfg.ctx) - 1  # lo: none fits (yet)
     while lo < hi:  # largest chunk that fits
         mid = (lo + hi + 1) // 2
         if bytes_needed(replace(cfg, prefill_chunk=mid), mc, attention, kv_cache,
@@ -106,7 +112,7 @@ def largest_chunk(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: st
             lo = mid
         else:
             hi = mid - 1
-    return lo
+    return lo if lo >= MIN_HINT_CHUNK else 0
 
 
 def hint_budget(budget: int) -> int:
@@ -186,8 +192,9 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *, m
     The message names the dtype the pool stores, the largest context that fits one sequence,
     and, unless the cache is int8 already, the largest one ``--kv-cache int8`` fits, each with
     ``HINT_MARGIN_PERCENT`` of the budget to spare (``hint_budget``); and when a smaller
-    ``--prefill-chunk`` makes ``cfg.ctx`` itself fit (with this cache, else with int8), the
-    largest such chunk (``_chunk_hint``). Does nothing when the available memory cannot be read.
+    ``--prefill-chunk`` of at least ``MIN_HINT_CHUNK`` tokens makes ``cfg.ctx`` itself fit (with
+    this cache, else with int8), the largest such chunk (``_chunk_hint``). Does nothing when the
+    available memory cannot be read.
     """
     avail = available_host_bytes()
     if avail is None:
@@ -223,7 +230,8 @@ def _chunk_hint(budget: int, cfg: EngineConfig, mc: Qwen3Config, attention: str,
                 int8_fits: bool) -> str:
     """The refusal's ending that names the largest ``--prefill-chunk`` with which ``cfg.ctx``
     fits in ``budget``: with ``cfg.kv_cache``, else (unless ``int8_fits`` already, which the
-    message says) with ``--kv-cache int8``; "" when no chunk does."""
+    message says) with ``--kv-cache int8``; "" when no chunk of at least ``MIN_HINT_CHUNK``
+    tokens does (the message's other remedies stand alone)."""
     chunk = largest_chunk(budget, cfg, mc, attention, cfg.kv_cache)
     kv = cfg.kv_cache
     if not chunk and kv != "int8" and not int8_fits:

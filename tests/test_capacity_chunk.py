@@ -93,3 +93,34 @@ def test_no_chunk_named_when_none_fits(qwen06b, monkeypatch, tmp_path):
     avail = pool_and_weights(cfg, qwen06b, "int8")  # the cache and weights alone fill it
     assert "--prefill-chunk" not in refusal(cfg, qwen06b, monkeypatch, avail)
     assert capacity.largest_chunk(0, cfg, qwen06b, "reference", "int8") == 0
+
+
+def _avail_for_chunk(cfg, mc, chunk: int) -> int:
+    """Host bytes whose hint budget (after the weights and the 5 % margin) just holds ``cfg.ctx``
+    with a prefill chunk of ``chunk``."""
+    need = capacity.bytes_needed(replace(cfg, prefill_chunk=chunk), mc, "reference",
+                                 cfg.kv_cache, cfg.ctx)
+    spare = need * 100 // (100 - capacity.HINT_MARGIN_PERCENT)
+    while capacity.hint_budget(spare) < need:
+        spare += 1
+    return spare + capacity.weight_bytes(cfg.model, mc, torch.float32)
+
+
+def test_a_chunk_below_the_floor_is_not_suggested(qwen06b, monkeypatch, tmp_path):
+    """A chunk of 32 would fit, but the hint names none below MIN_HINT_CHUNK (it named chunks of
+    a few tokens, a prefill many times slower per token): the other remedies stand alone."""
+    cfg = EngineConfig(tmp_path, ctx=TOP, device="cpu", kv_cache="int8")
+    assert capacity.MIN_HINT_CHUNK == 64
+    avail = _avail_for_chunk(cfg, qwen06b, 32)
+    msg = refusal(cfg, qwen06b, monkeypatch, avail)
+    fits(replace(cfg, prefill_chunk=32), qwen06b, monkeypatch, avail)
+    assert "--prefill-chunk" not in msg and msg.endswith("): lower --ctx"), msg
+    budget = capacity.hint_budget(avail - capacity.weight_bytes(tmp_path, qwen06b, torch.float32))
+    assert capacity.largest_chunk(budget, cfg, qwen06b, "reference", "int8") == 0
+
+
+def test_the_floor_itself_is_suggested(qwen06b, monkeypatch, tmp_path):
+    cfg = EngineConfig(tmp_path, ctx=TOP, device="cpu", kv_cache="int8")
+    msg = refusal(cfg, qwen06b, monkeypatch, _avail_for_chunk(cfg, qwen06b, 64))
+    assert msg.endswith(", or keep --ctx 131,072 with --prefill-chunk 64 or less (now 512: a "
+                        "smaller chunk has a smaller working set)"), msg
