@@ -24,6 +24,7 @@ ALLOW_PATTERNS = [
     "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "chat_template.jinja",  # transformers 5 keeps the template here, not in tokenizer_config
     "*.safetensors",
     "model.safetensors.index.json",
 ]

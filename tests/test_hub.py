@@ -86,7 +86,8 @@ def test_offline_cached_snapshot_is_found(offline_cache):
 
 def test_allow_patterns_cover_what_the_loader_reads():
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json",
-                 "generation_config.json", "model.safetensors.index.json"):
+                 "generation_config.json", "model.safetensors.index.json",
+                 "chat_template.jinja"):
         assert name in ALLOW_PATTERNS
     assert "*.safetensors" in ALLOW_PATTERNS
 
