@@ -111,8 +111,9 @@ class EngineConfig:
             Use ``parse_ctx`` for user text.
         kv_cache: ``"bf16"``: K/V unquantized in the activation dtype (bfloat16 on CUDA, float32
             on the CPU); ``"int8"``: INT8 codes plus one float32 scale per (token, KV head),
-            the keys balanced first (``models/key_balance.py``). Any case is accepted
-            (``"INT8"``) and stored lower-case.
+            the keys balanced first (``models/key_balance.py``). Lower case only (the CLI's
+            ``--kv-cache`` takes any case and passes it lower-cased); ``"INT8"`` is refused
+            with the lower-case name in the message.
         page_size: positions per KV page, one of 16, 32, 64, 128.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"`` in any case (``parse_device``); None picks
             ``default_device()``.
@@ -147,13 +148,11 @@ class EngineConfig:
     def __post_init__(self):
         if not isinstance(self.ctx, int) or isinstance(self.ctx, bool) or self.ctx < 1:
             raise OptionError("ctx", f"must be a positive number of tokens, got {self.ctx!r}")
-        if isinstance(self.kv_cache, str) and self.kv_cache.lower() in KV_CACHES:
-            # NOTE: the one normalizing write (frozen blocks plain assignment): "INT8" kept as
-            # given would read as bf16 wherever kv_cache == "int8" is tested.
-            object.__setattr__(self, "kv_cache", self.kv_cache.lower())
         if self.kv_cache not in KV_CACHES:
+            hint = (f" (lower case: {self.kv_cache.lower()!r})" if isinstance(self.kv_cache, str)
+                    and self.kv_cache.lower() in KV_CACHES else "")
             raise OptionError("kv_cache", f"must be one of {', '.join(KV_CACHES)}, "
-                                          f"got {self.kv_cache!r}")
+                                          f"got {self.kv_cache!r}{hint}")
         if self.page_size not in PAGE_SIZES:
             raise OptionError("page_size", f"must be one of {', '.join(map(str, PAGE_SIZES))}, "
                                            f"got {self.page_size!r}")

@@ -63,8 +63,10 @@ def test_the_device_is_read_in_any_case(text, want):
     assert EngineConfig("m", device=text).torch_device == torch.device(want)
 
 
-def test_the_kv_cache_is_read_in_any_case():  # stored lower-case: the engine tests == "int8"
-    assert [EngineConfig("m", kv_cache=t).kv_cache for t in ("INT8", "Bf16")] == ["int8", "bf16"]
+def test_an_upper_case_kv_cache_is_refused_naming_the_lower_case():
+    # frozen: no normalizing write (STYLE), and "INT8" kept would read as bf16 (== "int8" tests)
+    with pytest.raises(OptionError, match="got 'INT8' \\(lower case: 'int8'\\)"):
+        EngineConfig("m", kv_cache="INT8")
 
 
 @pytest.mark.parametrize("kw,match", [
