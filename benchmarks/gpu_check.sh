@@ -64,6 +64,12 @@
 #              cache in ~13 us, ~45 % of the read bandwidth: BENCHMARKS.md):
 #              benchmarks/sweep_decode.py over splits, key blocks and stages, BF16, at the 8B's
 #              head shape (group 4; the 0.6B's is 2)
+#   gemvtiles  the GEMV tiles of the 8B on this card: benchmarks/gemv.py's sweep over GEMV_TILES,
+#              benchmarks/gemv_pick.py's pick per weight class (> 1 % better in a step's
+#              terms), then, if it picked any, the decode A/B in the step (decode_e2e.py, BF16
+#              and INT8 at 4k and 32k, the default and the pick in alternating processes, 2 rounds)
+#   int8long   INT8 stage-1 tiles at 124k (the 8B with YaRN): the default against the 1-warp,
+#              8-per-SM tile of before 88c87d4 (INT8_LONG_TILES overrides), alternating, 2 rounds
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 # NOTE: the device tool brings back at most 8 files from $OUT: tar the logs of a long run.
 set -uo pipefail
@@ -248,6 +254,25 @@ PY
             --kv bf16,int8 ${PROFILE_ARGS:-} 2> "$OUT/profile_decode_$size.err" > "$OUT/profile_decode_$size.jsonl"
         echo "profile $size rc=$?"; grep '"what": "step"' "$OUT/profile_decode_$size.jsonl"
       done ;;
+    gemvtiles)
+      python3 benchmarks/gemv.py --size 8b --tiles "${GEMV_TILES:-16x256x8,16x512x6,16x256x12,32x256x8,64x128x8,32x128x6,64x256x4,64x128x5x8,32x256x5x8}" \
+          > "$OUT/gemv_tiles.jsonl" 2> "$OUT/gemv_tiles.err"
+      pick=$(python3 benchmarks/gemv_pick.py "$OUT/gemv_tiles.jsonl" 2>> "$OUT/gemv_tiles.err")
+      echo "pick: $pick" | tee -a "$OUT/gemv_tiles.err"
+      if [ -n "$pick" ] && [ "$pick" != "{}" ]; then
+        for round in 1 2; do for tiles in '{}' "$pick"; do
+          python3 benchmarks/decode_e2e.py --workdir /tmp --lengths 4096 32768 --eager-tokens 0 \
+              --decode-tiles "$tiles" 2>> "$OUT/gemv_tiles.err" | grep tokens_per_s \
+              | tee -a "$OUT/gemv_tiles_e2e.jsonl"
+        done; done
+      fi ;;
+    int8long)
+      for round in 1 2; do
+        for tiles in ${INT8_LONG_TILES:-'{}' '{"int8":{"num_warps":1,"programs_per_sm":8}}'}; do
+          python3 benchmarks/decode_e2e.py --workdir /tmp --lengths 126976 --kv int8 \
+              --eager-tokens 0 --decode-tiles "$tiles" 2>> "$OUT/int8_long.err" \
+              | grep tokens_per_s | tee -a "$OUT/int8_long.jsonl"
+        done; done ;;
     *) echo "unknown step $what" >&2; exit 2 ;;
   esac
 done
