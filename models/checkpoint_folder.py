@@ -10,12 +10,12 @@ do.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from safetensors import safe_open
 
 from models.config import Qwen3Config
+from models.config_values import read_json_object, unreadable
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -38,12 +38,12 @@ def checkpoint_files(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     index = folder / INDEX_FILE
     if index.is_file():
+        weight_map = read_json_object(index).get("weight_map")  # unreadable, not JSON: its error
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             names = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' ({e})") \
-                from None
+        except (TypeError, AttributeError) as e:
+            raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' object "
+                             f"({e})") from None
         missing = [n for n in names if not (folder / n).is_file()]
         if missing:
             raise ValueError(f"missing checkpoint shard {', '.join(missing)} in {folder} "
@@ -65,6 +65,10 @@ def read_headers(files: list[Path]) -> dict[str, tuple[Path, tuple[int, ...], st
     """name -> (file, shape, safetensors dtype string) over all files; duplicates are errors."""
     found: dict[str, tuple[Path, tuple[int, ...], str]] = {}
     for path in files:
+        try:
+            path.open("rb").close()  # no read permission: say so, not "not a valid safetensors"
+        except OSError as e:
+            raise unreadable(path, e) from None
         try:
             with safe_open(path, framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)

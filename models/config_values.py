@@ -36,14 +36,20 @@ def read_text(path: Path) -> str:
     try:
         data = path.read_bytes()
     except OSError as e:
-        reason = (e.strerror or type(e).__name__).lower()
-        if isinstance(e, PermissionError):
-            reason += " (make the file readable by this user, e.g. chmod a+r)"
-        raise ValueError(f"cannot read {path}: {reason}") from None
+        raise unreadable(path, e) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise ValueError(f"cannot read {path}: not UTF-8 text ({e})") from None
+
+
+def unreadable(path: Path, error: OSError) -> ValueError:
+    """The error for a file the OS would not let us read, naming it and the reason
+    (``cannot read PATH: permission denied (make the file readable ...)``)."""
+    reason = (error.strerror or type(error).__name__).lower()
+    if isinstance(error, PermissionError):
+        reason += " (make the file readable by this user, e.g. chmod a+r)"
+    return ValueError(f"cannot read {path}: {reason}")
 
 
 def read_json_object(path: Path) -> dict:

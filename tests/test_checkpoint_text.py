@@ -40,7 +40,8 @@ def test_a_chat_template_file_saved_with_a_bom_renders_without_it(tmp_path, toke
 
 
 READ_FILES = ("config.json", "tokenizer.json", "generation_config.json", "tokenizer_config.json",
-              "chat_template.jinja")
+              "chat_template.jinja", "model.safetensors")  # the weights: 'not a valid
+# safetensors file' before
 
 
 @pytest.mark.parametrize("how", [
@@ -77,3 +78,30 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path, tokenizer_dir):
     path = folder / "chat_template.jinja"
     with pytest.raises(ValueError, match=f"^{re.escape(f'cannot read {path}: not UTF-8 text')}"):
         Qwen3Tokenizer.from_folder(folder)
+
+
+def test_an_unreadable_or_bom_index_of_shards(tiny_ckpt_factory, tmp_path, monkeypatch):
+    """model.safetensors.index.json: a leading BOM is skipped (it was 'expected JSON with a
+    weight_map'), an index the OS will not open is named as the other files are."""
+    from models.checkpoint_folder import INDEX_FILE, checkpoint_files
+    folder = tmp_path / "sharded"
+    shutil.copytree(tiny_ckpt_factory(shards=2), folder)
+    index = folder / INDEX_FILE
+    want = checkpoint_files(folder)
+    index.write_bytes(codecs.BOM_UTF8 + index.read_bytes())
+    assert checkpoint_files(folder) == want and len(want) == 2
+    real = Path.open
+
+    def open_(self, *args, **kwargs):
+        if self == index:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", open_)
+    denied = re.escape(f"cannot read {index}: permission denied")
+    with pytest.raises(ValueError, match=f"^{denied}"):
+        checkpoint_files(folder)
+    monkeypatch.setattr(Path, "open", real)
+    index.write_text('{"weight_map": ["a.safetensors"]}')
+    with pytest.raises(ValueError, match="expected JSON with a 'weight_map' object"):
+        checkpoint_files(folder)
