@@ -92,6 +92,15 @@ def check_device_available(device: torch.device) -> None:
                          f"(cuda:0 to cuda:{count - 1}): pick one of those")
 
 
+def _not_one_of(name: str, value, choices) -> OptionError:
+    """The error for ``value`` outside ``choices`` (lower-case names), naming the lower-case
+    choice where ``value`` differs from one only in case (``'INT8'``: lower case ``'int8'``):
+    the frozen config keeps its fields as given, and the engine compares them lower-case."""
+    hint = (f" (lower case: {value.lower()!r})"
+            if isinstance(value, str) and value.lower() in choices else "")
+    return OptionError(name, f"must be one of {', '.join(choices)}, got {value!r}{hint}")
+
+
 def check_graph_backend(attention: str) -> None:
     """Raise ``ValueError`` unless CUDA graphs can capture decode with ``attention`` (a backend
     name: the reference attention syncs the host, so it cannot be captured)."""
@@ -113,7 +122,7 @@ class EngineConfig:
             on the CPU); ``"int8"``: INT8 codes plus one float32 scale per (token, KV head),
             the keys balanced first (``models/key_balance.py``). Lower case only (the CLI's
             ``--kv-cache`` takes any case and passes it lower-cased); ``"INT8"`` is refused
-            with the lower-case name in the message.
+            with the lower-case name in the message, as are ``attention`` and ``dtype``.
         page_size: positions per KV page, one of 16, 32, 64, 128.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"`` in any case (``parse_device``); None picks
             ``default_device()``.
@@ -149,22 +158,18 @@ class EngineConfig:
         if not isinstance(self.ctx, int) or isinstance(self.ctx, bool) or self.ctx < 1:
             raise OptionError("ctx", f"must be a positive number of tokens, got {self.ctx!r}")
         if self.kv_cache not in KV_CACHES:
-            hint = (f" (lower case: {self.kv_cache.lower()!r})" if isinstance(self.kv_cache, str)
-                    and self.kv_cache.lower() in KV_CACHES else "")
-            raise OptionError("kv_cache", f"must be one of {', '.join(KV_CACHES)}, "
-                                          f"got {self.kv_cache!r}{hint}")
+            raise _not_one_of("kv_cache", self.kv_cache, KV_CACHES)
         if self.page_size not in PAGE_SIZES:
             raise OptionError("page_size", f"must be one of {', '.join(map(str, PAGE_SIZES))}, "
                                            f"got {self.page_size!r}")
         if self.dtype is not None and self.dtype not in DTYPES:
-            raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+            raise _not_one_of("dtype", self.dtype, DTYPES)
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int)
                                                or self.prefill_chunk < 1):
             raise OptionError("prefill_chunk", f"must be a positive number of tokens, "
                                                f"got {self.prefill_chunk!r}")
         if self.attention not in ATTENTION_KINDS:
-            raise OptionError("attention", f"must be one of {', '.join(ATTENTION_KINDS)}, "
-                                           f"got {self.attention!r}")
+            raise _not_one_of("attention", self.attention, ATTENTION_KINDS)
         if self.device is not None:
             parse_device(self.device)
         if self.cuda_graphs not in (None, True, False):

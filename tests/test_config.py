@@ -63,10 +63,15 @@ def test_the_device_is_read_in_any_case(text, want):
     assert EngineConfig("m", device=text).torch_device == torch.device(want)
 
 
-def test_an_upper_case_kv_cache_is_refused_naming_the_lower_case():
+@pytest.mark.parametrize("field,value,lower", [("kv_cache", "INT8", "int8"),
+                                               ("attention", "Triton", "triton"),
+                                               ("dtype", "BFloat16", "bfloat16")])
+def test_an_upper_case_choice_is_refused_naming_the_lower_case(field, value, lower):
     # frozen: no normalizing write (STYLE), and "INT8" kept would read as bf16 (== "int8" tests)
-    with pytest.raises(OptionError, match="got 'INT8' \\(lower case: 'int8'\\)"):
-        EngineConfig("m", kv_cache="INT8")
+    with pytest.raises(OptionError, match=f"^{field} .*got '{value}' \\(lower case: '{lower}'\\)$"):
+        EngineConfig("m", **{field: value})
+    with pytest.raises(OptionError, match="got 'nope'$"):
+        EngineConfig("m", **{field: "nope"})
 
 
 @pytest.mark.parametrize("kw,match", [
