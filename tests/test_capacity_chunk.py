@@ -107,13 +107,14 @@ def _avail_for_chunk(cfg, mc, chunk: int) -> int:
 
 
 def test_a_chunk_below_the_floor_is_not_suggested(qwen06b, monkeypatch, tmp_path):
-    """A chunk of 32 would fit, but the hint names none below MIN_HINT_CHUNK (it named chunks of
-    a few tokens, a prefill many times slower per token): the other remedies stand alone."""
+    """A chunk of half MIN_HINT_CHUNK would fit, but the hint names none below the floor (it
+    named chunks of a few tokens, a prefill many times slower per token): the other remedies
+    stand alone."""
     cfg = EngineConfig(tmp_path, ctx=TOP, device="cpu", kv_cache="int8")
-    assert capacity.MIN_HINT_CHUNK == 64
-    avail = _avail_for_chunk(cfg, qwen06b, 32)
+    small = capacity.MIN_HINT_CHUNK // 2
+    avail = _avail_for_chunk(cfg, qwen06b, small)
     msg = refusal(cfg, qwen06b, monkeypatch, avail)
-    fits(replace(cfg, prefill_chunk=32), qwen06b, monkeypatch, avail)
+    fits(replace(cfg, prefill_chunk=small), qwen06b, monkeypatch, avail)
     assert "--prefill-chunk" not in msg and msg.endswith("): lower --ctx"), msg
     budget = capacity.hint_budget(avail - capacity.weight_bytes(tmp_path, qwen06b, torch.float32))
     assert capacity.largest_chunk(budget, cfg, qwen06b, "reference", "int8") == 0
@@ -121,6 +122,7 @@ def test_a_chunk_below_the_floor_is_not_suggested(qwen06b, monkeypatch, tmp_path
 
 def test_the_floor_itself_is_suggested(qwen06b, monkeypatch, tmp_path):
     cfg = EngineConfig(tmp_path, ctx=TOP, device="cpu", kv_cache="int8")
-    msg = refusal(cfg, qwen06b, monkeypatch, _avail_for_chunk(cfg, qwen06b, 64))
-    assert msg.endswith(", or keep --ctx 131,072 with --prefill-chunk 64 or less (now 512: a "
-                        "smaller chunk has a smaller working set)"), msg
+    floor = capacity.MIN_HINT_CHUNK
+    msg = refusal(cfg, qwen06b, monkeypatch, _avail_for_chunk(cfg, qwen06b, floor))
+    assert msg.endswith(f", or keep --ctx 131,072 with --prefill-chunk {floor} or less (now 512:"
+                        " a smaller chunk has a smaller working set)"), msg
