@@ -12,6 +12,7 @@ import torch
 from mock_engine import GREEDY
 
 from infer import Engine, EngineConfig, SamplingParams
+from models.config_values import MAX_POSITIONS
 
 # ---------------------------------------------------------------------------- tiny Qwen3
 
@@ -163,8 +164,10 @@ def test_gpu_engine_bf16_runs(tiny, kv_cache):
 
 @pytest.mark.gpu
 def test_gpu_ctx_that_does_not_fit(tiny_ckpt_factory):
-    # a checkpoint that claims 2**31 native positions: the context limit does not stop 2**30,
-    # the memory check does
-    folder = tiny_ckpt_factory(overrides={"max_position_embeddings": 1 << 31})
+    # a checkpoint that claims the most native positions a config may (2**24) and 128 layers:
+    # the context limit does not stop 2**24 tokens, the memory check does (32 KiB a token in
+    # BF16, 512 GiB in all: more than any one GPU holds)
+    folder = tiny_ckpt_factory(num_hidden_layers=128,
+                               overrides={"max_position_embeddings": MAX_POSITIONS})
     with pytest.raises(ValueError, match=r"does not fit.*Largest context that fits: bf16: \d+"):
-        Engine(EngineConfig(folder, ctx=1 << 30, device="cuda"))
+        Engine(EngineConfig(folder, ctx=MAX_POSITIONS, device="cuda"))
