@@ -41,6 +41,7 @@ from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
+from triton.runtime.errors import OutOfResources
 
 from benchmarks.timing import bench_graph_many, read_bandwidth, read_bandwidth_bf16_sum
 from kernels import tiles as tiles_module
@@ -143,7 +144,7 @@ def main() -> None:
         for impl, fn in impls:
             try:
                 us = per_layer([lambda w=w, fn=fn: fn(w) for w in ws], len(ws))
-            except Exception as e:  # a swept tile past the shared memory: report, go on
+            except OutOfResources as e:  # a swept tile past the shared memory: report, go on
                 emit({"what": "gemv", "proj": name, "impl": impl, "error": str(e)[:120]})
                 torch.cuda.synchronize()
                 continue

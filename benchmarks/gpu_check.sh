@@ -69,7 +69,8 @@
 #              terms), then, if it picked any, the decode A/B in the step (decode_e2e.py, BF16
 #              and INT8 at 4k and 32k, the default and the pick in alternating processes, 2 rounds)
 #   int8long   INT8 stage-1 tiles at 124k (the 8B with YaRN): the default against the 1-warp,
-#              8-per-SM tile of before 88c87d4 (INT8_LONG_TILES overrides), alternating, 2 rounds
+#              8-per-SM tile of before 88c87d4, alternating, 2 rounds (INT8_LONG_TILES overrides:
+#              --decode-tiles objects without spaces, separated by spaces, unquoted)
 # INFER_SHARED must point at a copy of shared/ (tokenizer, configs, texts).
 # NOTE: the device tool brings back at most 8 files from $OUT: tar the logs of a long run.
 set -uo pipefail

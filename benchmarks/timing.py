@@ -104,8 +104,7 @@ def read_bandwidth(reps: int = 100) -> float:
     """The card's read bandwidth in GB/s, measured as the engine measures it for its decode
     ceiling (``infer.bandwidth.measure_read_bandwidth``: a float32 sum over 2 GiB, median of
     ``reps`` runs), so every benchmark's ``frac_bw`` and the engine's fractions share one
-    reference. (Until this was shared, benchmarks summed 4 GiB of bfloat16: 3 % lower on an
-    H200; BENCHMARKS.md.)"""
+    reference (BENCHMARKS.md, "Bandwidth")."""
     return measure_read_bandwidth(torch.device("cuda", torch.cuda.current_device()),
                                   READ_BANDWIDTH_BYTES, iters=reps) / 1e9
 

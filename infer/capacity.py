@@ -28,8 +28,7 @@ FIXED_MARGIN = 1 << 30  # CUDA context leftovers, allocator fragmentation, works
 HINT_MARGIN_PERCENT = 5  # of the budget, left unused by a suggested context (module docstring)
 # NOTE: the smallest --prefill-chunk a refusal suggests. Each chunk reads every weight once (and
 # the reference attention gathers the whole cached K/V), so the cost per token grows as the chunk
-# shrinks: a CPU GEMM of the 0.6B's MLP costs 1.6x per token at 64 rows what it does at 512, 11x
-# at 5 rows.
+# shrinks, steeply below a few dozen rows (BENCHMARKS.md, "The CPU").
 MIN_HINT_CHUNK = 64
 
 
