@@ -35,7 +35,8 @@ MIN_HINT_CHUNK = 64
 def weight_bytes(folder: str | Path, mc: Qwen3Config, dtype: torch.dtype) -> int:
     """Bytes the weights take in ``dtype``: from the safetensors file sizes, else the config."""
     dtype_bytes = torch.finfo(dtype).bits // 8
-    files = list(Path(folder).glob("*.safetensors"))
+    files = [f for f in Path(folder).glob("*.safetensors") if f.is_file()]  # the loader's
+    # checks word a folder or a broken link in a file's place
     if files:
         stored = torch.finfo(mc.dtype).bits // 8
         return sum(f.stat().st_size for f in files) * dtype_bytes // stored

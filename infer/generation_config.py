@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from models.config import read_json_object
+from models.config_values import optional_file
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "presence_penalty")
 # settings infer does not apply -> the value that changes nothing (HF transformers, vLLM)
@@ -21,9 +22,10 @@ def read_sampling_defaults(path: Path) -> dict:
     read as sampling on: the caller refuses it); ``{}`` when there is no such file.
 
     Raises:
-        ValueError: the file is not valid JSON or not a JSON object (the message names it).
+        ValueError: the file is not valid JSON or not a JSON object, or a folder or a broken
+            link stands in its place (the message names it).
     """
-    if not path.is_file():
+    if not optional_file(path):
         return {}
     gen = read_json_object(path)
     values = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
@@ -43,9 +45,10 @@ def unapplied_settings(path: Path) -> dict:
     ignores; ``{}`` when there is no such file.
 
     Raises:
-        ValueError: the file is not valid JSON or not a JSON object (the message names it).
+        ValueError: the file is not valid JSON or not a JSON object, or a folder or a broken
+            link stands in its place (the message names it).
     """
-    if not path.is_file():
+    if not optional_file(path):
         return {}
     gen = read_json_object(path)
     return {k: gen[k] for k, neutral in UNAPPLIED_KEYS.items()

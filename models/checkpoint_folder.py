@@ -10,12 +10,13 @@ do.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from safetensors import safe_open
 
 from models.config import Qwen3Config
-from models.config_values import read_json_object, unreadable
+from models.config_values import optional_file, read_json_object, unreadable
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -32,26 +33,44 @@ def read_config(folder: str | Path) -> Qwen3Config:
 def checkpoint_files(folder: str | Path) -> list[Path]:
     """The safetensors files of a checkpoint folder, from the index when there is one.
 
-    Raises ValueError for a folder with neither file (naming the index when shards are there), an
-    unreadable index, or a missing shard (naming the file).
+    Raises ValueError for a folder with neither file (naming the index when shards are there), a
+    folder that may not be listed, an unreadable index, a missing shard, a folder or a broken
+    link in a weight file's place (naming the file), or a path that is not UTF-8 (the
+    safetensors library takes only UTF-8 paths).
     """
-    folder = Path(folder)
+    return [_utf8_path(p) for p in _weight_files(Path(folder))]
+
+
+def _utf8_path(path: Path) -> Path:
+    """``path``, if the safetensors library can open it (its paths are Rust strings: UTF-8)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"cannot read {path}: the safetensors library opens only "
+                         "UTF-8 paths; rename the folder (or the file) to a UTF-8 name") from None
+    return path
+
+
+def _weight_files(folder: Path) -> list[Path]:
     index = folder / INDEX_FILE
-    if index.is_file():
+    if optional_file(index):
         weight_map = read_json_object(index).get("weight_map")  # unreadable, not JSON: its error
         try:
             names = sorted(set(weight_map.values()))
         except (TypeError, AttributeError) as e:
             raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' object "
                              f"({e})") from None
-        missing = [n for n in names if not (folder / n).is_file()]
+        missing = [n for n in names if not optional_file(folder / n)]
         if missing:
             raise ValueError(f"missing checkpoint shard {', '.join(missing)} in {folder} "
                              f"(listed in {INDEX_FILE}); download the complete checkpoint")
         return [folder / n for n in names]
-    if (folder / SINGLE_FILE).is_file():
+    if optional_file(folder / SINGLE_FILE):
         return [folder / SINGLE_FILE]
-    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    try:  # Path.glob would take a folder that may not be listed for an empty one
+        shards = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    except OSError as e:
+        raise unreadable(folder, e) from None
     if shards:  # shards without their index: say which file is missing
         names = ", ".join(shards[:3]) + (", ..." if len(shards) > 3 else "")
         raise ValueError(f"{INDEX_FILE} is missing in {folder}, which holds {len(shards)} "

@@ -148,6 +148,10 @@ class Qwen3Config:
             raise ValueError(
                 f"unsupported model_type {model_type!r}: infer supports "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)} (dense Qwen3 models)")
+        if d.get("attention_bias") not in (None, False):  # Qwen2's q/k/v biases; not Qwen3's
+            raise ValueError(f"config.json has an invalid value: attention_bias must be false "
+                             f"(Qwen3 has no attention biases; infer loads none), got "
+                             f"{shown(d['attention_bias'])}")
         for name in ("rope_scaling", "rope_parameters"):
             if d.get(name) is not None and not isinstance(d[name], dict):
                 raise ValueError(f"config.json has an invalid value: {name} must be an object "

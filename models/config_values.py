@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 MAX_INT = 2**31 - 1  # sizes and counts: far past any model, and within int32 kernel arguments
@@ -50,6 +51,27 @@ def unreadable(path: Path, error: OSError) -> ValueError:
     if isinstance(error, PermissionError):
         reason += " (make the file readable by this user, e.g. chmod a+r)"
     return ValueError(f"cannot read {path}: {reason}")
+
+
+def optional_file(path: Path) -> bool:
+    """Whether the optional file ``path`` (``generation_config.json``, ``chat_template.jinja``,
+    ...) is there: True for a file or a link to one, False when nothing is at ``path``.
+
+    Raises:
+        ValueError: something else is at ``path`` (a folder, a link to nothing, a device),
+            naming it: that is a broken download or copy, and skipping it as absent would drop
+            what the file configures without a word.
+        PermissionError: a folder above ``path`` may not be searched (the CLI words it).
+    """
+    if path.is_file():
+        return True
+    if path.exists():
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise ValueError(f"cannot read {path}: it is {what}, not a file")
+    if path.is_symlink():
+        raise ValueError(f"cannot read {path}: it links to {os.readlink(path)}, which does not "
+                         "exist")
+    return False
 
 
 def read_json_object(path: Path) -> dict:

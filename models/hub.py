@@ -69,12 +69,17 @@ def _looks_like_path(name: str) -> bool:
 def check_model_folder(folder: Path) -> Path:
     """Check that ``folder`` holds what the loader and tokenizer read; return it resolved.
 
-    Raises ``ValueError`` naming the missing files.
+    Raises ``ValueError`` naming the missing files, or for a folder that may not be listed.
     """
     if not folder.is_dir():
         raise ValueError(f"{folder} is not a folder: pass the folder that holds config.json")
+    try:  # Path.glob would take a folder that may not be listed for an empty one
+        names = os.listdir(folder)
+    except PermissionError:
+        raise ValueError(f"cannot list the model folder {folder}: permission denied (make it "
+                         "readable by this user, e.g. chmod a+rx)") from None
     missing = [f for f in ("config.json", "tokenizer.json") if not (folder / f).is_file()]
-    if not any(folder.glob("*.safetensors")):
+    if not any(n.endswith(".safetensors") for n in names):
         missing.append("*.safetensors")
     if missing == ["tokenizer.json"]:  # weights without a tokenizer: say which files to add
         raise ValueError(f"model folder {folder} has no tokenizer.json: {_TOKENIZER_HINT}")

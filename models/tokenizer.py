@@ -23,7 +23,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer
 
 from models.chat_template import ChatTemplate, token_str
-from models.config_values import read_json_object, read_text, shown
+from models.config_values import optional_file, read_json_object, read_text, shown
 from models.stream_decoder import StreamDecoder
 
 
@@ -113,7 +113,8 @@ class Qwen3Tokenizer:
 
         Raises FileNotFoundError when tokenizer.json is missing (a folder with only vocab.json +
         merges.txt is not supported), ValueError for a file that cannot be read (no read
-        permission, not UTF-8) or parsed, naming it.
+        permission, not UTF-8, a folder or a broken link in its place) or parsed, or an empty
+        ``chat_template.jinja``, naming it.
         """
         folder = Path(folder)
         path = folder / "tokenizer.json"
@@ -135,8 +136,11 @@ class Qwen3Tokenizer:
         if template is not None and not isinstance(template, str):
             raise ValueError(f"cannot read {folder / 'tokenizer_config.json'}: chat_template must "
                              f"be a string, got {type(template).__name__}")
-        if (folder / "chat_template.jinja").is_file():
+        if optional_file(folder / "chat_template.jinja"):
             template = read_text(folder / "chat_template.jinja")  # a BOM is no part of it
+            if not template.strip():
+                raise ValueError(f"{folder / 'chat_template.jinja'} is empty: put the "
+                                 "checkpoint's chat template in it, or remove it")
         eos = _eos_ids(cls._read_json(folder / "generation_config.json"),
                        folder / "generation_config.json",
                        tokenizer.get_vocab_size(with_added_tokens=True))
@@ -146,7 +150,7 @@ class Qwen3Tokenizer:
     def _read_json(path: Path) -> dict:
         """The JSON object in ``path`` (``read_json_object``: a UTF-8 BOM is skipped), ``{}``
         when there is no such file."""
-        return read_json_object(path) if path.is_file() else {}
+        return read_json_object(path) if optional_file(path) else {}
 
     # --- ids <-> text -------------------------------------------------------------------------
 

@@ -207,12 +207,18 @@ def print_error(msg: str, code: int, as_json: bool) -> None:
 
 
 def error_message(e: BaseException, debug: bool) -> tuple[str, bool]:
-    """``(one-line message, is bad input)`` for an exception (bad input: exit 2, else 1).
+    """``(one-line message, is bad input)`` for an exception (bad input: exit 2, else 1; a file
+    or folder the OS would not let us reach is bad input).
 
     A runtime failure we expect and word for the user (``KNOWN_FAILURES``) reads as its message
     alone; any other one is named by its class, with the ``--debug`` hint."""
-    bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError))
+    bad_input = isinstance(e, (ValueError, NotImplementedError, FileNotFoundError,
+                               PermissionError))
     msg = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, PermissionError) and e.filename is not None:  # a folder on the way that may
+        # not be searched, say: the OS's wording, not Python's "[Errno 13]"
+        msg = (f"cannot access {e.filename}: permission denied (check the permissions of it and "
+               "of the folders above it)")
     if isinstance(e, RuntimeError) and "can't allocate memory" in msg:  # torch's CPU allocator
         e, msg = MemoryError(), f"out of host memory: {msg}"
     if not bad_input and not isinstance(e, KNOWN_FAILURES):

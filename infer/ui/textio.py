@@ -16,6 +16,7 @@ input, ``infer/ui/piped_lines.py``).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import re
 import sys
 from pathlib import Path
@@ -174,7 +175,10 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
     if not path.exists():
         raise ValueError(f"no such file: {path} (give a text file, or - to read standard input)")
     if path.is_dir():
-        if (path / "config.json").is_file():
+        model_folder = False
+        with contextlib.suppress(PermissionError):  # a folder we may not search: "a folder"
+            model_folder = (path / "config.json").is_file()
+        if model_folder:
             raise ValueError(f"{path} is a model folder: give the text FILE to summarize first, "
                              "and the model with --model (-m)")
         raise ValueError(f"{path} is a folder: give a text file")
