@@ -262,3 +262,6 @@ def test_summarize_given_a_model_folder_as_file_says_how(tiny_ckpt, tmp_path):
                           "is a model folder: give the text FILE to summarize first")
     assert_one_line_error(invoke("summarize", tmp_path, "--model", tiny_ckpt), 2,
                           "is a folder: give a text file")
+    # an empty FILE was Path(""), the current folder: ". is a folder"
+    assert_one_line_error(invoke("summarize", "", "--model", tiny_ckpt), 2,
+                          "error: FILE is empty: give a text file, or - to read standard input")

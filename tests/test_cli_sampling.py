@@ -60,3 +60,24 @@ def test_a_seed_with_greedy_sampling_gets_a_note(tiny_ckpt):
     assert "note: --seed does nothing with greedy sampling" in greedy.stderr
     sampled = invoke("generate", tiny_ckpt, "hi", *FAST, "--temperature", "0.7", "--seed", "3")
     assert sampled.exit_code == 0 and "--seed does nothing" not in sampled.stderr
+    filters = invoke("generate", tiny_ckpt, "hi", *FAST, "--temperature", "0", "--top-k", "5",
+                     "--min-p", "0.1")
+    assert "note: --seed and --top-k and --min-p do nothing with greedy sampling (temperature " \
+           "0): the reply is the same without them" in filters.stderr
+
+
+def test_a_filter_on_a_greedy_checkpoint_says_where_greedy_comes_from(tiny_ckpt, tmp_path):
+    """generation_config.json's do_sample false is greedy: --top-k alone stayed greedy without
+    a word."""
+    import json
+    import shutil
+    folder = tmp_path / "greedy"
+    shutil.copytree(tiny_ckpt, folder)
+    gen = folder / "generation_config.json"
+    gen.write_text(json.dumps({**json.loads(gen.read_text()), "do_sample": False}))
+    no_sampling = [a for a in FAST if a not in ("--temperature", "1", "--seed", "0")]
+    result = invoke("generate", folder, "hi", *no_sampling, "--top-k", "5")
+    assert result.exit_code == 0, result.output
+    assert (f"note: --top-k does nothing with greedy sampling (temperature 0, from {gen}; "
+            "--temperature samples): the reply is the same without it") in result.stderr
+

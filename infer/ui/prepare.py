@@ -66,9 +66,14 @@ def prepare(ui: UI, model: str):
     cfg = ui.startup.cfg = replace(cfg, model=str(folder))  # a Ctrl-C from here: its header
     # the file's sampling defaults: a bad value is refused before the weights load
     sampling = SamplingParams.from_generation_config(folder, **o.sampling_overrides())
-    if o.seed is not None and sampling.greedy:
-        ui.note("--seed does nothing with greedy sampling (temperature 0): the reply is the "
-                "same without it")
+    unused = [f"--{name.replace('_', '-')}" for name in ("seed", "top_k", "top_p", "min_p")
+              if getattr(o, name) is not None]
+    if unused and sampling.greedy:  # greedy from --temperature 0 or the checkpoint's defaults
+        why = ("" if o.temperature is not None else
+               f", from {folder / 'generation_config.json'}; --temperature samples")
+        ui.note(f"{' and '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing with "
+                f"greedy sampling (temperature 0{why}): the reply is the same without "
+                f"{'it' if len(unused) == 1 else 'them'}")
     if o.speculate == "on" and sampling.presence_penalty and not o.presence_penalty:
         ui.note(f"--speculate on does nothing with the presence penalty of "
                 f"{folder / 'generation_config.json'} ({sampling.presence_penalty:g}; speculative "

@@ -170,6 +170,8 @@ def read_text_input(path_or_dash: str | Path, stdin: BinaryIO | None = None) -> 
             require_stdin("- reads the text from it", "pipe the text in, or give a file")
         stream = stdin if stdin is not None else sys.stdin.buffer
         return decode_text(read_capped(stream, STDIN_NAME), STDIN_NAME)
+    if not str(path_or_dash):  # Path("") is ".", the current folder
+        raise ValueError("FILE is empty: give a text file, or - to read standard input")
     path = expand_user(path_or_dash)
     check_symlink_loop(path, "a text file, or - to read standard input")
     if not path.exists():
