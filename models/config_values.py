@@ -66,7 +66,7 @@ def optional_file(path: Path) -> bool:
     if path.is_file():
         return True
     if path.exists():
-        what = "a folder" if path.is_dir() else "not a regular file"
+        what = "a folder" if path.is_dir() else "a special file (a device, a pipe or a socket)"
         raise ValueError(f"cannot read {path}: it is {what}, not a file")
     if path.is_symlink():
         raise ValueError(f"cannot read {path}: it links to {os.readlink(path)}, which does not "

@@ -43,6 +43,9 @@ def test_optional_file_tells_a_file_nothing_and_anything_else(tmp_path):
         optional_file(tmp_path / "d.json")
     with pytest.raises(ValueError, match=r"dangling\.json: it links to .*nowhere, which does "):
         optional_file(tmp_path / "dangling.json")
+    if Path("/dev/null").exists():
+        with pytest.raises(ValueError, match=r"null: it is a special file \(a device, a pipe "):
+            optional_file(Path("/dev/null"))
 
 
 @pytest.mark.parametrize("name", ["generation_config.json", "chat_template.jinja",
