@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.config import read_json_object
-from models.config_values import optional_file
+from models.config_values import optional_json_object
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "presence_penalty")
 # settings infer does not apply -> the value that changes nothing (HF transformers, vLLM)
@@ -25,9 +24,7 @@ def read_sampling_defaults(path: Path) -> dict:
         ValueError: the file is not valid JSON or not a JSON object, or a folder or a broken
             link stands in its place (the message names it).
     """
-    if not optional_file(path):
-        return {}
-    gen = read_json_object(path)
+    gen = optional_json_object(path)
     values = {k: gen[k] for k in SAMPLING_KEYS if gen.get(k) is not None}
     if not isinstance(gen.get("do_sample"), bool | None):
         values["do_sample"] = gen["do_sample"]
@@ -48,8 +45,6 @@ def unapplied_settings(path: Path) -> dict:
         ValueError: the file is not valid JSON or not a JSON object, or a folder or a broken
             link stands in its place (the message names it).
     """
-    if not optional_file(path):
-        return {}
-    gen = read_json_object(path)
+    gen = optional_json_object(path)
     return {k: gen[k] for k, neutral in UNAPPLIED_KEYS.items()
             if gen.get(k) is not None and gen[k] != neutral}

@@ -16,7 +16,7 @@ from pathlib import Path
 from safetensors import safe_open
 
 from models.config import Qwen3Config
-from models.config_values import optional_file, read_json_object, unreadable
+from models.config_values import optional_file, read_json_object, unlistable, unreadable
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -70,7 +70,7 @@ def _weight_files(folder: Path) -> list[Path]:
     try:  # Path.glob would take a folder that may not be listed for an empty one
         shards = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
     except OSError as e:
-        raise unreadable(folder, e) from None
+        raise unlistable(folder, e) from None
     if shards:  # shards without their index: say which file is missing
         names = ", ".join(shards[:3]) + (", ..." if len(shards) > 3 else "")
         raise ValueError(f"{INDEX_FILE} is missing in {folder}, which holds {len(shards)} "

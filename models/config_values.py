@@ -53,6 +53,15 @@ def unreadable(path: Path, error: OSError) -> ValueError:
     return ValueError(f"cannot read {path}: {reason}")
 
 
+def unlistable(folder: Path, error: OSError, what: str = "folder") -> ValueError:
+    """The error for a folder the OS would not let us list (``Path.glob`` would call it empty):
+    ``cannot list the <what> PATH: permission denied (make it readable ...)``."""
+    reason = (error.strerror or type(error).__name__).lower()
+    if isinstance(error, PermissionError):
+        reason += " (make it readable by this user, e.g. chmod a+rx)"
+    return ValueError(f"cannot list the {what} {folder}: {reason}")
+
+
 def optional_file(path: Path) -> bool:
     """Whether the optional file ``path`` (``generation_config.json``, ``chat_template.jinja``,
     ...) is there: True for a file or a link to one, False when nothing is at ``path``.
@@ -72,6 +81,12 @@ def optional_file(path: Path) -> bool:
         raise ValueError(f"cannot read {path}: it links to {os.readlink(path)}, which does not "
                          "exist")
     return False
+
+
+def optional_json_object(path: Path) -> dict:
+    """``read_json_object(path)`` for an optional file, ``{}`` when nothing is at ``path``
+    (``optional_file``: a folder or a broken link there is a ValueError)."""
+    return read_json_object(path) if optional_file(path) else {}
 
 
 def read_json_object(path: Path) -> dict:

@@ -17,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+from models.config_values import unlistable
 from models.paths import check_symlink_loop, expand_user
 
 ALLOW_PATTERNS = [
@@ -75,9 +76,8 @@ def check_model_folder(folder: Path) -> Path:
         raise ValueError(f"{folder} is not a folder: pass the folder that holds config.json")
     try:  # Path.glob would take a folder that may not be listed for an empty one
         names = os.listdir(folder)
-    except PermissionError:
-        raise ValueError(f"cannot list the model folder {folder}: permission denied (make it "
-                         "readable by this user, e.g. chmod a+rx)") from None
+    except OSError as e:
+        raise unlistable(folder, e, "model folder") from None
     missing = [f for f in ("config.json", "tokenizer.json") if not (folder / f).is_file()]
     if not any(n.endswith(".safetensors") for n in names):
         missing.append("*.safetensors")

@@ -23,7 +23,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer
 
 from models.chat_template import ChatTemplate, token_str
-from models.config_values import optional_file, read_json_object, read_text, shown
+from models.config_values import optional_file, optional_json_object, read_text, shown
 from models.stream_decoder import StreamDecoder
 
 
@@ -128,7 +128,7 @@ class Qwen3Tokenizer:
             tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # the Rust error says what is wrong in the file
             raise ValueError(f"cannot read {path}: {_tokenizer_json_error(text, e)}") from e
-        config = cls._read_json(folder / "tokenizer_config.json")
+        config = optional_json_object(folder / "tokenizer_config.json")
         template = config.get("chat_template")
         if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -141,16 +141,10 @@ class Qwen3Tokenizer:
             if not template.strip():
                 raise ValueError(f"{folder / 'chat_template.jinja'} is empty: put the "
                                  "checkpoint's chat template in it, or remove it")
-        eos = _eos_ids(cls._read_json(folder / "generation_config.json"),
+        eos = _eos_ids(optional_json_object(folder / "generation_config.json"),
                        folder / "generation_config.json",
                        tokenizer.get_vocab_size(with_added_tokens=True))
         return cls(tokenizer, config, template, eos, folder)
-
-    @staticmethod
-    def _read_json(path: Path) -> dict:
-        """The JSON object in ``path`` (``read_json_object``: a UTF-8 BOM is skipped), ``{}``
-        when there is no such file."""
-        return read_json_object(path) if optional_file(path) else {}
 
     # --- ids <-> text -------------------------------------------------------------------------
 
