@@ -4,7 +4,8 @@
 #   sweep      decode tile sweep (benchmarks/sweep_decode.py --quick)
 #   bench      attention kernels vs torch SDPA (benchmarks/attention.py)
 #   floor      INT8 decode stage 1 vs a plain stream of its bytes (benchmarks/decode_floor.py)
-#   gemv       decode projections, kernels/gemv.py vs cuBLAS (benchmarks/gemv.py)
+#   gemv       decode projections, kernels/gemv.py vs cuBLAS (benchmarks/gemv.py), then each
+#              one's streaming rate and fixed cost a launch (benchmarks/gemv_fit.py)
 #   e2e        engine decode tokens/s, CUDA graphs vs eager (benchmarks/decode_e2e.py)
 #   summarize  `infer summarize` of a 28k-token book excerpt with a random Qwen3-8B, --ctx 32k
 #   batch      aggregate decode of B = 1..16 sequences at 32k (benchmarks/batch_decode.py)
@@ -65,6 +66,7 @@
 #              benchmarks/sweep_decode.py over splits, key blocks and stages, BF16, at the 8B's
 #              head shape (group 4; the 0.6B's is 2)
 #   gemvtiles  the GEMV tiles of the 8B on this card: benchmarks/gemv.py's sweep over GEMV_TILES,
+#              each tile's streaming rate and fixed cost (benchmarks/gemv_fit.py),
 #              benchmarks/gemv_pick.py's pick per weight class (> 1 % better in a step's
 #              terms), then, if it picked any, the decode A/B in the step (decode_e2e.py, BF16
 #              and INT8 at 4k and 32k, the default and the pick in alternating processes, 2 rounds)
@@ -94,7 +96,8 @@ for what in "$@"; do
              > "$OUT/attention.log" 2>&1; grep -A 90 "^what" "$OUT/attention.log" ;;
     barrier) python3 benchmarks/grid_barrier.py ${BARRIER_ARGS:-} 2>&1 | tee "$OUT/grid_barrier.jsonl" ;;
     floor) python3 benchmarks/decode_floor.py --timeline 2>&1 | tee "$OUT/decode_floor.jsonl" ;;
-    gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl" ;;
+    gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl"
+      python3 benchmarks/gemv_fit.py "$OUT/gemv.jsonl" | tee "$OUT/gemv_fit.jsonl" ;;
     sampling) python3 benchmarks/sampling.py ${SAMPLING_ARGS:-} 2>&1 | tee "$OUT/sampling.jsonl" ;;
     e2e) python3 benchmarks/decode_e2e.py --workdir /tmp ${E2E_ARGS:-} 2>&1 | tee "$OUT/decode_e2e.jsonl" ;;
     summarize)
@@ -258,6 +261,7 @@ PY
     gemvtiles)
       python3 benchmarks/gemv.py --size 8b --tiles "${GEMV_TILES:-16x256x8,16x512x6,16x256x12,32x256x8,64x128x8,32x128x6,64x256x4,64x128x5x8,32x256x5x8}" \
           > "$OUT/gemv_tiles.jsonl" 2> "$OUT/gemv_tiles.err"
+      python3 benchmarks/gemv_fit.py "$OUT/gemv_tiles.jsonl" | tee "$OUT/gemv_tiles_fit.jsonl"
       pick=$(python3 benchmarks/gemv_pick.py "$OUT/gemv_tiles.jsonl" 2>> "$OUT/gemv_tiles.err")
       echo "pick: $pick" | tee -a "$OUT/gemv_tiles.err"
       if [ -n "$pick" ] && [ "$pick" != "{}" ]; then
