@@ -52,6 +52,9 @@
 #              8B (benchmarks/profile_prefill.py)
 #   barrier    a grid barrier inside one kernel against a kernel boundary, plain and PDL
 #              (benchmarks/grid_barrier.py: the persistent decode layer's question)
+#   chain      36 dependent one-row GEMVs (4096 x 4096): one Gluon launch whose loading warp
+#              streams the weights across grid barriers, against a kernels/gemv launch each
+#              (benchmarks/persistent_chain.py: the fixed cost a phase either way)
 #   sampling   the next-token pick alone: greedy and top-k kernels against torch's sampling ops,
 #              per stage-1 block and stage-2 warps (benchmarks/sampling.py; SAMPLING_ARGS)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
@@ -95,6 +98,7 @@ for what in "$@"; do
     bench) python3 benchmarks/attention.py ${BENCH_ARGS:-} --out "$OUT/attention.jsonl" \
              > "$OUT/attention.log" 2>&1; grep -A 90 "^what" "$OUT/attention.log" ;;
     barrier) python3 benchmarks/grid_barrier.py ${BARRIER_ARGS:-} 2>&1 | tee "$OUT/grid_barrier.jsonl" ;;
+    chain) python3 benchmarks/persistent_chain.py ${CHAIN_ARGS:-} 2>&1 | tee "$OUT/persistent_chain.jsonl" ;;
     floor) python3 benchmarks/decode_floor.py --timeline 2>&1 | tee "$OUT/decode_floor.jsonl" ;;
     gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl"
       python3 benchmarks/gemv_fit.py "$OUT/gemv.jsonl" | tee "$OUT/gemv_fit.jsonl" ;;
