@@ -55,6 +55,8 @@
 #   chain      36 dependent one-row GEMVs (4096 x 4096): one Gluon launch whose loading warp
 #              streams the weights across grid barriers, against a kernels/gemv launch each
 #              (benchmarks/persistent_chain.py: the fixed cost a phase either way)
+#   fa3        the Gluon FlashAttention-3-style prefill attention: its GPU tests, then against
+#              our Triton kernel and cuDNN at 4k and 32k (benchmarks/prefill_fa3_bench.py)
 #   sampling   the next-token pick alone: greedy and top-k kernels against torch's sampling ops,
 #              per stage-1 block and stage-2 warps (benchmarks/sampling.py; SAMPLING_ARGS)
 #   profile    the decode step's kernels, GPU busy time and gaps (benchmarks/profile_decode.py),
@@ -99,6 +101,9 @@ for what in "$@"; do
              > "$OUT/attention.log" 2>&1; grep -A 90 "^what" "$OUT/attention.log" ;;
     barrier) python3 benchmarks/grid_barrier.py ${BARRIER_ARGS:-} 2>&1 | tee "$OUT/grid_barrier.jsonl" ;;
     chain) python3 benchmarks/persistent_chain.py ${CHAIN_ARGS:-} 2>&1 | tee "$OUT/persistent_chain.jsonl" ;;
+    fa3) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_prefill_fa3.py 2>&1 | tail -5 \
+           | tee "$OUT/prefill_fa3_tests.log"
+      python3 benchmarks/prefill_fa3_bench.py ${FA3_ARGS:-} 2>&1 | tee "$OUT/prefill_fa3.jsonl" ;;
     floor) python3 benchmarks/decode_floor.py --timeline 2>&1 | tee "$OUT/decode_floor.jsonl" ;;
     gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl"
       python3 benchmarks/gemv_fit.py "$OUT/gemv.jsonl" | tee "$OUT/gemv_fit.jsonl" ;;
