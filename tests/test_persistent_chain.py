@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gpu_isolated import run_isolated
 
 from benchmarks.persistent_chain import chain_persistent, chain_reference
 
@@ -64,6 +65,10 @@ def _hopper() -> bool:
 @pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU")
 @pytest.mark.parametrize("n, phases, stages", [(256, 5, 4), (256, 7, 16), (4096, 36, 16)])
 def test_gpu_persistent_chain_matches_torch(n, phases, stages):
+    run_isolated(__file__, "_gpu_persistent_chain_matches_torch", n, phases, stages)
+
+
+def _gpu_persistent_chain_matches_torch(n, phases, stages):
     torch.manual_seed(0)
     w = (torch.randn(phases * n, n, device="cuda") / n ** 0.5).to(torch.bfloat16)
     x = torch.zeros(phases + 1, n, device="cuda")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gpu_isolated import run_isolated
 from prefill_case import TOL, make_step
 
 from benchmarks.prefill_fa3 import prefill_fa3
@@ -87,6 +88,10 @@ def _hopper() -> bool:
     (2048, 2048, 3),  # 4k positions, the benchmark's chunk
 ])
 def test_gpu_matches_paged_attention(cached, new, stages):
+    run_isolated(__file__, "_gpu_matches_paged_attention", cached, new, stages)
+
+
+def _gpu_matches_paged_attention(cached, new, stages):
     q, cache, meta, _ = make_step([(cached, new)], page_size=64, hkv=8, group=4, head_dim=128,
                                   dtype=torch.bfloat16, device="cuda")
     seq_len = cached + new
@@ -101,6 +106,10 @@ def test_gpu_matches_paged_attention(cached, new, stages):
 @pytest.mark.gpu
 @pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU")
 def test_gpu_gqa_group_one_and_custom_scale():
+    run_isolated(__file__, "_gpu_gqa_group_one_and_custom_scale")
+
+
+def _gpu_gqa_group_one_and_custom_scale():
     q, cache, meta, _ = make_step([(77, 150)], page_size=64, hkv=2, group=1, head_dim=128,
                                   dtype=torch.bfloat16, device="cuda")
     out = prefill_fa3(q, cache.k, cache.v, meta.page_table[0], 227, 150, sm_scale=0.05)
