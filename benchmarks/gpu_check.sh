@@ -100,10 +100,10 @@ for what in "$@"; do
     bench) python3 benchmarks/attention.py ${BENCH_ARGS:-} --out "$OUT/attention.jsonl" \
              > "$OUT/attention.log" 2>&1; grep -A 90 "^what" "$OUT/attention.log" ;;
     barrier) python3 benchmarks/grid_barrier.py ${BARRIER_ARGS:-} 2>&1 | tee "$OUT/grid_barrier.jsonl" ;;
-    chain) python3 benchmarks/persistent_chain.py ${CHAIN_ARGS:-} 2>&1 | tee "$OUT/persistent_chain.jsonl" ;;
+    chain) timeout 300 python3 benchmarks/persistent_chain.py ${CHAIN_ARGS:-} 2>&1 | tee "$OUT/persistent_chain.jsonl" ;;
     fa3) python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_prefill_fa3.py 2>&1 | tail -5 \
            | tee "$OUT/prefill_fa3_tests.log"
-      python3 benchmarks/prefill_fa3_bench.py ${FA3_ARGS:-} 2>&1 | tee "$OUT/prefill_fa3.jsonl" ;;
+      timeout 300 python3 benchmarks/prefill_fa3_bench.py ${FA3_ARGS:-} 2>&1 | tee "$OUT/prefill_fa3.jsonl" ;;
     floor) python3 benchmarks/decode_floor.py --timeline 2>&1 | tee "$OUT/decode_floor.jsonl" ;;
     gemv) python3 benchmarks/gemv.py ${GEMV_ARGS:-} 2>&1 | tee "$OUT/gemv.jsonl"
       python3 benchmarks/gemv_fit.py "$OUT/gemv.jsonl" | tee "$OUT/gemv_fit.jsonl" ;;
