@@ -41,7 +41,7 @@ from infer.summary_prompts import (
     part_limit,
     template_overhead,
 )
-from infer.thinking import strip_thinking
+from infer.thinking import strip_thinking, thinking_unfinished
 
 if TYPE_CHECKING:  # torch, through infer.sampling_params: `infer --help` imports this module
     from infer.sampling_params import SamplingParams
@@ -63,11 +63,14 @@ class PartSummary:
         tokens: [start, end) of its text in tokens, counting the parts before it.
         prompt_tokens, new_tokens: its prompt's length and its reply's.
         stop_reason: as ``GenerationStats.stop_reason``.
-        summary: the reply's text (the thinking, if any, removed).
+        summary: the reply's text (the thinking, if any, removed; empty when the reply was cut
+            inside its thinking).
         drafted, accepted: speculative drafts of its reply verified and accepted.
         cut_tokens: tokens cut from the end of its labelled summary when the next combining
             prompt reused it (``labelled_summaries``: its text encodes to more tokens than its
             share of the plan); 0: reused whole, or not reused (yet).
+        thinking_unfinished: the reply ended inside its thinking (``--think`` with too few
+            tokens a part): nothing of it is passed on.
     """
 
     level: int
@@ -82,6 +85,7 @@ class PartSummary:
     drafted: int = 0
     accepted: int = 0
     cut_tokens: int = 0
+    thinking_unfinished: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -294,10 +298,13 @@ class Summarizer:
         return out
 
     def _done(self, level, i, n, spans, prompts, toks, stats, out, on_part) -> None:
-        out[i] = strip_thinking(self.tokenizer.decode(toks, skip_special_tokens=True))
+        raw = self.tokenizer.decode(toks, skip_special_tokens=True)
+        unfinished = thinking_unfinished(raw)  # its thinking is not a summary: pass nothing on
+        out[i] = "" if unfinished else strip_thinking(raw)
         chars, tokens = spans[i]
         part = PartSummary(level, i, n, chars, tokens, len(prompts[i]), stats.new_tokens,
-                           stats.stop_reason, out[i], stats.drafted, stats.accepted)
+                           stats.stop_reason, out[i], stats.drafted, stats.accepted,
+                           thinking_unfinished=unfinished)
         self.parts.append(part)
         if on_part is not None:
             on_part(part)

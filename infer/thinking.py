@@ -1,6 +1,7 @@
 """The thinking text of a Qwen3 reply: ``strip_thinking`` keeps the answer after a leading
-``<think>...</think>`` block. The tags are plain text here (a decoded reply), as the model wrote
-them; the streaming split of a reply shown live is ``infer/ui/render.py``'s ``ThinkSplitter``."""
+``<think>...</think>`` block, ``thinking_unfinished`` tells a reply cut inside that block. The
+tags are plain text here (a decoded reply), as the model wrote them; the streaming split of a
+reply shown live is ``infer/ui/render.py``'s ``ThinkSplitter``."""
 
 from __future__ import annotations
 
@@ -27,3 +28,10 @@ def strip_thinking(text: str) -> str:
     if end >= 0 and (body.startswith(THINK_OPEN) or THINK_OPEN not in body[:end]):
         body = body[end + len(THINK_CLOSE):]
     return body.strip()
+
+
+def thinking_unfinished(text: str) -> bool:
+    """Whether the reply ``text`` opens a thinking block (``<think>`` after leading whitespace)
+    and never closes it: cut by its token limit while thinking, so it holds no answer."""
+    body = text.lstrip()
+    return body.startswith(THINK_OPEN) and THINK_CLOSE not in body

@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from ckpt_helpers import scripted_ckpt
 from typer.testing import CliRunner
 
 from cli import app
@@ -310,3 +311,24 @@ def test_ctrl_c_inside_a_batch_counts_the_time_it_ran(tiny_ckpt, book, monkeypat
     assert result.exit_code == 130, result.output
     obj = json.loads(result.stdout)
     assert obj["parts"] == [] and obj["stages"]["map_prefill_s"] > 0
+
+
+def test_parts_cut_inside_their_thinking_pass_nothing_on(tiny_ckpt, tok, book, tmp_path):
+    """With --think and too few tokens a part, a part's reply is only thinking: its summary is
+    empty (the raw ``<think>...`` went into the combining prompt), and a warning says so."""
+    enc = lambda s: tok.encode(s)  # noqa: E731
+    newline, hmm, hello = enc("\n")[0], enc("Hmm")[0], enc("Hello")[0]
+    think, unthink, end = (tok._tok.token_to_id(t) for t in ("<think>", "</think>", "<|im_end|>"))
+    model = scripted_ckpt(tiny_ckpt, tmp_path / "scripted",  # "<think>Hmm</think>Hello"
+                          {newline: think, think: hmm, hmm: unthink, unthink: hello, hello: end})
+    path, _ = book
+    result = invoke("summarize", path, "--model", model, "--ctx", "2k", "--device", "cpu",
+                    "--part-tokens", "2", "--max-new-tokens", "8", "--think", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    parts = [p for p in out["parts"] if p["level"] == 0]
+    assert len(parts) >= 2
+    assert all(p["thinking_unfinished"] and p["summary"] == "" for p in parts)
+    assert (out["text"], out["thinking"]) == ("Hello", "Hmm")  # the final reply had room
+    assert (f"warning: {len(parts)} part replies of {len(out['parts'])} ended inside the "
+            "thinking (--part-tokens 2)") in result.stderr

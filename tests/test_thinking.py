@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from infer.thinking import strip_thinking
+from infer.stats import GenerationStats
+from infer.summarize import Summarizer
+from infer.thinking import strip_thinking, thinking_unfinished
 
 
 @pytest.mark.parametrize("reply,answer", [
@@ -30,3 +32,38 @@ from infer.thinking import strip_thinking
 ])
 def test_only_a_leading_thinking_block_is_dropped(reply, answer):
     assert strip_thinking(reply) == answer
+
+
+@pytest.mark.parametrize("reply, cut", [
+    pytest.param("<think>still thinking", True, id="never-closed"),
+    pytest.param("\n <think>", True, id="only-the-tag"),
+    pytest.param("<think>done</think>answer", False, id="closed"),
+    pytest.param("answer <think>aside", False, id="after-text"),
+    pytest.param("", False, id="empty"),
+])
+def test_a_reply_cut_inside_its_thinking(reply, cut):
+    assert thinking_unfinished(reply) is cut
+
+
+class _Decoder:
+    def __init__(self, text: str):
+        self.text = text
+
+    def decode(self, ids, skip_special_tokens=True) -> str:
+        return self.text
+
+
+@pytest.mark.parametrize("reply, summary, cut", [
+    ("<think>Hmm, the part is about", "", True),
+    ("<think>Hmm</think>\n\nThe part is about tea.", "The part is about tea.", False),
+])
+def test_a_part_cut_inside_its_thinking_passes_nothing_on(reply, summary, cut):
+    """A part's reply that ran out of tokens inside ``<think>`` is no summary: the combining
+    prompt gets an empty one and the part says why (it passed the raw thinking on)."""
+    sm = Summarizer(engine=None, tokenizer=_Decoder(reply), split=None, sampling=None)
+    out, seen = [None], []
+    stats = GenerationStats(prompt_tokens=5, new_tokens=7, stop_reason="length")
+    sm._done(0, 0, 1, [((0, 10), (0, 3))], [[1, 2, 3, 4, 5]], [9] * 7, stats, out, seen.append)
+    assert out == [summary] and seen == sm.parts
+    assert sm.parts[0].summary == summary and sm.parts[0].thinking_unfinished is cut
+    assert sm.parts[0].to_dict()["thinking_unfinished"] is cut

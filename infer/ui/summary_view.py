@@ -105,6 +105,12 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
             raise
         _interrupted(ui, cfg, engine, load_s, _result(extra, pieces, width, sm), pieces, sm,
                      sampling)
+    cut = sum(p.thinking_unfinished for p in sm.parts)
+    if cut:
+        ui.warn(f"{counted(cut, 'part reply', 'part replies')} of {len(sm.parts)} ended inside "
+                f"the thinking (--part-tokens {part_tokens:,}), so nothing of "
+                f"{'it' if cut == 1 else 'them'} is in the summary: raise --part-tokens, or "
+                f"leave out --think")
     check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
     extra, suffix = _result(extra, pieces, width, sm)
     reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)
