@@ -26,6 +26,7 @@ from infer.ui.console import (
     quiet_stdout,
 )
 from infer.ui.early_sigint import json_wanted, sigint_exits
+from infer.ui.output_encoding import replace_unencodable
 
 
 def _command_named(app: typer.Typer, args: list[str]) -> str:
@@ -53,6 +54,7 @@ def run_app(app: typer.Typer, argv: list[str] | None = None) -> None:
     (``devnull_stderr``).
     """
     exc = click_exceptions()
+    replace_unencodable()
     args = sys.argv[1:] if argv is None else argv
     stdout, stderr = sys.stdout, sys.stderr
     devnull = devnull_stderr()
