@@ -16,6 +16,7 @@ steps (1 to 16 rows, the GEMV path) on sm_90+ prefetch.
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -26,8 +27,24 @@ from kernels.l2_prefetch import l2_prefetch
 # Off: measured slower than no prefetch at 32 MB (BENCHMARKS.md, "an L2 weight prefetch beside
 # the decode chain"; the A/B: ``benchmarks/decode_e2e.py --variants default,default+l2_prefetch``).
 ENABLED = False
-# Bytes prefetched after each layer's qkv GEMV, in MB (10^6); the L2 of an H100/H200 is 50 MB.
-BUDGET_MB = float(os.environ.get("INFER_L2_PREFETCH_MB", "32"))
+
+
+def budget_bytes() -> int:
+    """Bytes prefetched after each layer's qkv GEMV: ``INFER_L2_PREFETCH_MB`` megabytes (10^6;
+    default 32; the L2 of an H100/H200 is 50 MB), read when a prefetcher is made (only with
+    ``ENABLED``).
+
+    Raises:
+        ValueError: the variable is not a finite number >= 0 (one line, naming it).
+    """
+    raw = os.environ.get("INFER_L2_PREFETCH_MB", "").strip() or "32"
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = math.nan
+    if not (math.isfinite(mb) and mb >= 0):
+        raise ValueError(f"INFER_L2_PREFETCH_MB must be a number of megabytes >= 0, got {raw!r}")
+    return int(mb * 1e6)
 
 Range = tuple[torch.Tensor, int, int]  # (tensor, first byte, bytes)
 
@@ -96,6 +113,7 @@ def prefetcher_for(model, x: torch.Tensor) -> WeightPrefetcher | None:
     """A ``WeightPrefetcher`` for a decode step (the caller decides which steps are; the GEMV
     path's 1 to 16 rows) whose embeddings are ``x`` [T, hidden] when it should prefetch
     (``ENABLED``, on CUDA, sm_90+); else None."""
-    if not (ENABLED and BUDGET_MB > 0 and x.is_cuda and supports_pdl(x.device)):
+    if not (ENABLED and x.is_cuda and supports_pdl(x.device)):
         return None
-    return WeightPrefetcher(model, x.device, int(BUDGET_MB * 1e6))
+    budget = budget_bytes()
+    return WeightPrefetcher(model, x.device, budget) if budget > 0 else None

@@ -112,3 +112,37 @@ def test_gpu_engine_prefetch_equals_plain(gpu_qwen3_4l, kv_cache, monkeypatch):
     out = greedy_by_flag(gpu_qwen3_4l, kv_cache, monkeypatch, weight_prefetch, "ENABLED")
     assert len(out[False, False]) == 40
     assert out[True, True] == out[True, False] == out[False, True] == out[False, False]
+
+
+@pytest.mark.parametrize("value, mb", [(None, 32), ("", 32), ("0", 0), (" 8.5 ", 8.5)])
+def test_budget_from_the_environment(monkeypatch, value, mb):
+    if value is None:
+        monkeypatch.delenv("INFER_L2_PREFETCH_MB", raising=False)
+    else:
+        monkeypatch.setenv("INFER_L2_PREFETCH_MB", value)
+    assert weight_prefetch.budget_bytes() == int(mb * 1e6)
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf"])
+def test_a_bad_budget_is_one_line_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv("INFER_L2_PREFETCH_MB", value)
+    with pytest.raises(ValueError, match="^INFER_L2_PREFETCH_MB must be a number of megabytes"):
+        weight_prefetch.budget_bytes()
+
+
+def test_a_bad_budget_does_not_stop_a_command_that_never_prefetches(tiny_ckpt):
+    """Read only when the (off) prefetch makes a prefetcher: read on import, it stopped every
+    command with a bare float() message. A fresh process, where the module is imported anew."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cli_helpers import FAST
+
+    env = {**os.environ, "INFER_L2_PREFETCH_MB": "abc"}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-c", "from cli import main; main()", "generate",
+                           str(tiny_ckpt), "hi", *FAST], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1], env=env)
+    assert proc.returncode == 0, proc.stderr
