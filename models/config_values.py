@@ -13,6 +13,7 @@ Python message (``cannot convert float infinity to integer``).
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -67,7 +68,8 @@ def optional_file(path: Path) -> bool:
     ...) is there: True for a file or a link to one, False when nothing is at ``path``.
 
     Raises:
-        ValueError: something else is at ``path`` (a folder, a link to nothing, a device),
+        ValueError: something else is at ``path`` (a folder, a link to nothing, a loop of
+            links, a device),
             naming it: that is a broken download or copy, and skipping it as absent would drop
             what the file configures without a word.
         PermissionError: a folder above ``path`` may not be searched (the CLI words it).
@@ -78,6 +80,11 @@ def optional_file(path: Path) -> bool:
         what = "a folder" if path.is_dir() else "a special file (a device, a pipe or a socket)"
         raise ValueError(f"cannot read {path}: it is {what}, not a file")
     if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ValueError(f"cannot read {path}: it is a loop of symbolic links") from None
         raise ValueError(f"cannot read {path}: it links to {os.readlink(path)}, which does not "
                          "exist")
     return False

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from models.config_values import unlistable
+from models.config_values import optional_file, unlistable
 from models.paths import check_symlink_loop, expand_user
 
 ALLOW_PATTERNS = [
@@ -78,7 +78,8 @@ def check_model_folder(folder: Path) -> Path:
         names = os.listdir(folder)
     except OSError as e:
         raise unlistable(folder, e, "model folder") from None
-    missing = [f for f in ("config.json", "tokenizer.json") if not (folder / f).is_file()]
+    # a folder, a broken link or a device in a file's place: named (optional_file), not "missing"
+    missing = [f for f in ("config.json", "tokenizer.json") if not optional_file(folder / f)]
     if not any(n.endswith(".safetensors") for n in names):
         missing.append("*.safetensors")
     if missing == ["tokenizer.json"]:  # weights without a tokenizer: say which files to add

@@ -48,13 +48,14 @@ def test_optional_file_tells_a_file_nothing_and_anything_else(tmp_path):
             optional_file(Path("/dev/null"))
 
 
-@pytest.mark.parametrize("name", ["generation_config.json", "chat_template.jinja",
-                                  "tokenizer_config.json", SINGLE_FILE])
-@pytest.mark.parametrize("what", ["folder", "broken link"])
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "generation_config.json",
+                                  "chat_template.jinja", "tokenizer_config.json", SINGLE_FILE])
+@pytest.mark.parametrize("what", ["folder", "broken link", "loop"])
 def test_a_folder_or_a_broken_link_in_a_files_place_is_named(name, what, tiny_ckpt, tmp_path):
     """generation_config.json as a folder was skipped (the model's sampling settings dropped
     without a word); model.safetensors as one read 'the index is missing ... a single file must
-    be named model.safetensors'; a broken link was '[Errno 2] No such file or directory'."""
+    be named model.safetensors'; a broken link was '[Errno 2] No such file or directory';
+    config.json and tokenizer.json were called missing ('has no config.json')."""
     folder = tmp_path / "ckpt"
     shutil.copytree(tiny_ckpt, folder)
     path = folder / name
@@ -62,6 +63,9 @@ def test_a_folder_or_a_broken_link_in_a_files_place_is_named(name, what, tiny_ck
     if what == "folder":
         path.mkdir()
         why = "it is a folder, not a file"
+    elif what == "loop":
+        path.symlink_to(path)
+        why = "it is a loop of symbolic links"
     else:
         path.symlink_to(tmp_path / "gone")
         why = f"it links to {tmp_path / 'gone'}, which does not exist"
