@@ -13,7 +13,7 @@ import pytest
 from infer.ui.piped_lines import PipedLines
 
 TEXT = "一 héllo\r\n\n/exit\nlast"  # U+4E00 is 00 4E in UTF-16 LE: a NUL right after the BOM
-LINES = ["一 héllo\r\n", "\n", "/exit\n", "last"]
+LINES = ["一 héllo\n", "\n", "/exit\n", "last"]  # a \r\n line ends in \n as the others
 
 
 class Trickle(io.RawIOBase):
@@ -82,3 +82,14 @@ def test_each_line_is_returned_as_it_arrives_from_a_pipe():
                 assert pool.submit(lines.readline).result(timeout=30) == text
         finally:
             writer.close()  # a readline that blocked: the end of the stream frees it
+
+
+@pytest.mark.parametrize("codec", ["utf-8", "utf-16-le", "utf-32-be"])
+@pytest.mark.parametrize("slow", [False, True], ids=["whole", "byte-by-byte"])
+def test_old_mac_line_ends_split_lines_too(codec, slow):
+    """``printf 'hi\\rthere\\r'``: a \\r alone ends a line (it was one message); a \\r\\n is one
+    line end, also when a slow pipe brings its \\n in the next read."""
+    bom = "" if codec == "utf-8" else "\ufeff"
+    data = (bom + "hi\rthere\r\r\nnext\r\nlast\r").encode(codec)
+    lines = PipedLines(Trickle(data) if slow else io.BytesIO(data))
+    assert all_lines(lines) == ["hi\n", "there\n", "\n", "next\n", "last\n"]

@@ -5,9 +5,9 @@ A byte-order mark at the start of the stream picks UTF-8, UTF-16 LE/BE or UTF-32
 locale's encoding, so a UTF-16 file piped in was NUL bytes on every line. The stream is read as
 it arrives (one ``read1`` at a time: a chat answers a line before the next is written to the
 pipe, so reading never waits for more than the line it returns), lines end at the encoding's
-``\\n``, and each is decoded on its own with ``decode_counted``: invalid sequences become U+FFFD and
-are counted, as a file's are. A terminal keeps ``input()`` (line editing): ``piped_lines`` gives
-None for it.
+``\\n``, ``\\r\\n`` or ``\\r`` (old Mac files), and each is decoded on its own with
+``decode_counted``: invalid sequences become U+FFFD and are counted, as a file's are. A
+terminal keeps ``input()`` (line editing): ``piped_lines`` gives None for it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class PipedLines:
         self.replaced = 0  # invalid byte sequences in the last line readline returned
 
     def readline(self) -> str:
-        """The next line with its ``\\n`` (none on a last line that lacks one); ``""`` at the end.
+        """The next line ending in ``\\n`` whatever its line end (none on a last line that lacks
+        one); ``""`` at the end.
         Sets ``replaced``.
 
         Raises:
@@ -52,18 +53,23 @@ class PipedLines:
             self.encoding, bom_len = detect_encoding(self._buf)
             del self._buf[:bom_len]
         newline = "\n".encode(self.encoding)  # b"\n", b"\n\0", b"\0\n", b"\n\0\0\0", ...
+        width = len(newline)
         start, ended = 0, True
-        while (end := _find_aligned(self._buf, newline, start)) < 0:
+        while (end := _line_end(self._buf, newline, "\r".encode(self.encoding), start)) < 0:
             if len(self._buf) > self._limit:
                 raise ValueError(
                     f"a line of {STDIN_NAME} is longer than {self._limit / (1 << 20):g} MiB, the "
                     "most a chat message may hold: send lines of text")
-            start = len(self._buf) - len(self._buf) % len(newline)
+            start = len(self._buf) - len(self._buf) % width
             if not self._fill():  # the end of the stream: the rest is the last line
                 end, ended = len(self._buf), False
                 break
+        crlf = "\r\n".encode(self.encoding)
+        while (ended and len(self._buf) < end + len(crlf) and self._buf[end:end + width] != newline
+               and self._fill()):
+            pass  # a \r last in the buffer: is it a \r\n's? (the next reads tell)
         text, self.replaced = decode_counted(bytes(self._buf[:end]), self.encoding)
-        del self._buf[:end + len(newline)]
+        del self._buf[:end + (len(crlf) if self._buf[end:end + len(crlf)] == crlf else width)]
         return text + "\n" if ended else text
 
     def _fill(self) -> bool:
@@ -73,6 +79,14 @@ class PipedLines:
             self._buf += chunk  # (a bytearray: appending a long line's chunks is linear)
             self._eof = not chunk
         return not self._eof
+
+
+def _line_end(data: bytearray, newline: bytes, cr: bytes, start: int) -> int:
+    """Where the first line of ``data`` ends (its ``\\n``, or a ``\\r``: old Mac line ends; a
+    ``\\r\\n`` ends at its ``\\r``) from ``start`` on, or -1."""
+    ends = [i for i in (_find_aligned(data, newline, start), _find_aligned(data, cr, start))
+            if i >= 0]
+    return min(ends, default=-1)
 
 
 def _find_aligned(data: bytearray, newline: bytes, start: int) -> int:

@@ -125,7 +125,7 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             except EOFError:  # Ctrl-D (Ctrl-C: below)
                 prompt_to.print()
                 return code
-            line = line.removesuffix("\r")  # piped CRLF lines: lines end at the \n
+            line = line.removesuffix("\r")  # a CRLF line through input() (PipedLines drops it)
             cmd = line.strip()
             if not cmd:
                 continue
