@@ -111,8 +111,17 @@ def read_json_object(path: Path) -> dict:
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         raise ValueError(f"cannot read {path}: not valid JSON ({e})") from None
     if not isinstance(d, dict):
-        raise ValueError(f"cannot read {path}: expected a JSON object, got {type(d).__name__}")
+        raise ValueError(f"cannot read {path}: expected a JSON object, got {json_kind(d)}")
     return d
+
+
+def json_kind(value) -> str:
+    """What ``value`` (from ``json.loads``) is called in JSON: null, true, an array, ..."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    kinds = ((dict, "an object"), (list, "an array"), (str, "a string"),
+             ((int, float), "a number"))
+    return next((name for types, name in kinds if isinstance(value, types)), type(value).__name__)
 
 
 def shown(value) -> str:

@@ -29,8 +29,12 @@ def _edit(path, change):
 
 
 @pytest.mark.parametrize("name,content,needle", [
-    ("generation_config.json", [1, 2], "expected a JSON object, got list"),
-    ("tokenizer_config.json", [], "expected a JSON object, got list"),
+    ("generation_config.json", [1, 2], "expected a JSON object, got an array"),
+    ("tokenizer_config.json", [], "expected a JSON object, got an array"),
+    ("config.json", None, "expected a JSON object, got null"),
+    ("config.json", "Qwen3", "expected a JSON object, got a string"),
+    ("generation_config.json", 0.5, "expected a JSON object, got a number"),
+    ("tokenizer_config.json", True, "expected a JSON object, got true"),
     ("generation_config.json", {"eos_token_id": "x"}, "eos_token_id must be an integer"),
     ("generation_config.json", {"eos_token_id": [151645, True]}, "eos_token_id must be an integer"),
     ("generation_config.json", {"eos_token_id": 999999999},
