@@ -152,10 +152,6 @@ class Qwen3Config:
             raise ValueError(f"config.json has an invalid value: attention_bias must be false "
                              f"(Qwen3 has no attention biases; infer loads none), got "
                              f"{shown(d['attention_bias'])}")
-        if d.get("use_sliding_window") not in (None, False):  # transformers would window layers
-            raise ValueError(f"config.json has an invalid value: use_sliding_window must be false "
-                             f"(infer attends to every position, as Qwen3's released models do), "
-                             f"got {shown(d['use_sliding_window'])}")
         for name in ("rope_scaling", "rope_parameters"):
             if d.get(name) is not None and not isinstance(d[name], dict):
                 raise ValueError(f"config.json has an invalid value: {name} must be an object "

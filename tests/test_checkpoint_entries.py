@@ -174,14 +174,3 @@ def test_a_config_with_attention_biases_is_refused(value, tiny_ckpt):
         Qwen3Config.from_dict({**d, "attention_bias": fine})
     with pytest.raises(ValueError, match="attention_bias must be false .Qwen3 has no attention "):
         Qwen3Config.from_dict({**d, "attention_bias": value})
-
-
-@pytest.mark.parametrize("value", [True, "true"])
-def test_a_config_with_sliding_windows_is_refused(value, tiny_ckpt):
-    """use_sliding_window true was ignored without a word: transformers would window the
-    attention of some layers, infer attended to every position."""
-    d = json.loads((tiny_ckpt / "config.json").read_text())
-    for fine in (False, None):
-        Qwen3Config.from_dict({**d, "use_sliding_window": fine, "sliding_window": 16})
-    with pytest.raises(ValueError, match="use_sliding_window must be false .infer attends to "):
-        Qwen3Config.from_dict({**d, "use_sliding_window": value, "sliding_window": 16})
