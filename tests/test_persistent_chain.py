@@ -4,27 +4,15 @@ it is compiled for sm_90 and its PTX read; on a Hopper GPU it runs against the t
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from gpu_isolated import run_isolated
+from gpu_isolated import compile_facts, run_isolated
 
 from benchmarks.persistent_chain import chain_persistent, chain_reference
 
-SCRIPT = Path(__file__).with_name("compile_persistent_chain.py")
-
 
 def test_compiles_for_hopper_with_a_loading_warp_and_a_grid_barrier():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    res = json.loads(run.stdout.strip().splitlines()[-1])
+    res = compile_facts("compile_persistent_chain.py")
     assert res["tma_loads"] >= 1 and res["expect_tx_bytes"] == [32 * 64 * 2]  # one bf16 tile
     assert res["mbarrier_waits"] >= 2  # ready (compute) and empty (loader)
     assert res["release_adds"] == 1 and res["acquire_loads"] == 1
