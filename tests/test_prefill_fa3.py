@@ -64,9 +64,7 @@ def _hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU")
-@pytest.mark.parametrize("cached, new, stages", [
+CASES = [  # (cached positions, new queries, ring stages)
     (0, 1, 4),        # one query, one key
     (0, 200, 4),      # a whole prompt: n_new not a multiple of 128, a partial last page
     (37, 300, 2),     # the chunk starts mid-page
@@ -74,9 +72,21 @@ def _hopper() -> bool:
     (1000, 129, 4),   # the second tile holds one row
     (3000, 1096, 4),  # 4k positions, mid-page start (3000 % 64 = 56)
     (2048, 2048, 3),  # 4k positions, the benchmark's chunk
-])
-def test_gpu_matches_paged_attention(cached, new, stages):
-    run_isolated(__file__, "_gpu_matches_paged_attention", cached, new, stages)
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU")
+def test_gpu_matches_paged_attention():
+    """Every case in one child process (one CUDA start-up, one compile a stage count), under a
+    time limit: a hang fails this test, not the suite."""
+    run_isolated(__file__, "_gpu_all_cases", timeout=400)
+
+
+def _gpu_all_cases():
+    for case in CASES:
+        _gpu_matches_paged_attention(*case)
+    _gpu_gqa_group_one_and_custom_scale()
 
 
 def _gpu_matches_paged_attention(cached, new, stages):
@@ -87,14 +97,9 @@ def _gpu_matches_paged_attention(cached, new, stages):
     assert prefill_fa3(q, cache.k, cache.v, meta.page_table[0], seq_len, new, out=out,
                        stages=stages) is out
     expect = ref.paged_attention(q.float(), cache, meta)
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.float(), expect, **TOL[torch.bfloat16])
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not _hopper(), reason="needs a Hopper GPU")
-def test_gpu_gqa_group_one_and_custom_scale():
-    run_isolated(__file__, "_gpu_gqa_group_one_and_custom_scale")
+    assert torch.isfinite(out).all(), (cached, new, stages)
+    torch.testing.assert_close(out.float(), expect, **TOL[torch.bfloat16],
+                               msg=lambda m: f"case {(cached, new, stages)}: {m}")
 
 
 def _gpu_gqa_group_one_and_custom_scale():
