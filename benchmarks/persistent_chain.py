@@ -24,9 +24,11 @@ owning ``BLOCK_N`` rows of every phase. In a program,
   ``x[p + 1]`` and arrive.
 
 ``chain_launches`` is the baseline: one ``kernels.gemv`` launch a phase (bfloat16 rows, the
-engine's tiles and PDL chain), as a decode step runs its GEMVs. ``benchmarks/persistent_chain.py``
-times both in CUDA graphs from a cold L2 and prints per phase: microseconds, the weight's bytes
-over the run's read bandwidth, and the difference (the fixed cost a phase). Prediction (before
+engine's tiles and PDL chain), as a decode step runs its GEMVs; ``cross=False`` the control:
+the same kernel with its loading warp waiting at each barrier too, so that what the stream
+across the barriers gains is told apart from what the barrier costs. ``main`` times the three
+in CUDA graphs from a cold L2 and prints per phase: microseconds, the weight's bytes over the
+run's read bandwidth, and the difference (the fixed cost a phase). Prediction (before
 any run): the launches ~3 us a phase over the bytes (33.6 MB: 7.7 us at 4.38 TB/s); the persistent
 chain under 1.5 us if the loading warp keeps the buffers full across the barrier (the barrier
 ~1.2 us, BENCHMARKS.md's grid-barrier table, overlapped by the stream). A result near 3 us would
@@ -54,15 +56,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 @gluon.jit
-def _weight_loader(w_desc, w_bufs, ready, empty, phases, n):
-    """The loading warp: this program's weight tiles of every phase, in order, into the ring."""
+def _weight_loader(w_desc, w_bufs, ready, empty, counter_ptr, phases, n,
+                   CROSS: gl.constexpr):
+    """The loading warp: this program's weight tiles of every phase, in order, into the ring;
+    without ``CROSS`` it first waits at each phase's grid barrier too (the control: no tile of
+    a phase is read before every program has finished the phase before, as with launches)."""
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = w_desc.block_type.shape[1]
     STAGES: gl.constexpr = w_bufs.type.shape[0]
     row0 = gl.program_id(0) * BLOCK_N
+    programs = gl.num_programs(0)
     k_tiles = n // BLOCK_K
     i = 0
     for p in range(phases):
+        if not CROSS and p > 0:
+            seen = gl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+            while seen < p * programs:
+                seen = gl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         for t in range(k_tiles):
             s = i % STAGES
             mbarrier.wait(empty.index(s), (i // STAGES & 1) ^ 1)  # free (a new ring starts free)
@@ -110,7 +120,8 @@ def _compute(x_ptr, counter_ptr, w_bufs, ready, empty, phases, n, layout: gl.con
 
 
 @gluon.jit
-def _chain_kernel(w_desc, x_ptr, counter_ptr, phases, n, STAGES: gl.constexpr):
+def _chain_kernel(w_desc, x_ptr, counter_ptr, phases, n, STAGES: gl.constexpr,
+                  CROSS: gl.constexpr = True):
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = w_desc.block_type.shape[1]
     # [16, 64] per CTA of 4 warps: 8 contiguous bfloat16 (16 bytes) a thread from shared memory
@@ -123,7 +134,7 @@ def _chain_kernel(w_desc, x_ptr, counter_ptr, phases, n, STAGES: gl.constexpr):
         mbarrier.init(empty.index(s), count=1)
     gl.warp_specialize([
         (_compute, (x_ptr, counter_ptr, w_bufs, ready, empty, phases, n, layout)),
-        (_weight_loader, (w_desc, w_bufs, ready, empty, phases, n)),
+        (_weight_loader, (w_desc, w_bufs, ready, empty, counter_ptr, phases, n, CROSS)),
     ], [1], [24])
 
 
@@ -152,7 +163,8 @@ def chain_reference(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def chain_persistent(w: torch.Tensor, x: torch.Tensor, counter: torch.Tensor, *,
-                     block_n: int = 32, block_k: int = 64, stages: int = 16) -> None:
+                     block_n: int = 32, block_k: int = 64, stages: int = 16,
+                     cross: bool = True) -> None:
     """Run the chain in one launch (module notes), writing ``x[1:]``.
 
     Args:
@@ -161,6 +173,8 @@ def chain_persistent(w: torch.Tensor, x: torch.Tensor, counter: torch.Tensor, *,
         x: float32 [phases + 1, n], contiguous; row 0 the input.
         counter: int32 [1], zeroed here (the grid barrier's arrivals).
         block_n, block_k, stages: the weight tile and the ring's depth.
+        cross: the loading warp streams across the barriers (the design); False: it waits at
+            them too (the control).
 
     Raises:
         ValueError: wrong shapes or dtypes, a GPU older than Hopper, or more programs than the
@@ -180,7 +194,8 @@ def chain_persistent(w: torch.Tensor, x: torch.Tensor, counter: torch.Tensor, *,
         raise ValueError(f"persistent_chain: {programs} programs for {sms} SMs; raise block_n")
     desc = TensorDescriptor.from_tensor(w, [block_n, block_k], weight_layout(block_n, block_k))
     counter.zero_()
-    _chain_kernel[(programs,)](desc, x, counter, phases, n, STAGES=stages, num_warps=4)
+    _chain_kernel[(programs,)](desc, x, counter, phases, n, STAGES=stages, CROSS=cross,
+                               num_warps=4)
 
 
 def chain_launches(w: torch.Tensor, xb: torch.Tensor) -> None:
@@ -218,15 +233,17 @@ def main() -> None:
     bytes_phase = n * n * 2
     print(json.dumps({"what": "bandwidth", "GB/s": round(bw, 1),
                       "device": torch.cuda.get_device_name()}))
-    for tile in (t for t in args.tiles.split(",") if t):
+    variants = [(t, cross) for t in args.tiles.split(",") if t for cross in (True, False)]
+    for tile, cross in variants:  # each ring: streaming across the barriers, and the control
         block_k, stages = map(int, tile.split("x"))
-        run = lambda bk=block_k, st=stages: chain_persistent(  # noqa: E731
-            w, x, counter, block_n=args.block_n, block_k=bk, stages=st)
+        run = lambda bk=block_k, st=stages, c=cross: chain_persistent(  # noqa: E731
+            w, x, counter, block_n=args.block_n, block_k=bk, stages=st, cross=c)
         run()
         torch.cuda.synchronize()
         err = ((x - ref).abs().max() / ref.abs().max()).item()
         us = bench_graph_many([run], args.rep_ms) * 1e3 / phases
-        print(json.dumps({"what": "chain", "impl": f"persistent_{args.block_n}x{tile}", "n": n,
+        label = f"persistent_{args.block_n}x{tile}" + ("" if cross else "_loader_waits")
+        print(json.dumps({"what": "chain", "impl": label, "n": n,
                           "phases": phases, "us_per_phase": round(us, 3),
                           "bytes_us": round(bytes_phase / bw / 1e3, 3),
                           "fixed_us": round(us - bytes_phase / bw / 1e3, 3),

@@ -6,8 +6,8 @@ interpreter):
 
 The facts checked by ``tests/test_persistent_chain.py``: the weight tiles come through TMA into
 an mbarrier ring (the loading warp), the compute warps' grid barrier is one release add and an
-acquire spin between barriers of their own 128 threads (not the loading warp's), and the kernel
-fits one CTA's shared memory.
+acquire spin between barriers of their own 128 threads (not the loading warp's), the control
+(``CROSS`` off) spins in the loading warp too, and the kernel fits one CTA's shared memory.
 """
 
 from __future__ import annotations
@@ -33,10 +33,15 @@ def main() -> None:
     layout = weight_layout(block_n, block_k)
     signature = {"w_desc": f"tensordesc<bf16[{block_n}, {block_k}],{layout!r}>",
                  "x_ptr": "*fp32", "counter_ptr": "*i32", "phases": "i32", "n": "i32",
-                 "STAGES": "constexpr"}
-    index = list(signature).index("STAGES")
-    kernel = compile(GluonASTSource(_chain_kernel, signature, constexprs={(index,): stages}),
-                     target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+                 "STAGES": "constexpr", "CROSS": "constexpr"}
+    names = list(signature)
+
+    def build(cross: bool):
+        consts = {(names.index("STAGES"),): stages, (names.index("CROSS"),): cross}
+        return compile(GluonASTSource(_chain_kernel, signature, constexprs=consts),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+    kernel, control = build(True), build(False)
     ptx = kernel.asm["ptx"]
     barriers = set(re.findall(r"bar\.sync\s+(\d+),\s*(\d+);", ptx))
     print(json.dumps({
@@ -47,6 +52,7 @@ def main() -> None:
         "mbarrier_waits": ptx.count("mbarrier.try_wait.parity"),
         "release_adds": ptx.count("atom.global.gpu.release.add"),
         "acquire_loads": ptx.count("ld.global.gpu.acquire"),
+        "control_acquire_loads": control.asm["ptx"].count("ld.global.gpu.acquire"),
         "barrier_threads": sorted({int(n) for _, n in barriers}),
     }))
 

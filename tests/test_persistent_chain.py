@@ -15,7 +15,8 @@ def test_compiles_for_hopper_with_a_loading_warp_and_a_grid_barrier():
     res = compile_facts("compile_persistent_chain.py")
     assert res["tma_loads"] >= 1 and res["expect_tx_bytes"] == [32 * 64 * 2]  # one bf16 tile
     assert res["mbarrier_waits"] >= 2  # ready (compute) and empty (loader)
-    assert res["release_adds"] == 1 and res["acquire_loads"] == 1
+    assert res["release_adds"] == 1 and res["acquire_loads"] == 1  # the loader never waits
+    assert res["control_acquire_loads"] == 2  # the control's loader spins at the barrier too
     assert res["barrier_threads"] == [128]  # the compute warps' own barrier, not all 8 warps
     assert res["num_warps"] == 8  # 4 compute + the loading warp, in whole warpgroups
     assert res["shared"] <= 232448  # 16 x 4 KB of ring and the barriers: one CTA's budget
@@ -58,11 +59,12 @@ def test_gpu_persistent_chain_matches_torch():
 
 
 def _gpu_all_cases():
-    for n, phases, stages in [(256, 5, 4), (256, 7, 16), (4096, 36, 16)]:
-        _gpu_persistent_chain_matches_torch(n, phases, stages)
+    for n, phases, stages, cross in [(256, 5, 4, True), (256, 7, 16, True),
+                                     (4096, 36, 16, True), (4096, 36, 16, False)]:
+        _gpu_persistent_chain_matches_torch(n, phases, stages, cross)
 
 
-def _gpu_persistent_chain_matches_torch(n, phases, stages):
+def _gpu_persistent_chain_matches_torch(n, phases, stages, cross):
     torch.manual_seed(0)
     w = (torch.randn(phases * n, n, device="cuda") / n ** 0.5).to(torch.bfloat16)
     x = torch.zeros(phases + 1, n, device="cuda")
@@ -71,8 +73,8 @@ def _gpu_persistent_chain_matches_torch(n, phases, stages):
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")
     for _ in range(3):  # again: the counter is zeroed per launch, x[1:] rewritten
         x[1:] = float("nan")
-        chain_persistent(w, x, counter, stages=stages)
+        chain_persistent(w, x, counter, stages=stages, cross=cross)
         torch.cuda.synchronize()
         torch.testing.assert_close(x, want, rtol=1e-4, atol=1e-4 * want.abs().max().item(),
-                                   msg=lambda m: f"case {(n, phases, stages)}: {m}")
+                                   msg=lambda m: f"case {(n, phases, stages, cross)}: {m}")
     assert counter.item() == phases * (n // 32)  # one arrival a program and phase
