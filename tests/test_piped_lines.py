@@ -77,9 +77,13 @@ def test_each_line_is_returned_as_it_arrives_from_a_pipe():
             ThreadPoolExecutor(1) as pool:
         lines = PipedLines(stream)
         try:
-            for i, text in enumerate(["一 first\n", "second\n"]):
+            # a \r ends its line at once (it waited for the next byte: was it a \r\n's?), and
+            # the \n of a \r\n split across writes is not an empty line
+            sent = ["一 first\n", "second\r", "\nthird\r", "fourth\r\n"]
+            for i, text in enumerate(sent):
                 writer.write((("\ufeff" if i == 0 else "") + text).encode("utf-16-le"))
-                assert pool.submit(lines.readline).result(timeout=30) == text
+                want = text.lstrip("\n").rstrip("\r\n") + "\n"
+                assert pool.submit(lines.readline).result(timeout=30) == want
         finally:
             writer.close()  # a readline that blocked: the end of the stream frees it
 

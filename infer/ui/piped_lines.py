@@ -38,6 +38,7 @@ class PipedLines:
         self._eof = False
         self.encoding: str | None = None  # the codec, once the first line is asked for
         self.replaced = 0  # invalid byte sequences in the last line readline returned
+        self._after_cr = False  # the last line ended at a \r whose next code unit was not read
 
     def readline(self) -> str:
         """The next line ending in ``\\n`` whatever its line end (none on a last line that lacks
@@ -54,6 +55,12 @@ class PipedLines:
             del self._buf[:bom_len]
         newline = "\n".encode(self.encoding)  # b"\n", b"\n\0", b"\0\n", b"\n\0\0\0", ...
         width = len(newline)
+        if self._after_cr:  # the last line ended at a \r returned at once: a \n now is its \r\n
+            while len(self._buf) < width and self._fill():
+                pass
+            if self._buf[:width] == newline:
+                del self._buf[:width]
+            self._after_cr = False
         start, ended = 0, True
         while (end := _line_end(self._buf, newline, "\r".encode(self.encoding), start)) < 0:
             if len(self._buf) > self._limit:
@@ -64,12 +71,13 @@ class PipedLines:
             if not self._fill():  # the end of the stream: the rest is the last line
                 end, ended = len(self._buf), False
                 break
-        crlf = "\r\n".encode(self.encoding)
-        while (ended and len(self._buf) < end + len(crlf) and self._buf[end:end + width] != newline
-               and self._fill()):
-            pass  # a \r last in the buffer: is it a \r\n's? (the next reads tell)
         text, self.replaced = decode_counted(bytes(self._buf[:end]), self.encoding)
-        del self._buf[:end + (len(crlf) if self._buf[end:end + len(crlf)] == crlf else width)]
+        crlf = "\r\n".encode(self.encoding)
+        if self._buf[end:end + len(crlf)] == crlf:
+            del self._buf[:end + len(crlf)]
+        else:  # a \n, or a \r: if a \n comes right after it (not read yet), it is this line's
+            self._after_cr = self._buf[end:end + width] != newline and ended
+            del self._buf[:end + width]
         return text + "\n" if ended else text
 
     def _fill(self) -> bool:
