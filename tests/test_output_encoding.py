@@ -16,7 +16,7 @@ import pytest
 from cli_helpers import FAST
 
 from infer.ui.console import print_json
-from infer.ui.output_encoding import replace_unencodable, writes_utf
+from infer.ui.output_encoding import json_line, replace_unencodable, writes_utf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,3 +64,25 @@ def test_ascii_output_in_a_real_process(tiny_ckpt, json_flag):
         assert json.loads(proc.stdout)["new_tokens"] == 3
     else:
         assert b"? 3 new tokens" in proc.stderr  # the stats line's middle dots
+
+
+def test_lone_surrogates_are_escaped_on_any_stream():
+    """An undecodable byte of an argument or a path (``\\udcff`` under surrogateescape): a strict
+    UTF-8 stdout raised UnicodeEncodeError (a traceback), a lenient one wrote a raw 0xFF."""
+    utf8 = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    line = json_line({"model": "/tmp/d\udcff", "text": "caf\u00e9"}, utf8)
+    assert line == '{"model": "/tmp/d\\udcff", "text": "caf\\u00e9"}\n'
+    assert json_line({"text": "caf\u00e9"}, utf8) == '{"text": "caf\u00e9"}\n'  # UTF: as it is
+
+
+def test_an_undecodable_argument_with_json_on_a_strict_utf8_stdout(tiny_ckpt):
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run(
+        [sys.executable.encode(), b"-c", b"from cli import main; main()", b"generate",
+         str(tiny_ckpt).encode(), b"hi", b"--bogus\xff", b"--json"],
+        capture_output=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert json.loads(proc.stdout.decode("utf-8")) == {
+        "error": "No such option: --bogus\udcff (see -c generate --help)", "exit_code": 2}
+    assert b"Traceback" not in proc.stderr

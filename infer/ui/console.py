@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import sys
 import traceback
@@ -29,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from infer.errors import NonFiniteLogits
-from infer.ui.output_encoding import writes_utf
+from infer.ui.output_encoding import json_line
 from infer.ui.startup import Startup, not_begun
 from models.hub import HubUnreachableError
 
@@ -174,7 +173,7 @@ class UI:
         self.err.print(f"[dim]note: {escape(msg)}[/]")
 
     def emit_json(self, obj: dict) -> None:
-        self.out.file.write(json.dumps(obj, ensure_ascii=not writes_utf(self.out.file)) + "\n")
+        self.out.file.write(json_line(obj, self.out.file))
         self.out.file.flush()
 
     def status(self, msg: str):
@@ -184,7 +183,7 @@ class UI:
 def print_json(obj: dict) -> None:
     """One JSON object as one line on stdout (OutputError if stdout cannot be written)."""
     out = checked_stdout()
-    out.write(json.dumps(obj, ensure_ascii=not writes_utf(out)) + "\n")
+    out.write(json_line(obj, out))
     out.flush()
 
 
