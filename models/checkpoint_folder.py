@@ -16,7 +16,14 @@ from pathlib import Path
 from safetensors import safe_open
 
 from models.config import Qwen3Config
-from models.config_values import optional_file, read_json_object, unlistable, unreadable
+from models.config_values import (
+    json_kind,
+    optional_file,
+    read_json_object,
+    shown,
+    unlistable,
+    unreadable,
+)
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -55,11 +62,14 @@ def _weight_files(folder: Path) -> list[Path]:
     index = folder / INDEX_FILE
     if optional_file(index):
         weight_map = read_json_object(index).get("weight_map")  # unreadable, not JSON: its error
-        try:
-            names = sorted(set(weight_map.values()))
-        except (TypeError, AttributeError) as e:
-            raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' object "
-                             f"({e})") from None
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"cannot read {index}: expected JSON with a 'weight_map' object, "
+                             f"got {json_kind(weight_map)}")
+        odd = next(((k, v) for k, v in weight_map.items() if not isinstance(v, str) or not v), None)
+        if odd is not None:
+            raise ValueError(f"cannot read {index}: weight_map[{odd[0]!r}] must be the name of a "
+                             f"shard file, got {shown(odd[1])}")
+        names = sorted(set(weight_map.values()))
         missing = [n for n in names if not optional_file(folder / n)]
         if missing:
             raise ValueError(f"missing checkpoint shard {', '.join(missing)} in {folder} "

@@ -103,5 +103,12 @@ def test_an_unreadable_or_bom_index_of_shards(tiny_ckpt_factory, tmp_path, monke
         checkpoint_files(folder)
     monkeypatch.setattr(Path, "open", real)
     index.write_text('{"weight_map": ["a.safetensors"]}')
-    with pytest.raises(ValueError, match="expected JSON with a 'weight_map' object"):
+    with pytest.raises(ValueError, match="expected JSON with a 'weight_map' object, got an arr"):
         checkpoint_files(folder)
+    # a shard name that is not a string: it was "TypeError: unsupported operand type(s) for /"
+    for value, shown in [("3", "3"), ("null", "None"), ("true", "True"), ('""', "''")]:
+        index.write_text('{"weight_map": {"a": "model.safetensors", "b": ' + value + "}}")
+        with pytest.raises(ValueError, match=re.escape(
+                f"cannot read {index}: weight_map['b'] must be the name of a shard file, got "
+                f"{shown}")):
+            checkpoint_files(folder)
