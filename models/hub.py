@@ -112,6 +112,9 @@ def resolve_model(name_or_path: str | Path) -> Path:
     check_symlink_loop(path, "the checkpoint folder itself, or a hub id")
     if path.exists():
         return check_model_folder(path)
+    if path.is_symlink():  # a link to nothing is a local folder gone, not a hub id to fetch
+        raise ValueError(f"model folder {name} links to {os.readlink(path)}, which does not "
+                         "exist")
     if _looks_like_path(name):
         raise ValueError(f"model folder {name} does not exist")
 

@@ -174,3 +174,16 @@ def test_folder_without_tokenizer_says_which_files_to_add(tmp_path, offline_cach
     with pytest.raises(ValueError, match=r"has no tokenizer\.json: copy tokenizer\.json and "
                                          r"tokenizer_config\.json of the same model into it"):
         resolve_model(folder)
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_link_to_nothing_is_a_missing_folder_not_a_hub_id(tmp_path, offline_cache, monkeypatch,
+                                                           relative):
+    """``ln -s /nope mf; infer generate mf ...``: 'mf' is shaped like a hub id, and was sent to
+    the hub ('cannot fetch mf from the Hugging Face hub', exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mf").symlink_to(tmp_path / "nope")
+    name = "mf" if relative else str(tmp_path / "mf")
+    with pytest.raises(ValueError, match=f"^model folder {name} links to .*nope, which does not "
+                                         "exist$"):
+        resolve_model(name)
