@@ -72,5 +72,7 @@ def reply_once(command: str, ui: UI, engine, load_s: float, ids: list[int], samp
     else:
         ui.err.print(format_stats(reply.stats, ceiling=reply.ceiling) + stats_suffix
                      + capture_note(engine.take_capture_s()), style="dim")
+    if (why := reply.only_thinking()) is not None:
+        ui.warn(why)
     if reply.interrupted:
         raise typer.Exit(130)

@@ -83,6 +83,18 @@ class Reply:
     ceiling: float | None
     sampling: dict | None = None  # SamplingParams.record() of the reply (its seed included)
 
+    def only_thinking(self) -> str | None:
+        """A warning when the reply (not cut by Ctrl-C) holds thinking and no answer, saying why
+        from its stop reason; None otherwise."""
+        if self.interrupted or self.answer or not self.thinking:
+            return None
+        if self.stats.stop_reason == "length":
+            return ("the reply spent its --max-new-tokens on thinking and has no answer: raise "
+                    "--max-new-tokens, or leave out --think")
+        if self.stats.stop_reason == "context":
+            return "the context filled up during the thinking: the reply has no answer"
+        return "the reply holds only thinking: the model ended it without an answer"
+
     def to_dict(self) -> dict:
         return {"text": self.answer, "thinking": self.thinking or None,
                 **self.stats.to_dict(), "interrupted": self.interrupted,

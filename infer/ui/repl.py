@@ -186,6 +186,8 @@ def run_repl(ui: UI, engine, system: str | None, load_s: float) -> int:
             else:
                 ui.err.print(format_stats(last.stats, ceiling=last.ceiling, chat=True)
                              + capture_note(engine.take_capture_s()), style="dim")
+            if (why := last.only_thinking()) is not None and last.stats.stop_reason != "context":
+                ui.warn(why)
             if last.stats.stop_reason == "context":
                 ui.warn(f"the context is full ({counted(engine.ctx, 'token')}): /reset, or restart "
                         "with a larger --ctx")

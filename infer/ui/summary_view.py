@@ -105,15 +105,30 @@ def summarize_text(ui: UI, cfg, tok, plan, ids: list[int], text: str, *, no_spli
             raise
         _interrupted(ui, cfg, engine, load_s, _result(extra, pieces, width, sm), pieces, sm,
                      sampling)
-    cut = sum(p.thinking_unfinished for p in sm.parts)
-    if cut:
-        ui.warn(f"{counted(cut, 'part reply', 'part replies')} of {len(sm.parts)} ended inside "
-                f"the thinking (--part-tokens {part_tokens:,}), so nothing of "
-                f"{'it' if cut == 1 else 'them'} is in the summary: raise --part-tokens, or "
-                f"leave out --think")
+    if (why := _empty_parts(sm.parts, part_tokens, ui.opts.think)) is not None:
+        ui.warn(why)
     check_fits(len(final), cfg.ctx, max_new, max_ctx=plan.max_ctx)
     extra, suffix = _result(extra, pieces, width, sm)
     reply_once("summarize", ui, engine, load_s, final, sampling, extra, stats_suffix=suffix)
+
+
+def _empty_parts(parts: list, part_tokens: int, think: bool) -> str | None:
+    """A warning for the part replies that gave no summary (their thinking, cut or closed, was
+    all of them; or an empty reply), saying which flag would help; None when every part gave
+    one."""
+    empty = [p for p in parts if not p.summary]
+    if not empty:
+        return None
+    them = "it" if len(empty) == 1 else "them"
+    head = (f"{counted(len(empty), 'part reply', 'part replies')} of {len(parts)} gave no "
+            f"summary")
+    if not think:
+        return f"{head}: nothing of {them} is in the final summary"
+    if any(p.stop_reason == "length" for p in empty):
+        return (f"{head}, their --part-tokens ({part_tokens:,}) spent on thinking: nothing of "
+                f"{them} is in the final summary; raise --part-tokens, or leave out --think")
+    return (f"{head}, only thinking: nothing of {them} is in the final summary; leave out "
+            f"--think")
 
 
 def _result(extra: dict, pieces: list[str] | None, width: int | None,
