@@ -41,7 +41,7 @@ from infer.summary_prompts import (
     part_limit,
     template_overhead,
 )
-from infer.thinking import strip_thinking, thinking_unfinished
+from infer.thinking import prompt_opens_thinking, strip_thinking, thinking_unfinished
 
 if TYPE_CHECKING:  # torch, through infer.sampling_params: `infer --help` imports this module
     from infer.sampling_params import SamplingParams
@@ -299,7 +299,8 @@ class Summarizer:
 
     def _done(self, level, i, n, spans, prompts, toks, stats, out, on_part) -> None:
         raw = self.tokenizer.decode(toks, skip_special_tokens=True)
-        unfinished = thinking_unfinished(raw)  # its thinking is not a summary: pass nothing on
+        # its thinking is not a summary: pass nothing on
+        unfinished = thinking_unfinished(raw, prompt_opens_thinking(self.tokenizer, prompts[i]))
         out[i] = "" if unfinished else strip_thinking(raw)
         chars, tokens = spans[i]
         part = PartSummary(level, i, n, chars, tokens, len(prompts[i]), stats.new_tokens,

@@ -1,5 +1,6 @@
 """The thinking text of a Qwen3 reply: ``strip_thinking`` keeps the answer after a leading
-``<think>...</think>`` block, ``thinking_unfinished`` tells a reply cut inside that block. The
+``<think>...</think>`` block, ``thinking_unfinished`` tells a reply cut inside that block,
+``prompt_opens_thinking`` a prompt that opened the block for the reply. The
 tags are plain text here (a decoded reply), as the model wrote them; the streaming split of a
 reply shown live is ``infer/ui/render.py``'s ``ThinkSplitter``."""
 
@@ -30,8 +31,18 @@ def strip_thinking(text: str) -> str:
     return body.strip()
 
 
-def thinking_unfinished(text: str) -> bool:
-    """Whether the reply ``text`` opens a thinking block (``<think>`` after leading whitespace)
-    and never closes it: cut by its token limit while thinking, so it holds no answer."""
+def thinking_unfinished(text: str, opened: bool = False) -> bool:
+    """Whether the reply ``text`` is inside a thinking block at its end, so it holds no answer:
+    it opens one (``<think>`` after leading whitespace), or its prompt did (``opened``), and no
+    ``</think>`` closes it (cut by its token limit while thinking, or ended there)."""
     body = text.lstrip()
-    return body.startswith(THINK_OPEN) and THINK_CLOSE not in body
+    return (opened or body.startswith(THINK_OPEN)) and THINK_CLOSE not in body
+
+
+def prompt_opens_thinking(tokenizer, prompt_ids: list[int]) -> bool:
+    """Whether the prompt ``prompt_ids`` ends inside an open ``<think>`` (a template that starts
+    the reply's thinking itself, as Qwen3's Thinking-2507 models' does): the reply then holds
+    only the block's end, ``...</think>answer``. ``tokenizer``: ``decode(ids,
+    skip_special_tokens)``; the prompt's last 8 tokens are read."""
+    tail = tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False).rstrip()
+    return tail.endswith(THINK_OPEN)

@@ -375,3 +375,46 @@ def test_a_reply_that_spends_its_tokens_on_thinking_says_so(tiny_ckpt, tok, tmp_
     assert (out["text"], out["thinking"], out["stop_reason"]) == ("", "HmmHmmHmm", "length")
     assert ("warning: the reply spent its --max-new-tokens on thinking and has no answer: raise "
             "--max-new-tokens, or leave out --think") in result.stderr
+
+
+def _opened_thinking_model(tiny_ckpt, tok, folder):
+    """A checkpoint whose chat template opens the reply's thinking (the prompt ends in
+    "<think>\\n", as Qwen3's Thinking-2507 templates do) and whose greedy reply is
+    "Hmm</think>Hello"."""
+    newline, hmm, hello = (tok.encode(t)[0] for t in ("\n", "Hmm", "Hello"))
+    unthink, end = (tok._tok.token_to_id(t) for t in ("</think>", "<|im_end|>"))
+    model = scripted_ckpt(tiny_ckpt, folder,
+                          {newline: hmm, hmm: unthink, unthink: hello, hello: end})
+    qwen3 = json.loads((tiny_ckpt / "tokenizer_config.json").read_text())["chat_template"]
+    # the generation prompt opens <think>, whatever enable_thinking (as the 2507 templates do)
+    opening = qwen3.replace("{{- '<|im_start|>assistant\\n' }}",
+                            "{{- '<|im_start|>assistant\\n<think>\\n' }}")
+    opened = opening.replace("{{- '<think>\\n\\n</think>\\n\\n' }}", "")
+    assert qwen3 != opening != opened
+    (model / "chat_template.jinja").write_text(opened, encoding="utf-8")
+    return model
+
+
+def test_a_template_that_opens_the_thinking_splits_the_reply_too(tiny_ckpt, tok, tmp_path):
+    """The reply holds only the block's end ("Hmm</think>Hello"): its text was all of it and
+    its thinking null."""
+    model = _opened_thinking_model(tiny_ckpt, tok, tmp_path / "opened")
+    result = invoke("generate", model, "hi", "--ctx", "1k", "--device", "cpu",
+                    "--max-new-tokens", "8", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert (out["text"], out["thinking"]) == ("Hello", "Hmm")
+    shown = invoke("generate", model, "hi", "--ctx", "1k", "--device", "cpu",
+                   "--max-new-tokens", "8", "--hide-thinking")
+    assert shown.exit_code == 0 and shown.stdout.strip() == "Hello"
+
+
+def test_parts_whose_template_opened_the_thinking_are_cut_inside_it(tiny_ckpt, tok, book,
+                                                                   tmp_path):
+    model = _opened_thinking_model(tiny_ckpt, tok, tmp_path / "opened")
+    path, _ = book
+    result = invoke("summarize", path, "--model", model, "--ctx", "2k", "--device", "cpu",
+                    "--part-tokens", "1", "--max-new-tokens", "8", "--json")
+    assert result.exit_code == 0, result.output
+    parts = [p for p in json.loads(result.stdout)["parts"] if p["level"] == 0]
+    assert all(p["thinking_unfinished"] and p["summary"] == "" for p in parts)  # "Hmm" only

@@ -67,3 +67,27 @@ def test_a_part_cut_inside_its_thinking_passes_nothing_on(reply, summary, cut):
     assert out == [summary] and seen == sm.parts
     assert sm.parts[0].summary == summary and sm.parts[0].thinking_unfinished is cut
     assert sm.parts[0].to_dict()["thinking_unfinished"] is cut
+
+
+def test_a_reply_whose_prompt_opened_the_thinking():
+    """A template that ends the prompt in "<think>\\n" (Qwen3's Thinking-2507): the reply holds
+    only the block's end; its split and its "cut inside" check start inside the block."""
+    from infer.thinking import prompt_opens_thinking
+    from infer.ui.render import ThinkSplitter
+
+    class Tail:
+        def __init__(self, text):
+            self.text = text
+
+        def decode(self, ids, skip_special_tokens=False):
+            assert not skip_special_tokens and len(ids) <= 8
+            return self.text
+
+    assert prompt_opens_thinking(Tail("<|im_start|>assistant\n<think>\n"), list(range(20)))
+    assert not prompt_opens_thinking(Tail("assistant\n<think>\n\n</think>\n\n"), [1, 2])
+    assert not prompt_opens_thinking(Tail("<|im_start|>assistant\n"), [1])
+    split = ThinkSplitter(thinking=True)
+    assert split.push("Hmm</thi") + split.push("nk>Hello") + split.flush() == [
+        (True, "Hmm"), (False, "Hello")]
+    assert thinking_unfinished("Hmm, still", opened=True)
+    assert not thinking_unfinished("Hmm</think>Hello", opened=True)

@@ -30,7 +30,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from infer.thinking import THINK_CLOSE, THINK_OPEN
+from infer.thinking import THINK_CLOSE, THINK_OPEN, prompt_opens_thinking
 from infer.ui.console import StderrConsole
 from infer.ui.progress import PrefillBar
 from infer.wording import counted
@@ -43,8 +43,9 @@ class ThinkSplitter:
     is held back until the next piece or ``flush()``. Tags are not part of any segment.
     """
 
-    def __init__(self):
-        self.thinking = False
+    def __init__(self, thinking: bool = False):
+        """``thinking``: the text starts inside a thinking block (its prompt opened it)."""
+        self.thinking = thinking
         self._buf = ""
 
     def push(self, piece: str) -> list[tuple[bool, str]]:
@@ -125,6 +126,7 @@ class ReplyView:
         Sampling without a seed draws one first (``SamplingParams.seeded``): the reply records
         it."""
         sampling = sampling.seeded() if sampling is not None else None  # None: greedy
+        self._split = ThinkSplitter(prompt_opens_thinking(self.engine.tokenizer, prompt_ids))
         bar = None
         if PrefillBar.wanted(self.status, len(prompt_ids) - self.session.num_cached):
             bar = PrefillBar(self.status)
