@@ -55,7 +55,9 @@ class FakeDecoder:
 
 class FakeEngine:
     def __init__(self, pieces, ceiling=None):
-        self.tokenizer = type("T", (), {"stream_decoder": lambda _self: FakeDecoder(pieces)})()
+        self.tokenizer = type("T", (), {  # a prompt that does not open the thinking
+            "stream_decoder": lambda _self: FakeDecoder(pieces),
+            "decode": lambda _self, ids, skip_special_tokens=False: "<|im_start|>assistant\n"})()
         self.ceiling_tokens_per_s = lambda num_cached: ceiling  # None: unknown (a CPU)
 
 
