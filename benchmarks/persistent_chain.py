@@ -76,6 +76,7 @@ def _weight_loader(w_desc, w_bufs, ready, empty, counter_ptr, phases, n,
         for t in range(k_tiles):
             s = i % STAGES
             mbarrier.wait(empty.index(s), (i // STAGES & 1) ^ 1)  # free (a new ring starts free)
+            fence_async_shared()  # the compute warps' reads of the buffer, before this TMA write
             mbarrier.expect(ready.index(s), w_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(w_desc, [p * n + row0, t * BLOCK_K], ready.index(s),
                                             w_bufs.index(s))
@@ -104,14 +105,13 @@ def _compute(x_ptr, counter_ptr, w_bufs, ready, empty, phases, n, layout: gl.con
         acc = gl.zeros([BLOCK_N, BLOCK_K], gl.float32, layout)
         x_next = gl.load(x_row + cols, cache_modifier=".cg")
         for t in range(k_tiles):
-            x_t = x_next  # the next tile's columns are loaded one tile ahead (an L2 round trip)
-            # (past the last tile: row p + 1's first columns, loaded and never used)
-            x_next = gl.load(x_row + (t + 1) * BLOCK_K + cols, cache_modifier=".cg")
             s = i % STAGES
             mbarrier.wait(ready.index(s), i // STAGES & 1)
             w = w_bufs.index(s).load(layout)
-            fence_async_shared()  # the shared-memory read is ordered before the next TMA write
-            mbarrier.arrive(empty.index(s), count=1)
+            mbarrier.arrive(empty.index(s), count=1)  # (the loader fences before reusing it)
+            x_t = x_next  # the next tile's columns are loaded one tile ahead (an L2 round trip)
+            # (past the last tile: row p + 1's first columns, loaded and never used)
+            x_next = gl.load(x_row + (t + 1) * BLOCK_K + cols, cache_modifier=".cg")
             acc += w.to(gl.float32) * gl.expand_dims(x_t, 0)
             i += 1
         gl.store(x_ptr + (p + 1) * n + rows, gl.sum(acc, axis=1))
@@ -183,6 +183,12 @@ def chain_persistent(w: torch.Tensor, x: torch.Tensor, counter: torch.Tensor, *,
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     phases, n = _check(w, x)
+    if (counter.dtype != torch.int32 or counter.numel() != 1 or counter.device != x.device
+            or w.device != x.device):
+        raise ValueError("persistent_chain: w, x and an int32 [1] counter must share a device")
+    if not (16 <= block_n <= 256 and 64 <= block_k <= 256):
+        raise ValueError(f"persistent_chain: block_n must be 16 to 256 and block_k 64 to 256 (the "
+                         f"layout's [16, 64] and a TMA box), got {block_n} and {block_k}")
     if n % block_k or n % block_n:
         raise ValueError(f"persistent_chain: n = {n} must be a multiple of block_k = {block_k} "
                          f"and block_n = {block_n}")
@@ -242,6 +248,9 @@ def main() -> None:
         torch.cuda.synchronize()
         err = ((x - ref).abs().max() / ref.abs().max()).item()
         us = bench_graph_many([run], args.rep_ms) * 1e3 / phases
+        if not err < 1e-3:  # a wrong result is no measurement (NaN included)
+            raise SystemExit(f"persistent_chain: {tile} (cross={cross}) is off by {err:.3g} of "
+                             "the largest value against torch")
         label = f"persistent_{args.block_n}x{tile}" + ("" if cross else "_loader_waits")
         print(json.dumps({"what": "chain", "impl": label, "n": n,
                           "phases": phases, "us_per_phase": round(us, 3),

@@ -59,12 +59,15 @@ def test_gpu_persistent_chain_matches_torch():
 
 
 def _gpu_all_cases():
-    for n, phases, stages, cross in [(256, 5, 4, True), (256, 7, 16, True),
-                                     (4096, 36, 16, True), (4096, 36, 16, False)]:
-        _gpu_persistent_chain_matches_torch(n, phases, stages, cross)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n, phases, block_k, stages, cross in [
+            (256, 5, 64, 4, True), (256, 7, 64, 16, True), (256, 7, 128, 8, True),
+            (4096, 36, 64, 16, True), (4096, 36, 64, 16, False), (4096, 36, 128, 8, True)]:
+        if n // 32 <= sms:  # every program resident: 128 for n = 4096 (an H100 SXM has 132)
+            _gpu_persistent_chain_matches_torch(n, phases, block_k, stages, cross)
 
 
-def _gpu_persistent_chain_matches_torch(n, phases, stages, cross):
+def _gpu_persistent_chain_matches_torch(n, phases, block_k, stages, cross):
     torch.manual_seed(0)
     w = (torch.randn(phases * n, n, device="cuda") / n ** 0.5).to(torch.bfloat16)
     x = torch.zeros(phases + 1, n, device="cuda")
@@ -73,8 +76,8 @@ def _gpu_persistent_chain_matches_torch(n, phases, stages, cross):
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")
     for _ in range(3):  # again: the counter is zeroed per launch, x[1:] rewritten
         x[1:] = float("nan")
-        chain_persistent(w, x, counter, stages=stages, cross=cross)
+        chain_persistent(w, x, counter, block_k=block_k, stages=stages, cross=cross)
         torch.cuda.synchronize()
         torch.testing.assert_close(x, want, rtol=1e-4, atol=1e-4 * want.abs().max().item(),
-                                   msg=lambda m: f"case {(n, phases, stages, cross)}: {m}")
+                                   msg=lambda m: f"case {(n, block_k, stages, cross)}: {m}")
     assert counter.item() == phases * (n // 32)  # one arrival a program and phase
