@@ -215,7 +215,8 @@ def bench(
         rich_help_panel=BENCH)] = 128,
     lengths: Annotated[str | None, typer.Option(
         help="Prompt lengths, comma-separated: 4k,32k (default: 4k and the longest that fits "
-             "in --ctx with --tokens).", show_default=False, rich_help_panel=BENCH)] = None,
+             "in --ctx with --tokens); each measured once, shortest first.", show_default=False,
+        rich_help_panel=BENCH)] = None,
     # bench's own switch: the other commands' --speculate auto|on|off (Options.speculate) is
     # not among bench's shared flags, and a parameter may not be named like a shared field
     speculative: Annotated[bool, typer.Option(

@@ -220,8 +220,9 @@ def check_host_capacity(cfg: EngineConfig, mc: Qwen3Config, attention: str, *, m
                      + f"), {avail / gib:.1f} GiB available. The largest context that fits is "
                      f"{counted(largest(cfg.kv_cache), 'token')} (with a {HINT_MARGIN_PERCENT} % "
                      "margin, as available memory varies between runs): lower --ctx"
-                     + ("" if cfg.kv_cache == "int8" else
-                        f", or use --kv-cache int8 (it fits {counted(largest('int8'), 'token')})")
+                     + ("" if cfg.kv_cache == "int8" or largest("int8") <= largest(cfg.kv_cache)
+                        else f", or use --kv-cache int8 (it fits "
+                             f"{counted(largest('int8'), 'token')})")
                      + _chunk_hint(hint_budget(avail - wbytes), cfg, mc, attention,
                                    largest("int8") >= cfg.ctx))
 

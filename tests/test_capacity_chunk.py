@@ -126,3 +126,16 @@ def test_the_floor_itself_is_suggested(qwen06b, monkeypatch, tmp_path):
     msg = refusal(cfg, qwen06b, monkeypatch, _avail_for_chunk(cfg, qwen06b, floor))
     assert msg.endswith(f", or keep --ctx 131,072 with --prefill-chunk {floor} or less (now 512:"
                         " a smaller chunk has a smaller working set)"), msg
+
+
+def test_int8_is_not_suggested_where_it_fits_no_more(tiny_ckpt, monkeypatch):
+    """A prefill chunk's working set that does not fit (not the KV cache): the refusal named
+    --kv-cache int8 "(it fits N tokens)" with the same N as the cache it has."""
+    from cli_helpers import invoke
+
+    monkeypatch.setattr(capacity, "available_host_bytes", lambda: 2 << 30)
+    result = invoke("generate", tiny_ckpt, "hi", "--device", "cpu", "--ctx", "128k",
+                    "--prefill-chunk", "100000", "--max-new-tokens", "2")
+    assert result.exit_code == 2, result.output
+    assert "does not fit in host memory" in result.stderr and "--prefill-chunk" in result.stderr
+    assert "--kv-cache int8" not in result.stderr
