@@ -16,6 +16,7 @@ steps (1 to 16 rows, the GEMV path) on sm_90+ prefetch.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -29,10 +30,11 @@ from kernels.l2_prefetch import l2_prefetch
 ENABLED = False
 
 
+@functools.cache
 def budget_bytes() -> int:
     """Bytes prefetched after each layer's qkv GEMV: ``INFER_L2_PREFETCH_MB`` megabytes (10^6;
-    default 32; the L2 of an H100/H200 is 50 MB), read when a prefetcher is made (only with
-    ``ENABLED``).
+    default 32; the L2 of an H100/H200 is 50 MB), read when the first prefetcher is made (only
+    with ``ENABLED``) and kept: not read again on each decode step.
 
     Raises:
         ValueError: the variable is not a finite number >= 0 (one line, naming it).

@@ -120,12 +120,14 @@ def test_budget_from_the_environment(monkeypatch, value, mb):
         monkeypatch.delenv("INFER_L2_PREFETCH_MB", raising=False)
     else:
         monkeypatch.setenv("INFER_L2_PREFETCH_MB", value)
+    weight_prefetch.budget_bytes.cache_clear()  # read once a process: read it anew here
     assert weight_prefetch.budget_bytes() == int(mb * 1e6)
 
 
 @pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf"])
 def test_a_bad_budget_is_one_line_naming_the_variable(monkeypatch, value):
     monkeypatch.setenv("INFER_L2_PREFETCH_MB", value)
+    weight_prefetch.budget_bytes.cache_clear()
     with pytest.raises(ValueError, match="^INFER_L2_PREFETCH_MB must be a number of megabytes"):
         weight_prefetch.budget_bytes()
 
