@@ -108,7 +108,7 @@ def test_gpu_engine_prefetch_equals_plain(gpu_qwen3_4l, kv_cache, monkeypatch):
     with CUDA graphs and eagerly (the budget covers a whole layer's weights and then some)."""
     from mock_engine import greedy_by_flag
 
-    monkeypatch.setattr(weight_prefetch, "BUDGET_MB", 40.0)
+    monkeypatch.setattr(weight_prefetch, "budget_bytes", lambda: 40_000_000)
     out = greedy_by_flag(gpu_qwen3_4l, kv_cache, monkeypatch, weight_prefetch, "ENABLED")
     assert len(out[False, False]) == 40
     assert out[True, True] == out[True, False] == out[False, True] == out[False, False]
