@@ -6,7 +6,7 @@ which at short contexts read a few MB in ~13 us (Qwen3-8B, 4k positions), then `
 ``ENABLED``, right after each layer's qkv GEMV the step forks a side stream that waits for that
 GEMV and prefetches the weights that come next, in the order they are read (``layer_ranges``):
 ``o_proj``, gate/up (the gate and up halves alike, as each GEMV program reads both), ``down_proj``,
-then the next layer's qkv (the last layer: the lm_head), up to ``BUDGET_MB``. The main stream
+then the next layer's qkv (the last layer: the lm_head), up to ``budget_bytes()``. The main stream
 goes on meanwhile; at the end of the step it waits for the side stream (a CUDA graph must
 join its forks), by which time the prefetch kernels have long ended.
 
