@@ -189,3 +189,13 @@ def reversed_grid(monkeypatch):
             dims[0] - 1 - x, dims[1] - 1 - y, dims[2] - 1 - z)) if on else set_idx)
 
     return switch
+
+
+@pytest.fixture(scope="module")
+def book(texts_dir, tmp_path_factory) -> tuple[Path, str]:
+    """A text file longer than a 2k context (War and Peace's first 20,000 characters) and its
+    text, for the summarize-in-parts tests."""
+    path = tmp_path_factory.mktemp("book") / "book.txt"
+    text = (texts_dir / "war_and_peace.txt").read_text(encoding="utf-8")[:20000]
+    path.write_text(text, encoding="utf-8")
+    return path, text
