@@ -13,11 +13,12 @@ Python message (``cannot convert float infinity to integer``).
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 from pathlib import Path
+
+from models.paths import is_symlink_loop
 
 MAX_INT = 2**31 - 1  # sizes and counts: far past any model, and within int32 kernel arguments
 # NOTE: RoPE turns positions into float32 (``positions.float() * inv_freq``, as transformers does),
@@ -80,11 +81,8 @@ def optional_file(path: Path) -> bool:
         what = "a folder" if path.is_dir() else "a special file (a device, a pipe or a socket)"
         raise ValueError(f"cannot read {path}: it is {what}, not a file")
     if path.is_symlink():
-        try:
-            os.stat(path)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise ValueError(f"cannot read {path}: it is a loop of symbolic links") from None
+        if is_symlink_loop(path):
+            raise ValueError(f"cannot read {path}: it is a loop of symbolic links")
         raise ValueError(f"cannot read {path}: it links to {os.readlink(path)}, which does not "
                          "exist")
     return False

@@ -25,13 +25,20 @@ def expand_user(path: str | Path) -> Path:
         return Path(path)
 
 
-def check_symlink_loop(path: str | Path, what: str) -> None:
-    """Raise ValueError when ``path`` runs into a loop of symbolic links (``ln -s a b; ln -s b
-    a``, or a link to itself, there or on the way): ``Path.exists`` says False there, which would
-    read as a missing path. ``what`` names what to give instead (``a text file``)."""
+def is_symlink_loop(path: str | Path) -> bool:
+    """Whether ``path`` runs into a loop of symbolic links (``ln -s a b; ln -s b a``, or a link
+    to itself, there or on the way): ``Path.exists`` says False there, as for a missing path."""
     try:
         os.stat(path)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise ValueError(f"{path} is a symlink loop (a symbolic link that leads back to "
-                             f"itself): give {what}") from None
+        return e.errno == errno.ELOOP
+    return False
+
+
+def check_symlink_loop(path: str | Path, what: str) -> None:
+    """Raise ValueError when ``path`` runs into a loop of symbolic links (``is_symlink_loop``),
+    which would otherwise read as a missing path. ``what`` names what to give instead (``a text
+    file``)."""
+    if is_symlink_loop(path):
+        raise ValueError(f"{path} is a symlink loop (a symbolic link that leads back to itself): "
+                         f"give {what}")
