@@ -10,13 +10,7 @@ import json
 
 import pytest
 from ckpt_helpers import scripted_ckpt
-from typer.testing import CliRunner
-
-from cli import app
-
-
-def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
+from cli_helpers import invoke
 
 
 def _thinking_model(tiny_ckpt, tok, folder, reply: str):
@@ -75,7 +69,7 @@ def test_a_reply_that_spends_its_tokens_on_thinking_says_so(tiny_ckpt, tok, tmp_
              "summarize": ["summarize", text, "--model", model]}[command]
     args = [*where, "--ctx", "1k", "--device", "cpu", "--max-new-tokens", "4", "--think",
             "--json"]
-    result = CliRunner().invoke(app, [str(a) for a in args], input="hi\n")
+    result = invoke(*args, input="hi\n")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert (out["text"], out["thinking"], out["stop_reason"]) == ("", "HmmHmmHmm", "length")
